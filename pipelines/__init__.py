@@ -1,0 +1,3 @@
+"""kindex pipelines: plain Python (no Dagster) that reads, snapshots, normalizes and indexes."""
+
+API_VERSION = "kernelindex.dev/v1alpha1"

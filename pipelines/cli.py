@@ -1,0 +1,48 @@
+"""`kindex` command line. Each subcommand lives in its own module under `pipelines/commands/`."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+# Each module exposes `register(subparsers)`, which adds its parser and sets `func`.
+COMMAND_MODULES = (
+    "pipelines.commands.normalize",
+    "pipelines.commands.storage",
+    "pipelines.commands.dagster",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kindex",
+        description="Drop GPU kernel benchmark results into S3; query a DuckDB/Parquet index.",
+    )
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as error:
+            if error.name != name:
+                raise
+            continue  # a command group not built yet
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # `kindex normalize big.csv | head` closes stdout early; that is not an error.
+        sys.stderr.close()
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
