@@ -10,8 +10,12 @@ from collections.abc import Sequence
 # Each module exposes `register(subparsers)`, which adds its parser and sets `func`.
 COMMAND_MODULES = (
     "pipelines.commands.normalize",
-    "pipelines.commands.storage",
-    "pipelines.commands.dagster",
+    "pipelines.commands.put",
+    "pipelines.commands.ingest",
+    "pipelines.commands.query",
+    "pipelines.commands.bundle",
+    "pipelines.commands.up",
+    "pipelines.commands.backfill",
 )
 
 

@@ -1,0 +1,44 @@
+"""The object-store surface the rest of kindex relies on."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+
+class NoSuchKey(KeyError):
+    """The key does not exist in the bucket."""
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    key: str
+    etag: str  # without surrounding quotes
+    size: int
+    last_modified: datetime  # timezone-aware UTC
+    version_id: str | None = None
+
+
+class ObjectStore(Protocol):
+    bucket: str
+
+    def put_bytes(
+        self,
+        key: str,
+        data: bytes,
+        *,
+        content_type: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> ObjectInfo: ...
+
+    def get_bytes(self, key: str) -> bytes: ...
+
+    def get_object(self, key: str) -> tuple[bytes, ObjectInfo]: ...
+
+    def head(self, key: str) -> ObjectInfo | None: ...
+
+    def list(self, prefix: str) -> Iterator[ObjectInfo]: ...
+
+    def delete(self, key: str) -> None: ...
