@@ -1,0 +1,4 @@
+"""Dagster wiring for kindex: partitions, assets, checks, sensors and resources.
+
+Everything here only connects the plain-Python steps of `pipelines/` to Dagster.
+"""

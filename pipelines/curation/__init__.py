@@ -1,0 +1,213 @@
+"""Curated knowledge (kernels, providers, GPUs, protocols) loaded from the YAML files beside this
+module. A maintainer edits those files; nothing here names a kernel, provider or GPU."""
+
+from __future__ import annotations
+
+import ast
+import operator
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from ruamel.yaml import YAML
+
+Number = int | float
+
+_BINARY_OPERATORS: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.FloorDiv: operator.floordiv,
+}
+
+
+class ExpressionError(ValueError):
+    """An expression names something the row does not have, or is not arithmetic."""
+
+
+@dataclass(frozen=True, slots=True)
+class Expression:
+    """Integer arithmetic (+ - * //) over names and number literals, e.g. ``B * T``."""
+
+    text: str
+    tree: ast.expr
+    names: frozenset[str]
+
+    @classmethod
+    def parse(cls, text: str | Number) -> Expression:
+        tree = ast.parse(str(text), mode="eval").body
+        names = frozenset(node.id for node in ast.walk(tree) if isinstance(node, ast.Name))
+        expression = cls(str(text), tree, names)
+        expression._check(tree)
+        return expression
+
+    def _check(self, node: ast.expr) -> None:
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINARY_OPERATORS:
+            self._check(node.left)
+            self._check(node.right)
+        elif not isinstance(node, ast.Name | ast.Constant):
+            raise ExpressionError(f"unsupported expression {self.text!r}")
+
+    def evaluate(self, values: Mapping[str, Any]) -> Any:
+        return self._evaluate(self.tree, values)
+
+    def _evaluate(self, node: ast.expr, values: Mapping[str, Any]) -> Any:
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, ast.Name):
+            if node.id not in values:
+                raise ExpressionError(f"{node.id} is not bound")
+            return values[node.id]
+        assert isinstance(node, ast.BinOp)
+        return _BINARY_OPERATORS[type(node.op)](
+            self._evaluate(node.left, values), self._evaluate(node.right, values)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Binding:
+    """How one `x_name` of a kernel binds workload axes from x and the config."""
+
+    axes: dict[str, Expression]  # title order
+    require: dict[str, Any]
+    ignore: frozenset[str]
+
+    @property
+    def config_keys(self) -> frozenset[str]:
+        used = set().union(*(e.names for e in self.axes.values())) - {"x"}
+        return frozenset(used | set(self.require) | self.ignore)
+
+
+@dataclass(frozen=True, slots=True)
+class Kernel:
+    name: str  # Liger's kernel_name
+    operation: dict[str, Any]  # OperationSpec manifest
+    bindings: dict[str, Binding]
+    scalars: dict[str, Expression]
+    default_dtype: str | None
+    derived_axes: dict[str, Expression] = field(default_factory=dict)
+
+    @property
+    def title(self) -> str:
+        return str(self.operation["metadata"]["title"])
+
+    @property
+    def slug(self) -> str:
+        return str(self.operation["metadata"]["name"])
+
+
+@dataclass(frozen=True, slots=True)
+class Provider:
+    name: str
+    project_slug: str
+    project: dict[str, Any]  # SoftwareProject spec
+    title: str
+    description: str
+    implementation: dict[str, Any]  # ImplementationRevision spec less `operation`
+    baseline: bool
+    kernels: frozenset[str] | None
+
+    def implements(self, kernel: str) -> bool:
+        return self.kernels is None or kernel in self.kernels
+
+
+@dataclass(frozen=True, slots=True)
+class Gpu:
+    name: str
+    hardware: dict[str, str]
+    title: str
+
+
+@dataclass(frozen=True, slots=True)
+class Pass:
+    title: str
+    timed: str
+
+
+@dataclass(frozen=True, slots=True)
+class Curation:
+    kernels: dict[str, Kernel]
+    providers: dict[str, Provider]
+    gpus: dict[str, Gpu]
+    harness: dict[str, str]
+    metrics: dict[str, dict[str, str]]  # speed|memory -> timer, family, notes
+    passes: dict[str, Pass]
+    dtypes: dict[str, str]  # torch dtype name -> kernelindex dtype
+
+
+def _load_yaml(name: str) -> Any:
+    text = resources.files("pipelines.curation").joinpath(name).read_text(encoding="utf-8")
+    return YAML(typ="safe", pure=True).load(text)
+
+
+def _kernel(name: str, entry: Mapping[str, Any]) -> Kernel:
+    operation = {
+        "apiVersion": "kernelindex.dev/v1alpha1",
+        "kind": "OperationSpec",
+        "metadata": entry["operation"]["metadata"],
+        "spec": entry["operation"]["spec"],
+    }
+    bindings = {
+        str(x_name): Binding(
+            axes={axis: Expression.parse(expr) for axis, expr in binding["axes"].items()},
+            require=dict(binding.get("require") or {}),
+            ignore=frozenset(binding.get("ignore") or ()),
+        )
+        for x_name, binding in entry["bindings"].items()
+    }
+    derived = {
+        axis: Expression.parse(spec["expression"])
+        for axis, spec in operation["spec"]["axes"].items()
+        if spec.get("role") == "derived"
+    }
+    return Kernel(
+        name=name,
+        operation=operation,
+        bindings=bindings,
+        scalars={k: Expression.parse(v) for k, v in (entry.get("scalars") or {}).items()},
+        default_dtype=entry.get("defaultDtype"),
+        derived_axes=derived,
+    )
+
+
+def _providers(document: Mapping[str, Any]) -> dict[str, Provider]:
+    projects, implementations = document["projects"], document["implementations"]
+    return {
+        name: Provider(
+            name=name,
+            project_slug=entry["project"],
+            project=projects[entry["project"]],
+            title=entry["title"],
+            description=entry["description"],
+            implementation=implementations[entry["implementation"]],
+            baseline=bool(entry.get("baseline", False)),
+            kernels=frozenset(entry["kernels"]) if "kernels" in entry else None,
+        )
+        for name, entry in document["providers"].items()
+    }
+
+
+def _gpus(document: Mapping[str, Any]) -> dict[str, Gpu]:
+    gpus = {}
+    for name, entry in document["gpus"].items():
+        hardware = {k: str(entry[k]) for k in ("vendor", "product", "architecture", "formFactor") if k in entry}
+        gpus[name] = Gpu(name=name, hardware=hardware, title=str(entry["title"]))
+    return gpus
+
+
+@cache
+def load() -> Curation:
+    """The curation, loaded once per process."""
+    kernels_doc = _load_yaml("kernels.yaml")
+    protocols = _load_yaml("protocols.yaml")
+    return Curation(
+        kernels={name: _kernel(name, entry) for name, entry in kernels_doc["kernels"].items()},
+        providers=_providers(_load_yaml("providers.yaml")),
+        gpus=_gpus(_load_yaml("gpus.yaml")),
+        harness=dict(protocols["harness"]),
+        metrics={"speed": dict(protocols["speed"]), "memory": dict(protocols["memory"])},
+        passes={name: Pass(**entry) for name, entry in protocols["passes"].items()},
+        dtypes=dict(kernels_doc.get("dtypes") or {}),
+    )

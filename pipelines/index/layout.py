@@ -1,0 +1,75 @@
+"""Where record objects, published index versions and the local index live.
+
+Prefixes come from Settings when it names them (`records_prefix`, `index_prefix`); otherwise the
+defaults below. The local side lives under the kindex home directory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+DEFAULT_RECORDS_PREFIX = "records/"
+DEFAULT_INDEX_PREFIX = "index/"
+POINTER_NAME = "CURRENT"
+MANIFEST_NAME = "manifest.json"
+
+
+def _prefix(value: str) -> str:
+    return value if value.endswith("/") or not value else value + "/"
+
+
+@dataclass(frozen=True, slots=True)
+class IndexLayout:
+    bucket: str
+    home: Path
+    records_prefix: str = DEFAULT_RECORDS_PREFIX
+    index_prefix: str = DEFAULT_INDEX_PREFIX
+
+    @classmethod
+    def of(cls, settings: Any) -> IndexLayout:
+        return cls(
+            bucket=settings.bucket,
+            home=Path(settings.home),
+            records_prefix=_prefix(getattr(settings, "records_prefix", DEFAULT_RECORDS_PREFIX)),
+            index_prefix=_prefix(getattr(settings, "index_prefix", DEFAULT_INDEX_PREFIX)),
+        )
+
+    # bucket side
+    def record_set_prefix(self, parser_version: str, snapshot_digest: str) -> str:
+        return f"{self.records_prefix}{parser_version}/{snapshot_hex(snapshot_digest)}/"
+
+    @property
+    def pointer_key(self) -> str:
+        return f"{self.index_prefix}{POINTER_NAME}"
+
+    def version_prefix(self, version: str) -> str:
+        return f"{self.index_prefix}v/{version}/"
+
+    def manifest_key(self, version: str) -> str:
+        return self.version_prefix(version) + MANIFEST_NAME
+
+    # local side
+    @property
+    def cache_dir(self) -> Path:
+        return self.home / "cache" / self.bucket
+
+    def cached_path(self, key: str) -> Path:
+        return self.cache_dir / key
+
+    @property
+    def local_db(self) -> Path:
+        return self.home / "index.duckdb"
+
+    @property
+    def local_db_dir(self) -> Path:
+        return self.home / "index-db"
+
+    @property
+    def writer_lock(self) -> Path:
+        return self.home / "index.lock"
+
+
+def snapshot_hex(digest: str) -> str:
+    return digest.removeprefix("sha256:")

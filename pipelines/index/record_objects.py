@@ -1,0 +1,265 @@
+"""Record objects: the normalized outcomes of one snapshot, written as a few large Parquet objects.
+
+Layout under the records prefix, keyed by parser version so a later parser can re-process old
+snapshots without touching what an earlier one wrote:
+
+    records/<parser_version>/<snapshot hex>/runs.parquet        one row per run (BenchmarkRun)
+    records/<parser_version>/<snapshot hex>/manifests.parquet   every other manifest, once
+    records/<parser_version>/<snapshot hex>/quarantine.parquet  rows kept aside, with reasons
+    records/<parser_version>/<snapshot hex>/lineage.parquet     (line, run digest) of every run row
+    records/<parser_version>/<snapshot hex>/summary.json        counts; written last = commit mark
+    records/<parser_version>/<snapshot hex>/reads/<id>.json     each object version read as it
+
+A record set without `summary.json` is incomplete (a crash mid-write) and is ignored and rewritten.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipelines.records import Record, RowOutcome
+
+RECORD_FILES = ("runs", "manifests", "quarantine", "lineage")
+SUMMARY_FILE = "summary.json"
+READS_DIR = "reads"
+PREVIEW_ROWS = 5
+
+UTC_MS = pa.timestamp("ms", tz="UTC")
+
+# The supersession series of a run: the same case measured again (kernel, provider, mode, metric,
+# GPU, case key). Stored as a 64-bit hash so the index can find a series by scanning one column.
+SERIES_FIELDS = ("kernel", "provider", "mode", "metric", "gpu", "case_key")
+
+RUN_SCHEMA = pa.schema(
+    [
+        ("run_digest", pa.string()),
+        ("external_id", pa.string()),
+        ("operation_digest", pa.string()),
+        ("workload_digest", pa.string()),
+        ("implementation_digest", pa.string()),
+        ("protocol_digest", pa.string()),
+        ("environment_digest", pa.string()),
+        ("metric", pa.string()),
+        ("unit", pa.string()),
+        ("status", pa.string()),
+        ("observed_at", UTC_MS),
+        ("kernel", pa.string()),
+        ("provider", pa.string()),
+        ("mode", pa.string()),
+        ("gpu", pa.string()),
+        ("architecture", pa.string()),
+        ("dtype", pa.string()),
+        ("case_key", pa.string()),
+        ("median", pa.int64()),
+        ("p20", pa.int64()),
+        ("p80", pa.int64()),
+        ("liger_version", pa.string()),
+        ("origin", pa.string()),
+        ("series_key", pa.int64()),
+        ("parser_version", pa.string()),
+        ("snapshot_digest", pa.string()),
+        ("source_line", pa.int64()),
+        ("manifest", pa.string()),
+    ]
+)
+
+MANIFEST_SCHEMA = pa.schema(
+    [
+        ("digest", pa.string()),
+        ("kind", pa.string()),
+        ("name", pa.string()),
+        ("parser_version", pa.string()),
+        ("snapshot_digest", pa.string()),
+        ("source_line", pa.int64()),
+        ("manifest", pa.string()),
+    ]
+)
+
+QUARANTINE_SCHEMA = pa.schema(
+    [
+        ("snapshot_digest", pa.string()),
+        ("source_line", pa.int64()),
+        ("reason", pa.string()),
+        ("detail", pa.string()),
+        ("pointer", pa.string()),
+        ("raw", pa.string()),
+    ]
+)
+
+LINEAGE_SCHEMA = pa.schema(
+    [
+        ("snapshot_digest", pa.string()),
+        ("source_line", pa.int64()),
+        ("run_digest", pa.string()),
+    ]
+)
+
+SCHEMAS: dict[str, pa.Schema] = {
+    "runs": RUN_SCHEMA,
+    "manifests": MANIFEST_SCHEMA,
+    "quarantine": QUARANTINE_SCHEMA,
+    "lineage": LINEAGE_SCHEMA,
+}
+
+
+def series_key(values: Iterable[object]) -> int:
+    """A stable signed 64-bit hash of a run's series fields (None and "" differ)."""
+    text = "\x1f".join("\x00" if v is None else str(v) for v in values)
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big", signed=True)
+
+
+def json_text(value: Any) -> str:
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+
+
+@dataclass(slots=True)
+class RecordSetBuilder:
+    """Accumulates the outcomes of one snapshot column by column (no per-row objects kept)."""
+
+    snapshot_digest: str
+    parser_version: str
+    rows: int = 0
+    runs: dict[str, list[Any]] = field(default_factory=lambda: {n: [] for n in RUN_SCHEMA.names})
+    manifests: dict[str, list[Any]] = field(
+        default_factory=lambda: {n: [] for n in MANIFEST_SCHEMA.names}
+    )
+    quarantine: dict[str, list[Any]] = field(
+        default_factory=lambda: {n: [] for n in QUARANTINE_SCHEMA.names}
+    )
+    lineage: dict[str, list[Any]] = field(
+        default_factory=lambda: {n: [] for n in LINEAGE_SCHEMA.names}
+    )
+    runs_by_metric: Counter[str] = field(default_factory=Counter)
+    quarantined_by_reason: Counter[str] = field(default_factory=Counter)
+    manifests_by_kind: Counter[str] = field(default_factory=Counter)
+    seen_runs: set[str] = field(default_factory=set)
+    seen_manifests: set[str] = field(default_factory=set)
+
+    def add(self, outcome: RowOutcome) -> None:
+        self.rows += 1
+        if outcome.status != "ok" or not outcome.records:
+            self._add_quarantine(outcome)
+            return
+        for record in outcome.records:
+            if record.kind == "BenchmarkRun":
+                self._add_run(record, outcome)
+            elif record.digest not in self.seen_manifests:
+                self._add_manifest(record, outcome.source_line)
+
+    def _add_quarantine(self, outcome: RowOutcome) -> None:
+        reason = outcome.reason or "unknown"
+        self.quarantined_by_reason[reason] += 1
+        q = self.quarantine
+        q["snapshot_digest"].append(self.snapshot_digest)
+        q["source_line"].append(outcome.source_line)
+        q["reason"].append(reason)
+        q["detail"].append(outcome.detail)
+        q["pointer"].append(outcome.pointer)
+        q["raw"].append(outcome.raw)
+
+    def _add_manifest(self, record: Record, line: int) -> None:
+        self.seen_manifests.add(record.digest)
+        self.manifests_by_kind[record.kind] += 1
+        m = self.manifests
+        m["digest"].append(record.digest)
+        m["kind"].append(record.kind)
+        m["name"].append(record.manifest.get("metadata", {}).get("name"))
+        m["parser_version"].append(self.parser_version)
+        m["snapshot_digest"].append(self.snapshot_digest)
+        m["source_line"].append(line)
+        m["manifest"].append(json_text(record.manifest))
+
+    def _add_run(self, record: Record, outcome: RowOutcome) -> None:
+        self.lineage["snapshot_digest"].append(self.snapshot_digest)
+        self.lineage["source_line"].append(outcome.source_line)
+        self.lineage["run_digest"].append(record.digest)
+        if record.digest in self.seen_runs:
+            return  # the same run twice in one file: one run row, two lineage rows
+        self.seen_runs.add(record.digest)
+        for name, value in run_columns(record, outcome).items():
+            self.runs[name].append(value)
+        self.runs["parser_version"].append(self.parser_version)
+        self.runs["snapshot_digest"].append(self.snapshot_digest)
+        self.runs["source_line"].append(outcome.source_line)
+        self.runs_by_metric[self.runs["metric"][-1] or "unknown"] += 1
+
+    def tables(self) -> dict[str, pa.Table]:
+        columns = {
+            "runs": self.runs,
+            "manifests": self.manifests,
+            "quarantine": self.quarantine,
+            "lineage": self.lineage,
+        }
+        return {name: table_from_columns(cols, SCHEMAS[name]) for name, cols in columns.items()}
+
+
+def run_columns(record: Record, outcome: RowOutcome) -> dict[str, Any]:
+    """The readable and referenced columns of one run (all but snapshot_digest/source_line)."""
+    spec = record.manifest.get("spec", {})
+    facts = outcome.facts
+    by_digest = {r.digest: r for r in outcome.records}
+    workload = by_digest.get(spec.get("workloadDigest", ""))
+    operation_digest = workload.manifest["spec"].get("operationSpecDigest") if workload else None
+    readable: dict[str, Any] = {
+        "metric": facts.metric if facts else None,
+        "unit": facts.unit if facts else None,
+        "observed_at": facts.observed_at if facts else spec.get("observedAt"),
+        "kernel": facts.kernel if facts else None,
+        "provider": facts.provider if facts else None,
+        "mode": facts.mode if facts else None,
+        "gpu": facts.gpu if facts else None,
+        "architecture": facts.architecture if facts else None,
+        "dtype": facts.dtype if facts else None,
+        "case_key": facts.case_key if facts else None,
+        "median": facts.median if facts else None,
+        "p20": facts.p20 if facts else None,
+        "p80": facts.p80 if facts else None,
+        "liger_version": facts.liger_version if facts else None,
+        "origin": facts.origin if facts else None,
+    }
+    return {
+        "run_digest": record.digest,
+        "external_id": facts.external_id if facts else spec.get("sourceNative", {}).get("externalId"),
+        "operation_digest": operation_digest,
+        "workload_digest": spec.get("workloadDigest"),
+        "implementation_digest": spec.get("implementationDigest"),
+        "protocol_digest": spec.get("protocolDigest"),
+        "environment_digest": spec.get("environmentDigest"),
+        "status": spec.get("status"),
+        **readable,
+        "series_key": series_key(readable[f] for f in SERIES_FIELDS),
+        "manifest": json_text(record.manifest),
+    }
+
+
+def table_from_columns(columns: Mapping[str, list[Any]], schema: pa.Schema) -> pa.Table:
+    arrays = []
+    for column in schema:
+        values = columns[column.name]
+        if column.type == UTC_MS:
+            arrays.append(pa.array(values, pa.string()).cast(UTC_MS))
+        else:
+            arrays.append(pa.array(values, column.type))
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def parquet_bytes(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd", row_group_size=256 * 1024)
+    return sink.getvalue().to_pybytes()
+
+
+def preview(table: pa.Table, columns: list[str], rows: int = PREVIEW_ROWS) -> list[dict[str, Any]]:
+    present = [c for c in columns if c in table.column_names]
+    return [
+        {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in row.items()}
+        for row in table.select(present).slice(0, rows).to_pylist()
+    ]

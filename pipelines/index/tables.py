@@ -1,0 +1,188 @@
+"""The index's tables as DuckDB views over Parquet files (local paths or s3:// URLs).
+
+A published version names, per table, the Parquet files that make it (see publish.py). The same
+view definitions serve the local database (`$KINDEX_HOME/index.duckdb`, over a local cache) and
+a connection that reads the bucket directly through httpfs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from importlib import resources
+
+import duckdb
+import pyarrow as pa
+
+from pipelines.index.record_objects import MANIFEST_SCHEMA, RUN_SCHEMA, UTC_MS
+
+RUN_SEGMENT_SCHEMA = RUN_SCHEMA.append(pa.field("source_key", pa.string()))
+MANIFEST_SEGMENT_SCHEMA = MANIFEST_SCHEMA.append(pa.field("source_key", pa.string()))
+RUN_STATE_SCHEMA = pa.schema(
+    [
+        ("run_digest", pa.string()),
+        ("superseded_by", pa.string()),
+        ("retracted_in_source", pa.bool_()),
+    ]
+)
+SNAPSHOT_SCHEMA = pa.schema(
+    [
+        ("read_id", pa.string()),
+        ("snapshot_digest", pa.string()),
+        ("bucket", pa.string()),
+        ("source_key", pa.string()),
+        ("etag", pa.string()),
+        ("version_id", pa.string()),
+        ("size", pa.int64()),
+        ("last_modified", UTC_MS),
+        ("taken_at", UTC_MS),
+        ("parser_version", pa.string()),
+        ("source", pa.string()),
+        ("rows", pa.int64()),
+        ("runs", pa.int64()),
+        ("quarantined", pa.int64()),
+    ]
+)
+
+# The file lists a version manifest holds, and the schema of each (for an empty list).
+from pipelines.index.record_objects import LINEAGE_SCHEMA, QUARANTINE_SCHEMA  # noqa: E402
+
+FILE_TABLES: dict[str, pa.Schema] = {
+    "run_segments": RUN_SEGMENT_SCHEMA,
+    "manifest_segments": MANIFEST_SEGMENT_SCHEMA,
+    "run_state": RUN_STATE_SCHEMA,
+    "snapshots": SNAPSHOT_SCHEMA,
+    "lineage_files": LINEAGE_SCHEMA,
+    "quarantine_files": QUARANTINE_SCHEMA,
+}
+
+# The tables people query (DESIGN.md section 6) and the derived views.
+TABLES = (
+    "runs",
+    "operations",
+    "workloads",
+    "implementations",
+    "projects",
+    "protocols",
+    "environments",
+    "snapshots",
+    "quarantine",
+    "lineage",
+)
+VIEWS = ("cohorts", "latest_runs", "speedups", "version_changes", "regressions")
+
+DUCKDB_TYPES = {
+    pa.string(): "VARCHAR",
+    pa.int64(): "BIGINT",
+    pa.bool_(): "BOOLEAN",
+    UTC_MS: "TIMESTAMPTZ",
+}
+
+KIND_VIEWS: dict[str, tuple[str, str]] = {
+    # view: (kind, readable columns extracted from the manifest)
+    "operations": ("OperationSpec", "manifest->>'$.spec.family' AS family"),
+    "workloads": (
+        "WorkloadCase",
+        "manifest->>'$.spec.operationSpecDigest' AS operation_digest, "
+        "manifest->'$.spec.axes' AS axes",
+    ),
+    "implementations": (
+        "ImplementationRevision",
+        "manifest->>'$.spec.operation.specDigest' AS operation_digest, "
+        "manifest->>'$.spec.projectRevision.projectDigest' AS project_digest, "
+        "manifest->>'$.spec.callable.language' AS language",
+    ),
+    "projects": (
+        "SoftwareProject",
+        "manifest->>'$.spec.name' AS project_name, manifest->>'$.spec.repository' AS repository",
+    ),
+    "protocols": ("BenchmarkProtocol", "manifest->>'$.spec.comparability.family' AS family"),
+    "environments": (
+        "ExecutionEnvironment",
+        "manifest->>'$.spec.hardware.vendor' AS vendor, "
+        "manifest->>'$.spec.hardware.product' AS product, "
+        "manifest->>'$.spec.hardware.architecture' AS architecture",
+    ),
+}
+
+
+def sql_string(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def empty_select(schema: pa.Schema) -> str:
+    columns = ", ".join(
+        f"CAST(NULL AS {DUCKDB_TYPES[f.type]}) AS {f.name}" for f in schema
+    )
+    return f"SELECT {columns} WHERE false"
+
+
+def parquet_select(locations: Sequence[str], schema: pa.Schema) -> str:
+    if not locations:
+        return empty_select(schema)
+    files = ", ".join(sql_string(loc) for loc in locations)
+    return f"SELECT * FROM read_parquet([{files}])"
+
+
+def view_statements(files: Mapping[str, Sequence[str]]) -> list[str]:
+    """CREATE VIEW statements for every table and view, given each file table's locations."""
+    statements = [
+        f"CREATE OR REPLACE VIEW {name} AS {parquet_select(files.get(name, []), schema)}"
+        for name, schema in FILE_TABLES.items()
+    ]
+    statements += [
+        """CREATE OR REPLACE VIEW runs AS
+           SELECT s.* EXCLUDE (manifest, source_key, snapshot_digest, source_line),
+                  s.snapshot_digest, s.source_key, s.source_line,
+                  st.superseded_by,
+                  coalesce(st.retracted_in_source, false) AS retracted_in_source,
+                  s.manifest
+           FROM run_segments s LEFT JOIN run_state st ON st.run_digest = s.run_digest""",
+        "CREATE OR REPLACE VIEW manifests AS SELECT * FROM manifest_segments",
+        """CREATE OR REPLACE VIEW first_reads AS
+           SELECT snapshot_digest, arg_min(source_key, taken_at) AS source_key
+           FROM snapshots GROUP BY snapshot_digest""",
+        """CREATE OR REPLACE VIEW lineage AS
+           SELECT l.snapshot_digest, f.source_key, l.source_line, l.run_digest
+           FROM lineage_files l LEFT JOIN first_reads f USING (snapshot_digest)""",
+        """CREATE OR REPLACE VIEW quarantine AS
+           SELECT q.snapshot_digest, f.source_key, q.source_line, q.reason, q.detail,
+                  q.pointer, q.raw
+           FROM quarantine_files q LEFT JOIN first_reads f USING (snapshot_digest)""",
+    ]
+    for view, (kind, readable) in KIND_VIEWS.items():
+        statements.append(
+            f"CREATE OR REPLACE VIEW {view} AS SELECT digest, name, {readable}, "
+            f"snapshot_digest, source_key, manifest FROM manifests WHERE kind = {sql_string(kind)}"
+        )
+    return statements + derived_view_statements()
+
+
+def derived_view_statements() -> list[str]:
+    text = resources.files("pipelines.index").joinpath("views.sql").read_text(encoding="utf-8")
+    parts = [p.strip() for p in text.split("\n;\n")]
+    return [p for p in parts if p and not all(line.startswith("--") for line in p.splitlines())]
+
+
+def create_views(con: duckdb.DuckDBPyConnection, files: Mapping[str, Sequence[str]]) -> None:
+    for statement in view_statements(files):
+        con.execute(statement)
+
+
+# Columns that differ between two undisturbed ingests of the same files: clocks, the bucket and
+# version ids. Everything else must be equal for "the same index".
+VOLATILE_COLUMNS = ("read_id", "bucket", "version_id", "last_modified", "taken_at")
+
+
+def table_fingerprints(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
+    """An order-independent content hash of every table and view, volatile columns left out."""
+    result = {}
+    for name in TABLES + VIEWS:
+        columns = [r[0] for r in con.execute(f"DESCRIBE {name}").fetchall()]
+        kept = ", ".join(c for c in columns if c not in VOLATILE_COLUMNS)
+        row = con.execute(
+            f"SELECT count(*), md5(coalesce(string_agg(t::VARCHAR, chr(10) ORDER BY t::VARCHAR), ''))"
+            f" FROM (SELECT {kept} FROM {name}) t"
+        ).fetchone()
+        assert row is not None
+        result[name] = f"{row[0]}:{row[1]}"
+    return result

@@ -1,0 +1,87 @@
+-- Derived views over the base tables (runs, manifests, snapshots, lineage, quarantine, ...).
+-- Statements are separated by lines holding only ';'.
+
+-- Comparable cohorts: same operation, workload, protocol and environment (and metric: latency
+-- and memory runs of one case are never compared with each other).
+CREATE OR REPLACE VIEW cohorts AS
+SELECT
+    md5(concat_ws('|', operation_digest, workload_digest, protocol_digest, environment_digest, metric))
+        AS cohort_id,
+    operation_digest, workload_digest, protocol_digest, environment_digest, metric,
+    any_value(kernel) AS kernel, any_value(mode) AS mode, any_value(gpu) AS gpu,
+    any_value(case_key) AS case_key,
+    count(*) AS runs,
+    count(*) FILTER (WHERE superseded_by IS NULL) AS latest_runs,
+    list_sort(list_distinct(list(provider))) AS providers
+FROM runs
+GROUP BY operation_digest, workload_digest, protocol_digest, environment_digest, metric
+;
+-- Latest runs: not superseded by a re-measurement of the same case (retracted runs stay, flagged).
+CREATE OR REPLACE VIEW latest_runs AS
+SELECT * FROM runs WHERE superseded_by IS NULL
+;
+-- The baseline provider of a cohort: the reference implementation Liger compares against.
+-- Ranked: huggingface, then torch, then the unfused/plain third-party references; a cohort with
+-- none of them has no baseline. liger* providers and torch_compile are never baselines.
+CREATE OR REPLACE VIEW baseline_providers AS
+SELECT * FROM (VALUES
+    ('huggingface', 1), ('torch', 2), ('megatron-unfused', 3), ('megatron', 4),
+    ('deepspeed_tiled', 5)
+) AS t(provider, rank)
+;
+CREATE OR REPLACE VIEW cohort_baselines AS
+SELECT l.*, b.rank AS baseline_rank
+FROM latest_runs l JOIN baseline_providers b USING (provider)
+QUALIFY row_number() OVER (
+    PARTITION BY operation_digest, workload_digest, protocol_digest, environment_digest, metric
+    ORDER BY b.rank, observed_at DESC, run_digest
+) = 1
+;
+-- Speedup of every latest run against the latest run of its cohort's baseline provider:
+-- baseline median / run median (> 1 means faster, or smaller for memory, than the baseline).
+CREATE OR REPLACE VIEW speedups AS
+SELECT
+    r.kernel, r.mode, r.metric, r.gpu, r.architecture, r.case_key, r.dtype,
+    r.provider, b.provider AS baseline_provider,
+    r.median, b.median AS baseline_median,
+    round(b.median / r.median, 4) AS speedup,
+    r.liger_version, b.liger_version AS baseline_liger_version,
+    r.run_digest, b.run_digest AS baseline_run_digest,
+    r.operation_digest, r.workload_digest, r.protocol_digest, r.environment_digest
+FROM latest_runs r
+JOIN cohort_baselines b
+  ON r.operation_digest = b.operation_digest AND r.workload_digest = b.workload_digest
+ AND r.protocol_digest = b.protocol_digest AND r.environment_digest = b.environment_digest
+ AND r.metric = b.metric
+WHERE r.run_digest <> b.run_digest AND r.median > 0
+;
+-- Every pair of Liger versions that measured the same series (kernel, provider, mode, metric,
+-- GPU, case), using each version's newest run. A regression needs the spread to separate: the
+-- newer p20 above the older p80. Versions sort numerically (0.5.10 after 0.5.8).
+CREATE OR REPLACE VIEW version_changes AS
+WITH per_version AS (
+    SELECT * FROM runs
+    WHERE liger_version IS NOT NULL
+    QUALIFY row_number() OVER (
+        PARTITION BY series_key, liger_version ORDER BY observed_at DESC, run_digest
+    ) = 1
+), ordered AS (
+    SELECT *, list_transform(string_split(liger_version, '.'), x -> TRY_CAST(x AS INTEGER))
+        AS version_order
+    FROM per_version
+)
+SELECT
+    n.kernel, n.provider, n.mode, n.metric, n.gpu, n.case_key,
+    o.liger_version AS old_version, n.liger_version AS new_version,
+    o.median AS old_median, n.median AS new_median,
+    round(n.median / o.median, 4) AS ratio,
+    o.p20 AS old_p20, o.p80 AS old_p80, n.p20 AS new_p20, n.p80 AS new_p80,
+    n.p20 > o.p80 AS regressed,
+    n.p80 < o.p20 AS improved,
+    o.run_digest AS old_run_digest, n.run_digest AS new_run_digest
+FROM ordered o JOIN ordered n
+  ON o.series_key = n.series_key AND o.version_order < n.version_order
+;
+CREATE OR REPLACE VIEW regressions AS
+SELECT * FROM version_changes WHERE regressed
+;

@@ -1,0 +1,117 @@
+"""Step 1 of the Liger source: read a benchmark CSV tolerantly, one record at a time.
+
+Accepts a UTF-8 BOM, CRLF or LF line ends, quoted fields (even across lines) and header columns
+in any order. Streams: memory does not grow with the file. Yields every record with the 1-based
+line it starts on (the header is line 1) and its raw text, so nothing is dropped unseen.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+COLUMNS = (
+    "kernel_name",
+    "kernel_provider",
+    "kernel_operation_mode",
+    "metric_name",
+    "metric_unit",
+    "x_name",
+    "x_label",
+    "x_value",
+    "y_value_50",
+    "y_value_20",
+    "y_value_80",
+    "extra_benchmark_config_str",
+    "gpu_name",
+    "timestamp",
+    "liger_version",
+)
+
+# A real row is ~300 bytes; the limit only keeps one pathological field from exhausting memory.
+FIELD_SIZE_LIMIT = 64 * 1024 * 1024
+
+
+class NotLigerCsv(ValueError):
+    """The object is not a Liger benchmark CSV (empty, binary, or without Liger's header)."""
+
+
+@dataclass(slots=True)
+class CsvRecord:
+    line: int
+    raw: str
+    fields: list[str] | None  # None when the record could not be parsed at all
+    error: str | None = None  # reason code when fields is None or the bytes were not UTF-8
+
+
+@dataclass(frozen=True, slots=True)
+class LigerCsv:
+    columns: tuple[str, ...]  # as the header names them, in file order
+    records: Iterator[CsvRecord]
+
+    def index_of(self, column: str) -> int:
+        return self.columns.index(column)
+
+
+def _decoded_lines(lines: Iterable[bytes], bad_lines: set[int], consumed: list[str]) -> Iterator[str]:
+    """Decode lines, remembering which were not UTF-8 and the text the csv reader consumed."""
+    for number, line in enumerate(lines, start=2):
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError:
+            bad_lines.add(number)
+            text = line.decode("utf-8", errors="replace")
+        consumed.append(text)
+        yield text
+
+
+def _parse_header(first_line: bytes) -> tuple[str, ...]:
+    if not first_line.strip():
+        raise NotLigerCsv("empty file: expected Liger's CSV header")
+    try:
+        text = first_line.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise NotLigerCsv("not UTF-8 text (binary data?)") from None
+    if "\x00" in text:
+        raise NotLigerCsv("not text: contains NUL bytes")
+    try:
+        header = next(csv.reader([text.rstrip("\r\n")]))
+    except csv.Error as error:
+        raise NotLigerCsv(f"unreadable header: {error}") from None
+    columns = tuple(name.strip() for name in header)
+    missing = [c for c in COLUMNS if c not in columns]
+    if missing:
+        raise NotLigerCsv(f"header lacks Liger column(s): {', '.join(missing)}")
+    return columns
+
+
+def open_liger_csv(lines: Iterable[bytes]) -> LigerCsv:
+    """Read the header from binary lines (a file opened "rb", or bytes split with keepends)."""
+    iterator = iter(lines)
+    columns = _parse_header(next(iterator, b""))
+    return LigerCsv(columns, _records(iterator))
+
+
+def _records(lines: Iterator[bytes]) -> Iterator[CsvRecord]:
+    csv.field_size_limit(FIELD_SIZE_LIMIT)
+    bad_lines: set[int] = set()
+    consumed: list[str] = []
+    reader = csv.reader(_decoded_lines(lines, bad_lines, consumed), strict=False)
+    next_line = 2
+    while True:
+        try:
+            fields: list[str] | None = next(reader)
+            error = None
+        except StopIteration:
+            return
+        except csv.Error as failure:
+            fields, error = None, f"unparseable_row: {failure}"
+        raw = "".join(consumed).rstrip("\r\n")
+        consumed.clear()
+        start, next_line = next_line, reader.line_num + 2  # the header is line 1
+        if fields == [] or (fields is not None and not raw.strip()):
+            continue  # blank line: no data, nothing to lose
+        if error is None and any(n in bad_lines for n in range(start, next_line)):
+            error = "bad_encoding"
+        yield CsvRecord(start, raw, fields, error)
