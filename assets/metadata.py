@@ -1,6 +1,6 @@
 """What a person reads on a materialization in the Dagster UI: markdown previews and a chart.
 
-Plain functions over kindex's own types (RunFacts, quarantine rows); Dagster-free on purpose so
+Plain functions over run rows (the columns of a record set's runs.parquet); Dagster-free so
 they are cheap to test, but they only serve the UI, hence they live in assets/.
 """
 
@@ -12,8 +12,6 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
-
-from pipelines.records import RunFacts
 
 # Liger's baselines, most specific first: a cohort's speedup is baseline median / provider median.
 BASELINE_PROVIDERS = ("huggingface", "torch", "torch_compile")
@@ -33,22 +31,6 @@ def markdown_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) ->
     return "\n".join(lines)
 
 
-def runs_preview(facts: Iterable[RunFacts], limit: int = PREVIEW_ROWS) -> str:
-    rows = [
-        {
-            "kernel": f.kernel,
-            "provider": f.provider,
-            "mode": f.mode,
-            "gpu": f.gpu,
-            "case": f.case_key,
-            "metric": f.metric,
-            "median": f"{f.median} {f.unit}",
-        }
-        for _, f in zip(range(limit), facts, strict=False)
-    ]
-    return markdown_table(rows, ["kernel", "provider", "mode", "gpu", "case", "metric", "median"])
-
-
 def top_reasons(reasons: Iterable[str | None], n: int = 5) -> list[tuple[str, int]]:
     return Counter(r or "unknown" for r in reasons).most_common(n)
 
@@ -57,13 +39,14 @@ def reasons_markdown(reasons: Sequence[tuple[str, int]]) -> str:
     return ", ".join(f"`{reason}` × {count}" for reason, count in reasons) or "none"
 
 
-def speedups(facts: Iterable[RunFacts]) -> dict[str, list[float]]:
+def speedups(runs: Iterable[Mapping[str, Any]]) -> dict[str, list[float]]:
     """Per kernel/provider, the speedups over the cohort's baseline provider (same kernel,
     mode, GPU and case; latency only)."""
     cohorts: dict[tuple[str, str, str, str], dict[str, int]] = defaultdict(dict)
-    for f in facts:
-        if f.metric == "latency" and f.median > 0:
-            cohorts[(f.kernel, f.mode, f.gpu, f.case_key)][f.provider] = f.median
+    for r in runs:
+        if r["metric"] == "latency" and r["median"] and r["median"] > 0:
+            cohort = (r["kernel"], r["mode"], r["gpu"], r["case_key"])
+            cohorts[cohort][r["provider"]] = r["median"]
     result: dict[str, list[float]] = defaultdict(list)
     for (kernel, *_), medians in cohorts.items():
         baseline = next((p for p in BASELINE_PROVIDERS if p in medians), None)
@@ -79,7 +62,7 @@ def geometric_mean(values: Sequence[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
-def speedup_chart_png(facts: Iterable[RunFacts], title: str) -> bytes | None:
+def speedup_chart_png(runs: Iterable[Mapping[str, Any]], title: str) -> bytes | None:
     """A horizontal bar chart of geometric-mean speedups per kernel and provider, or None when
     the file holds no comparable cohort."""
     import matplotlib
@@ -87,7 +70,7 @@ def speedup_chart_png(facts: Iterable[RunFacts], title: str) -> bytes | None:
     matplotlib.use("Agg")  # no display: a daemon subprocess renders to memory
     from matplotlib import pyplot as plt
 
-    by_series = speedups(facts)
+    by_series = speedups(runs)
     if not by_series:
         return None
     labels = sorted(by_series, key=lambda s: geometric_mean(by_series[s]))

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from dagster import ConfigurableResource
 
-from pipelines.settings import Settings
-from pipelines.storage.base import ObjectStore
+if TYPE_CHECKING:
+    from pipelines.settings import Settings
+
+    from pipelines.storage.base import ObjectStore
 
 
 class KindexResource(ConfigurableResource):
@@ -16,6 +19,8 @@ class KindexResource(ConfigurableResource):
 
     @cached_property
     def settings(self) -> Settings:
+        from pipelines.settings import Settings
+
         return Settings.from_env()
 
     @cached_property

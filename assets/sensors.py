@@ -1,7 +1,6 @@
 """Sensors: new object versions under `incoming/` become partitions and runs; automation keeps
 the index current. Both are declared here running by default, so `kindex up` needs no click."""
 
-from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
@@ -15,7 +14,10 @@ from dagster import (
     SensorResult,
     sensor,
 )
-from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
+from dagster._core.storage.tags import (
+    ASSET_PARTITION_RANGE_END_TAG,
+    ASSET_PARTITION_RANGE_START_TAG,
+)
 
 from assets.files import FILE_ASSETS
 from assets.partitions import INCOMING_FILES

@@ -20,9 +20,9 @@ from typing import Any
 import orjson
 import rfc8785
 
-_FAST_FLOAT_MIN = 1e-5
-_FAST_FLOAT_MAX = 1e15
-_MAX_SAFE_INTEGER = 2**53 - 1
+FAST_FLOAT_MIN = 1e-5
+FAST_FLOAT_MAX = 1e15
+MAX_SAFE_INTEGER = 2**53 - 1
 
 
 def _fast_path_safe(value: Any) -> bool:
@@ -31,15 +31,30 @@ def _fast_path_safe(value: Any) -> bool:
     if kind is str or kind is bool or value is None:
         return True
     if kind is int:
-        return -_MAX_SAFE_INTEGER <= value <= _MAX_SAFE_INTEGER
+        return -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER
     if kind is float:
         magnitude = abs(value)
-        return _FAST_FLOAT_MIN <= magnitude < _FAST_FLOAT_MAX and not value.is_integer()
+        return FAST_FLOAT_MIN <= magnitude < FAST_FLOAT_MAX and not value.is_integer()
     if kind is dict:
         return all(type(k) is str and k.isascii() and _fast_path_safe(v) for k, v in value.items())
     if kind is list:
         return all(_fast_path_safe(v) for v in value)
     return False
+
+
+def numbers_print_alike(*numbers: int | float) -> bool:
+    """True when orjson prints each number exactly as RFC 8785 does.
+
+    For a document whose keys are ASCII literals, this is the only check the fast path needs:
+    orjson and RFC 8785 escape every string value identically (tests/test_canonical.py).
+    """
+    return all(_fast_path_safe(n) for n in numbers)
+
+
+def canonical_json_prechecked(value: Any) -> bytes:
+    """Canonical bytes of a document the caller has proven fast-path safe: ASCII keys, and every
+    number passed through `numbers_print_alike`."""
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
 
 
 def canonical_json_reference(value: Any) -> bytes:

@@ -7,14 +7,18 @@ downstream (record objects in the bucket, the index, `kindex normalize`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal
+
+import orjson
 
 Status = Literal["ok", "quarantined"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Record:
-    """One manifest and its content address."""
+    """One manifest and its content address. Treat the manifest as immutable: records are shared
+    by every row that references them, and their JSON is serialized once."""
 
     kind: str
     digest: str
@@ -22,6 +26,11 @@ class Record:
 
     def as_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "digest": self.digest, "manifest": self.manifest}
+
+    @cached_property
+    def json_fragment(self) -> orjson.Fragment:
+        """`as_json()` serialized once, for writers that emit the same record many times."""
+        return orjson.Fragment(orjson.dumps(self.as_json()))
 
 
 @dataclass(slots=True)
@@ -80,3 +89,13 @@ class RowOutcome:
             "reason": self.reason,
             "records": [r.as_json() for r in self.records],
         }
+
+    def json_line(self) -> bytes:
+        """`as_json()` as one line of JSON, reusing each shared record's serialized form."""
+        document = {
+            "source_line": self.source_line,
+            "status": self.status,
+            "reason": self.reason,
+            "records": [r.json_fragment for r in self.records],
+        }
+        return orjson.dumps(document, option=orjson.OPT_APPEND_NEWLINE)

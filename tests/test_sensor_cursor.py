@@ -145,7 +145,9 @@ _events = st.lists(
 
 @settings(max_examples=200, deadline=None)
 @given(_events)
-def test_every_visible_version_reported_exactly_once(events: list[tuple[str, str, int, str]]) -> None:
+def test_every_visible_version_reported_exactly_once(
+    events: list[tuple[str, str, int, str]],
+) -> None:
     bucket: dict[str, ObjectInfo] = {}
     clock = 0
     cursor = ListingCursor()

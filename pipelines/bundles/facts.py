@@ -40,7 +40,9 @@ def median_ns(run_spec: dict[str, Any]) -> int | None:
         return median
     for measurement in run_spec.get("measurements") or []:
         if (measurement.get("metric"), measurement.get("unit"), measurement.get("statistic")) == (
-            "latency", "ns", "median"
+            "latency",
+            "ns",
+            "median",
         ) and float(measurement.get("value", 0.5)).is_integer():
             return int(measurement["value"])
     return None
@@ -85,7 +87,8 @@ def run_facts(records: list[Record], pointer: str | None = None) -> RunFacts | N
     project_name = _dig(project, "metadata", "name")
     extra: dict[str, Any] = {
         "status": spec.get("status"),
-        "samples": _dig(spec, "timing", "samples") or _dig(protocol, "spec", "measurement", "samples"),
+        "samples": _dig(spec, "timing", "samples")
+        or _dig(protocol, "spec", "measurement", "samples"),
         "mean": latency.get("mean"),
         "p05": latency.get("p05"),
         "p95": latency.get("p95"),
@@ -112,8 +115,10 @@ def run_facts(records: list[Record], pointer: str | None = None) -> RunFacts | N
         metric="latency",
         unit="ns",
         kernel=_dig(operation, "spec", "family") or _dig(operation, "metadata", "name") or UNKNOWN,
-        provider=project_name or _label(implementation, "provider")
-        or _dig(implementation, "metadata", "name") or UNKNOWN,
+        provider=project_name
+        or _label(implementation, "provider")
+        or _dig(implementation, "metadata", "name")
+        or UNKNOWN,
         mode=_label(run, "mode") or _label(protocol, "mode") or "unspecified",
         gpu=hardware.get("product") or UNKNOWN,
         architecture=hardware.get("architecture") or UNKNOWN,

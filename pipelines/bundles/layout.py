@@ -19,7 +19,11 @@ SECTIONS: dict[str, str] = {
 }
 IMPLEMENTATION_KEYS = ("projectSlug", "manifest")
 RUN_KEYS = ("run", "protocol", "environment")
-RUN_PARTS = {"run": "BenchmarkRun", "protocol": "BenchmarkProtocol", "environment": "ExecutionEnvironment"}
+RUN_PARTS = {
+    "run": "BenchmarkRun",
+    "protocol": "BenchmarkProtocol",
+    "environment": "ExecutionEnvironment",
+}
 
 
 @dataclass(slots=True)
@@ -84,7 +88,9 @@ def _lay_out_bundle(layout: Layout, document: Document, prefix: str) -> None:
         pointer = f"{prefix}/{escape_pointer_token(key)}"
         line = document.line_of(items, document.line_of(bundle))
         if key not in SECTIONS:
-            layout.stray.append(Defect(pointer, line, reasons.UNKNOWN_FIELD, f"unknown section {key!r}"))
+            layout.stray.append(
+                Defect(pointer, line, reasons.UNKNOWN_FIELD, f"unknown section {key!r}")
+            )
             continue
         if items is None:
             continue  # an empty section
@@ -128,10 +134,17 @@ def _lay_out_implementation(
     )
     for key in _unknown_keys(item, IMPLEMENTATION_KEYS):
         detail = f"unknown field {key!r}"
-        entry.defects.append(Defect(f"{pointer}/{escape_pointer_token(key)}", line, reasons.UNKNOWN_FIELD, detail))
+        entry.defects.append(
+            Defect(f"{pointer}/{escape_pointer_token(key)}", line, reasons.UNKNOWN_FIELD, detail)
+        )
     if "projectSlug" in item and not isinstance(slug, str):
         entry.defects.append(
-            Defect(f"{pointer}/projectSlug", line, reasons.SCHEMA_VIOLATION, "projectSlug must be a string")
+            Defect(
+                f"{pointer}/projectSlug",
+                line,
+                reasons.SCHEMA_VIOLATION,
+                "projectSlug must be a string",
+            )
         )
     layout.entries.append(entry)
 
@@ -167,7 +180,9 @@ def _assign_defects(layout: Layout, defects: list[Defect]) -> None:
     for defect in defects:
         owner = None
         for entry in layout.entries:
-            inside = defect.pointer == entry.pointer or defect.pointer.startswith(entry.pointer + "/")
+            inside = defect.pointer == entry.pointer or defect.pointer.startswith(
+                entry.pointer + "/"
+            )
             if inside and (owner is None or len(entry.pointer) > len(owner.pointer)):
                 owner = entry
         if owner is None:

@@ -19,7 +19,7 @@ from pipelines.bundles import reasons
 from pipelines.bundles.canonicalize import Problem
 from pipelines.bundles.facts import run_facts
 from pipelines.bundles.layout import Entry, lay_out
-from pipelines.bundles.reader import Defect, ReadError, ReadLimits, read_documents
+from pipelines.bundles.reader import DEFAULT_LIMITS, Defect, ReadError, ReadLimits, read_documents
 from pipelines.bundles.validate import CheckedManifest, check_manifest, describe, main_problem
 from pipelines.records import Record, RowOutcome
 
@@ -68,13 +68,15 @@ class Checked:
 def normalize_bundle_bytes(
     data: bytes,
     known_digest: KnownDigest = never_known,
-    limits: ReadLimits = ReadLimits(),
+    limits: ReadLimits = DEFAULT_LIMITS,
 ) -> Iterator[RowOutcome]:
     """Normalize one bundle. Never raises on bad content."""
     try:
         documents = read_documents(data, limits).documents
     except ReadError as error:
-        yield RowOutcome(error.line, "quarantined", _head(data), error.reason, error.detail, pointer="")
+        yield RowOutcome(
+            error.line, "quarantined", _head(data), error.reason, error.detail, pointer=""
+        )
         return
     if not documents:
         yield RowOutcome(1, "quarantined", _head(data), reasons.EMPTY, "no document", pointer="")
@@ -98,7 +100,9 @@ def _raw(value: Any) -> str:
 
 
 def _stray_outcome(defect: Defect) -> RowOutcome:
-    return RowOutcome(defect.line, "quarantined", "", defect.reason, defect.detail, pointer=defect.pointer)
+    return RowOutcome(
+        defect.line, "quarantined", "", defect.reason, defect.detail, pointer=defect.pointer
+    )
 
 
 def _check_entry(entry: Entry) -> Checked:
@@ -188,7 +192,9 @@ def _outcomes(checked: list[Checked]) -> Iterator[RowOutcome]:
     by_digest = {item.digest: item for item in reversed(checked) if item.ok and item.digest}
     carried: set[str] = set()
     seen_runs: dict[str, str] = {}
-    run_parts = {id(i) for i in checked if i.entry.run_index is not None and i.kind != "BenchmarkRun"}
+    run_parts = {
+        id(i) for i in checked if i.entry.run_index is not None and i.kind != "BenchmarkRun"
+    }
     for item in checked:
         if item.kind != "BenchmarkRun" and item.entry.expected_kind != "BenchmarkRun":
             continue
@@ -198,8 +204,14 @@ def _outcomes(checked: list[Checked]) -> Iterator[RowOutcome]:
         assert item.digest is not None
         if item.digest in seen_runs:
             detail = f"the same run as {seen_runs[item.digest]}"
-            yield RowOutcome(item.entry.line, "quarantined", _raw(item.entry.value), "duplicate",
-                             detail, pointer=item.entry.pointer)
+            yield RowOutcome(
+                item.entry.line,
+                "quarantined",
+                _raw(item.entry.value),
+                "duplicate",
+                detail,
+                pointer=item.entry.pointer,
+            )
             continue
         seen_runs[item.digest] = item.entry.pointer
         records = _run_records(item, by_digest)
@@ -222,8 +234,13 @@ def _outcomes(checked: list[Checked]) -> Iterator[RowOutcome]:
         if item.digest in carried or item.digest is None:
             continue
         carried.add(item.digest)
-        yield RowOutcome(item.entry.line, "ok", _raw(item.entry.value),
-                         records=[_record(item)], pointer=item.entry.pointer)
+        yield RowOutcome(
+            item.entry.line,
+            "ok",
+            _raw(item.entry.value),
+            records=[_record(item)],
+            pointer=item.entry.pointer,
+        )
 
 
 def _quarantined(item: Checked) -> RowOutcome:

@@ -46,6 +46,9 @@ class ReadLimits:
     max_nodes: int = DEFAULT_MAX_NODES  # nodes after expanding every alias
 
 
+DEFAULT_LIMITS = ReadLimits()
+
+
 class ReadError(ValueError):
     """The text cannot be read at all (syntax, limits, encoding)."""
 
@@ -92,7 +95,7 @@ def pointer_of(path: list[str | int]) -> str:
     return "".join("/" + escape_pointer_token(p) for p in path)
 
 
-def read_documents(data: bytes | str, limits: ReadLimits = ReadLimits()) -> ReadResult:
+def read_documents(data: bytes | str, limits: ReadLimits = DEFAULT_LIMITS) -> ReadResult:
     """Read every document of a YAML stream or a JSON text. Raises ReadError."""
     text = decode_text(data, limits)
     if text.lstrip().startswith(("{", "[")):
@@ -117,10 +120,13 @@ def decode_text(data: bytes | str, limits: ReadLimits) -> str:
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as error:
-        raise ReadError(reasons.ENCODING, f"not UTF-8: {error.reason} at byte {error.start}") from None
+        raise ReadError(
+            reasons.ENCODING, f"not UTF-8: {error.reason} at byte {error.start}"
+        ) from None
 
 
 # --- JSON -------------------------------------------------------------------------------------
+
 
 class _NotJson(Exception):
     def __init__(self, error: ReadError) -> None:
@@ -131,8 +137,11 @@ class _NotJson(Exception):
 _JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
 
 
-def json_depth_guard(text: str, limits: ReadLimits) -> None:
-    """Refuse deep nesting before `json` recurses into it (it would hit RecursionError)."""
+def bracket_depth_guard(text: str, limits: ReadLimits) -> None:
+    """Refuse deep bracket nesting before a parser pays for it: `json` recurses per level, and
+    ruamel's scanner looks ahead up to 1024 characters re-checking every open flow level (about a
+    second for `[` * 10000). Double-quoted strings are skipped; anything else that nests 64
+    brackets deep is not a bundle anyway."""
     depth = 0
     for match in _JSON_TOKEN.finditer(text):
         token = match.group()
@@ -150,7 +159,7 @@ def _reject_constant(name: str) -> Any:
 
 
 def read_json(text: str, limits: ReadLimits) -> Document:
-    json_depth_guard(text, limits)
+    bracket_depth_guard(text, limits)
     starts: dict[int, int] = {}  # id(container) -> character offset
     duplicates: list[tuple[int, str]] = []  # (id(mapping), key)
 
@@ -309,7 +318,9 @@ class _DocumentBuilder:
     def path(self) -> list[str | int]:
         return [*self.prefix, *(f.slot() for f in self.stack)]
 
-    def defect(self, reason: str, detail: str, line: int, path: list[str | int] | None = None) -> None:
+    def defect(
+        self, reason: str, detail: str, line: int, path: list[str | int] | None = None
+    ) -> None:
         pointer = pointer_of(self.path() if path is None else path)
         self.document.defects.append(Defect(pointer, line, reason, detail))
 
@@ -401,21 +412,28 @@ class _DocumentBuilder:
             frame.skip_value = False
             if not isinstance(value, str):
                 if value is not _INVALID:
-                    shown = "a mapping or sequence" if isinstance(value, dict | list) else repr(value)
-                    self.defect(reasons.NON_STRING_KEY, f"key {shown} is not a string", line)
+                    shown = (
+                        "a mapping or sequence" if isinstance(value, dict | list) else repr(value)
+                    )
+                    parent = [*self.prefix, *(f.slot() for f in self.stack[:-1])]
+                    detail = f"key {shown} is not a string"
+                    self.defect(reasons.NON_STRING_KEY, detail, line, [*parent, shown])
                 frame.skip_value = True
             elif value in frame.container:
-                self.defect(reasons.DUPLICATE_KEY, f"duplicate key {value!r}", line,
-                            [*self.path(), value])
+                parent = [*self.prefix, *(f.slot() for f in self.stack[:-1])]
+                self.defect(
+                    reasons.DUPLICATE_KEY, f"duplicate key {value!r}", line, [*parent, value]
+                )
                 frame.skip_value = True  # first one wins
             frame.key = value
             return
         frame.expecting_key = True
         if not frame.skip_value:
-            frame.container[frame.key] = None if value is _INVALID else value  # type: ignore[call-overload]
+            frame.container[frame.key] = None if value is _INVALID else value
 
 
 def read_yaml(text: str, limits: ReadLimits) -> Iterator[Document]:
+    bracket_depth_guard(text, limits)
     parser = YAML(typ="safe", pure=True)
     budget = [0, 0]
     builders: list[_DocumentBuilder] = []

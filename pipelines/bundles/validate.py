@@ -103,7 +103,9 @@ def check_manifest(value: Any, expected_kind: str | None = None) -> CheckedManif
 
 def schema_problems(manifest: Mapping[str, Any]) -> Iterator[Problem]:
     if manifest.get("apiVersion") != API_VERSION:
-        yield Problem("/apiVersion", reasons.SCHEMA_VIOLATION, f"apiVersion must be {API_VERSION!r}")
+        yield Problem(
+            "/apiVersion", reasons.SCHEMA_VIOLATION, f"apiVersion must be {API_VERSION!r}"
+        )
     for error in validator(str(manifest["kind"])).iter_errors(dict(manifest)):
         yield from classify(error)
 

@@ -113,7 +113,9 @@ SCHEMAS: dict[str, pa.Schema] = {
 def series_key(values: Iterable[object]) -> int:
     """A stable signed 64-bit hash of a run's series fields (None and "" differ)."""
     text = "\x1f".join("\x00" if v is None else str(v) for v in values)
-    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big", signed=True)
+    return int.from_bytes(
+        hashlib.blake2b(text.encode(), digest_size=8).digest(), "big", signed=True
+    )
 
 
 def json_text(value: Any) -> str:
@@ -227,7 +229,9 @@ def run_columns(record: Record, outcome: RowOutcome) -> dict[str, Any]:
     }
     return {
         "run_digest": record.digest,
-        "external_id": facts.external_id if facts else spec.get("sourceNative", {}).get("externalId"),
+        "external_id": facts.external_id
+        if facts
+        else spec.get("sourceNative", {}).get("externalId"),
         "operation_digest": operation_digest,
         "workload_digest": spec.get("workloadDigest"),
         "implementation_digest": spec.get("implementationDigest"),

@@ -13,7 +13,13 @@ from importlib import resources
 import duckdb
 import pyarrow as pa
 
-from pipelines.index.record_objects import MANIFEST_SCHEMA, RUN_SCHEMA, UTC_MS
+from pipelines.index.record_objects import (
+    LINEAGE_SCHEMA,
+    MANIFEST_SCHEMA,
+    QUARANTINE_SCHEMA,
+    RUN_SCHEMA,
+    UTC_MS,
+)
 
 RUN_SEGMENT_SCHEMA = RUN_SCHEMA.append(pa.field("source_key", pa.string()))
 MANIFEST_SEGMENT_SCHEMA = MANIFEST_SCHEMA.append(pa.field("source_key", pa.string()))
@@ -44,8 +50,6 @@ SNAPSHOT_SCHEMA = pa.schema(
 )
 
 # The file lists a version manifest holds, and the schema of each (for an empty list).
-from pipelines.index.record_objects import LINEAGE_SCHEMA, QUARANTINE_SCHEMA  # noqa: E402
-
 FILE_TABLES: dict[str, pa.Schema] = {
     "run_segments": RUN_SEGMENT_SCHEMA,
     "manifest_segments": MANIFEST_SEGMENT_SCHEMA,
@@ -110,9 +114,7 @@ def sql_string(value: str) -> str:
 
 
 def empty_select(schema: pa.Schema) -> str:
-    columns = ", ".join(
-        f"CAST(NULL AS {DUCKDB_TYPES[f.type]}) AS {f.name}" for f in schema
-    )
+    columns = ", ".join(f"CAST(NULL AS {DUCKDB_TYPES[f.type]}) AS {f.name}" for f in schema)
     return f"SELECT {columns} WHERE false"
 
 
@@ -180,7 +182,8 @@ def table_fingerprints(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
         columns = [r[0] for r in con.execute(f"DESCRIBE {name}").fetchall()]
         kept = ", ".join(c for c in columns if c not in VOLATILE_COLUMNS)
         row = con.execute(
-            f"SELECT count(*), md5(coalesce(string_agg(t::VARCHAR, chr(10) ORDER BY t::VARCHAR), ''))"
+            "SELECT count(*), "
+            "md5(coalesce(string_agg(t::VARCHAR, chr(10) ORDER BY t::VARCHAR), ''))"
             f" FROM (SELECT {kept} FROM {name}) t"
         ).fetchone()
         assert row is not None

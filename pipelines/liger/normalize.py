@@ -19,7 +19,15 @@ from functools import lru_cache
 from typing import Any, BinaryIO
 
 from pipelines import API_VERSION
-from pipelines.canonical import manifest_digest
+from pipelines.canonical import (
+    canonical_json_prechecked,
+    digest_of_canonical,
+    identity,
+    manifest_digest,
+)
+from pipelines.canonical import FAST_FLOAT_MAX as _FAST_MAX
+from pipelines.canonical import FAST_FLOAT_MIN as _FAST_MIN
+from pipelines.canonical import MAX_SAFE_INTEGER
 from pipelines.curation import Curation, ExpressionError, Kernel, load
 from pipelines.liger.read import CsvRecord, LigerCsv, NotLigerCsv, open_liger_csv
 from pipelines.records import Record, RowOutcome, RunFacts
@@ -47,8 +55,16 @@ class RowRejected(Exception):
         self.detail = detail
 
 
+@lru_cache(maxsize=4096)
 def slug(text: str) -> str:
+    """Lowercase, every run of other characters one hyphen, none at the ends."""
     return _SLUG_BREAK.sub("-", text.lower()).strip("-")
+
+
+def joined_slug(*parts: str) -> str:
+    """slug("-".join(parts)) from cached per-part slugs (equal when no part slugs to empty)."""
+    slugs = [slug(part) for part in parts]
+    return "-".join(slugs) if all(slugs) else slug("-".join(parts))
 
 
 def js_round(value: float) -> int:
@@ -205,23 +221,38 @@ class Normalizer:
 
     # --- one row ----------------------------------------------------------------------------
     def normalize(self, row: dict[str, str]) -> tuple[list[Record], RunFacts]:
-        kernel, provider, mode = row["kernel_name"], row["kernel_provider"], row["kernel_operation_mode"]
-        gpu = row["gpu_name"]
-        self._check_known(kernel, provider, mode, gpu)
-        metric = _metric(row["metric_name"], row["metric_unit"])
+        series = self.series(
+            row["kernel_name"], row["kernel_provider"], row["kernel_operation_mode"], row["gpu_name"],
+            _metric(row["metric_name"], row["metric_unit"]),
+        )
         stats = [parse_positive(row[c], c) for c in ("y_value_50", "y_value_20", "y_value_80")]
         observed_at, stamp = parse_timestamp(row["timestamp"])
-        workload = self.workload(kernel, row["x_name"], row["x_value"], row["extra_benchmark_config_str"])
-        references = [
-            self.operation(kernel),
-            self.project(provider),
-            self.implementation(kernel, provider),
-            workload.record,
-            self.protocol(metric, mode),
-            self.environment(gpu),
-        ]
-        run, facts = self._run(row, metric, stats, observed_at, stamp, workload, references)
-        return [run, *references], facts
+        workload = self.workload(series.kernel, row["x_name"], row["x_value"], row["extra_benchmark_config_str"])
+        run, facts = series.run(stats, observed_at, stamp, workload, row["liger_version"].strip())
+        operation, project, implementation, protocol, environment = series.references
+        return [run, operation, project, implementation, workload.record, protocol, environment], facts
+
+    @lru_cache(maxsize=1024)  # noqa: B019 - one Normalizer per file; the cache dies with it
+    def series(self, kernel: str, provider: str, mode: str, gpu: str, metric: str) -> Series:
+        """What every run of one kernel, provider, pass, GPU and metric shares."""
+        self._check_known(kernel, provider, mode, gpu)
+        return Series(
+            kernel=kernel,
+            provider=provider,
+            mode=mode,
+            gpu=gpu,
+            memory=metric == "memory",
+            kernel_title=self.curation.kernels[kernel].title,
+            architecture=self.curation.gpus[gpu].hardware["architecture"],
+            baseline=self.curation.providers[provider].baseline,
+            references=(
+                self.operation(kernel),
+                self.project(provider),
+                self.implementation(kernel, provider),
+                self.protocol(metric, mode),
+                self.environment(gpu),
+            ),
+        )
 
     def _check_known(self, kernel: str, provider: str, mode: str, gpu: str) -> None:
         curation = self.curation
@@ -235,70 +266,67 @@ class Normalizer:
         if gpu not in curation.gpus:
             raise RowRejected("unknown_gpu", f"gpu_name {gpu!r} is not curated")
 
-    def _run(
-        self,
-        row: dict[str, str],
-        metric: str,
-        stats: list[float],
-        observed_at: str,
-        stamp: str,
-        workload: Workload,
-        references: list[Record],
+
+@dataclass(frozen=True, slots=True)
+class Series:
+    """A kernel × provider × pass × GPU × metric: the shared part of its runs."""
+
+    kernel: str
+    provider: str
+    mode: str
+    gpu: str
+    memory: bool
+    kernel_title: str
+    architecture: str
+    baseline: bool
+    references: tuple[Record, Record, Record, Record, Record]  # operation … environment
+
+    def run(
+        self, stats: list[float], observed_at: str, stamp: str, workload: Workload, version: str
     ) -> tuple[Record, RunFacts]:
-        kernel, provider, mode, gpu = (
-            row["kernel_name"], row["kernel_provider"], row["kernel_operation_mode"], row["gpu_name"]
-        )
-        median, p20, p80 = stats
-        memory = metric == "memory"
-        scale, unit, quantity = (MIB, "bytes", "memory") if memory else (1e6, "ns", "latency")
-        values = [js_round(v * scale) for v in stats]
-        external_id = f"{kernel}/{mode}/{provider}/{slug(gpu)}/{workload.case_key}/{stamp}"
+        kernel, provider, mode, memory = self.kernel, self.provider, self.mode, self.memory
+        values = [js_round(v * (MIB if memory else 1e6)) for v in stats]
+        external_id = f"{kernel}/{mode}/{provider}/{slug(self.gpu)}/{workload.case_key}/{stamp}"
+        _, _, implementation, protocol, environment = self.references
         spec: dict[str, Any] = {
-            "implementationDigest": references[2].digest,
+            "implementationDigest": implementation.digest,
             "workloadDigest": workload.record.digest,
-            "protocolDigest": references[4].digest,
-            "environmentDigest": references[5].digest,
+            "protocolDigest": protocol.digest,
+            "environmentDigest": environment.digest,
             "status": "passed",
         }
         if memory:
             external_id += "/memory"
             spec["measurements"] = [
-                {"metric": quantity, "unit": unit, "statistic": s, "value": v}
+                {"metric": "memory", "unit": "bytes", "statistic": s, "value": v}
                 for s, v in zip(("median", "p20", "p80"), values, strict=True)
             ]
-            native_metrics = {"mb_50": median, "mb_20": p20, "mb_80": p80}
+            native = dict(zip(("mb_50", "mb_20", "mb_80"), stats, strict=True))
         else:
             spec["timing"] = {"primaryStatistic": "median", "latencyNs": {"median": values[0]}}
             spec["measurements"] = [
-                {"metric": quantity, "unit": unit, "statistic": "p20", "value": values[1]},
-                {"metric": quantity, "unit": unit, "statistic": "p80", "value": values[2]},
+                {"metric": "latency", "unit": "ns", "statistic": "p20", "value": values[1]},
+                {"metric": "latency", "unit": "ns", "statistic": "p80", "value": values[2]},
             ]
-            native_metrics = {"ms_50": median, "ms_20": p20, "ms_80": p80}
-        spec["sourceNative"] = {
-            "source": SOURCE,
-            "benchmark": f"{kernel}/{mode}",
-            "externalId": external_id,
-            "metrics": native_metrics,
-        }
+            native = dict(zip(("ms_50", "ms_20", "ms_80"), stats, strict=True))
+        spec["sourceNative"] = {"source": SOURCE, "benchmark": f"{kernel}/{mode}", "externalId": external_id, "metrics": native}
         spec["observedAt"] = observed_at
         name_mode = f"{mode}-memory" if memory else mode
         metadata: dict[str, Any] = {
-            "name": slug(f"liger-{kernel}-{name_mode}-{provider}-{gpu}-{workload.case_key}-{stamp}")[:NAME_LIMIT],
-            "title": f"{self.curation.kernels[kernel].title} · {provider} · {mode}" + (" · memory" if memory else ""),
+            "name": joined_slug("liger", kernel, name_mode, provider, self.gpu, workload.case_key, stamp)[:NAME_LIMIT],
+            "title": f"{self.kernel_title} · {provider} · {mode}" + (" · memory" if memory else ""),
         }
-        version = row["liger_version"].strip()
         if version:
             metadata["labels"] = {"liger_version": version}
-        run = _record(_manifest("BenchmarkRun", metadata, spec))
-        gpu_entry = self.curation.gpus[gpu]
+        run = _run_record(_manifest("BenchmarkRun", metadata, spec), stats, values)
         facts = RunFacts(
             metric="memory" if memory else "latency",
             unit="bytes" if memory else "ns",
             kernel=kernel,
             provider=provider,
             mode=mode,
-            gpu=gpu,
-            architecture=gpu_entry.hardware["architecture"],
+            gpu=self.gpu,
+            architecture=self.architecture,
             dtype=workload.dtype,
             case_key=workload.case_key,
             median=values[0],
@@ -308,9 +336,20 @@ class Normalizer:
             external_id=external_id,
             liger_version=version or None,
             origin="reported",
-            extra={"baseline": self.curation.providers[provider].baseline},
+            extra={"baseline": self.baseline},
         )
         return run, facts
+
+
+def _run_record(manifest: dict[str, Any], floats: list[float], integers: list[int]) -> Record:
+    """A run's record. Its keys are ASCII literals and its strings print alike in both
+    serializers, so only its numbers decide whether the fast canonical path applies."""
+    if all(_FAST_MIN <= f < _FAST_MAX and not f.is_integer() for f in floats) and all(
+        i <= MAX_SAFE_INTEGER for i in integers
+    ):
+        digest = digest_of_canonical(canonical_json_prechecked(identity(manifest)))
+        return Record("BenchmarkRun", digest, manifest)
+    return _record(manifest)
 
 
 # --- helpers over config values -------------------------------------------------------------

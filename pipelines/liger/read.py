@@ -112,6 +112,6 @@ def _records(lines: Iterator[bytes]) -> Iterator[CsvRecord]:
         start, next_line = next_line, reader.line_num + 2  # the header is line 1
         if fields == [] or (fields is not None and not raw.strip()):
             continue  # blank line: no data, nothing to lose
-        if error is None and any(n in bad_lines for n in range(start, next_line)):
+        if bad_lines and error is None and any(n in bad_lines for n in range(start, next_line)):
             error = "bad_encoding"
         yield CsvRecord(start, raw, fields, error)

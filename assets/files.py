@@ -1,0 +1,290 @@
+"""Per-file assets: the immutable snapshot of each dropped object version, and its records.
+
+Both are partitioned by object version (assets/partitions.py) with a single-run backfill policy,
+so a sensor tick or a backfill over many files is one run. A problem with one file (garbage
+bytes, a version overwritten before it was read) never fails the others of the same run: it is
+recorded on that file's materialization and turned into a failing asset check that says why.
+"""
+
+
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetCheckSpec,
+    AssetExecutionContext,
+    AssetKey,
+    AssetRecordsFilter,
+    BackfillPolicy,
+    MetadataValue,
+    asset,
+)
+
+from assets import metadata as md
+from assets.partitions import INCOMING_FILES
+from assets.resources import KindexResource
+from pipelines.sensor_cursor import parse_partition_key
+
+GROUP = "kindex"
+SNAPSHOT_KEY = AssetKey("snapshot")
+RECORDS_KEY = AssetKey("records")
+
+
+class VersionGone(RuntimeError):
+    """The object version a partition names is no longer in the bucket and was never read."""
+
+
+@dataclass
+class FileOutcome:
+    """What one partition of a run produced, for checks that summarize the run per file."""
+
+    partition_key: str
+    runs: int = 0
+    quarantined: int = 0
+    top_reasons: list[tuple[str, int]] = field(default_factory=list)
+    duplicate_external_ids: int = 0
+    schema_failures: list[str] = field(default_factory=list)
+    error: str | None = None
+
+
+@asset(
+    key=SNAPSHOT_KEY,
+    group_name=GROUP,
+    partitions_def=INCOMING_FILES,
+    backfill_policy=BackfillPolicy.single_run(),
+    description="An immutable, content-addressed copy of one dropped object version.",
+    kinds={"s3"},
+)
+def snapshot(context: AssetExecutionContext, kindex: KindexResource) -> None:
+    known = _latest_snapshot_digests(context)
+    for partition_key in context.partition_keys:
+        if partition_key in known:  # a backfill: the copy exists, the object may be gone
+            continue
+        try:
+            snap = take_partition_snapshot(kindex, partition_key)
+        except VersionGone as gone:
+            context.log.warning(f"{partition_key}: {gone}")
+            context.add_asset_metadata({"error": str(gone)}, partition_key=partition_key)
+            continue
+        context.add_asset_metadata(snapshot_metadata(snap), partition_key=partition_key)
+
+
+def take_partition_snapshot(kindex: KindexResource, partition_key: str) -> Any:
+    from pipelines.snapshots import take_snapshot
+
+    ref = parse_partition_key(partition_key)
+    info = kindex.store.head(ref.key)
+    if info is None or not ref.matches(info.etag):
+        raise VersionGone(
+            f"s3://{kindex.store.bucket}/{ref.key} with ETag {ref.etag_prefix}... is gone "
+            "(deleted or overwritten before it was read); a newer version has its own partition"
+        )
+    return take_snapshot(kindex.store, kindex.settings, ref.key, etag=info.etag)
+
+
+def snapshot_metadata(snap: Any) -> dict[str, Any]:
+    return {
+        "snapshot_digest": snap.digest,
+        "source_key": snap.key,
+        "etag": snap.etag,
+        "size": MetadataValue.int(int(snap.size)),
+    }
+
+
+CHECKS = [
+    AssetCheckSpec("no_quarantined_rows", asset=RECORDS_KEY,
+                   description="Rows kept aside per file, with the top reasons."),
+    AssetCheckSpec("unique_external_ids", asset=RECORDS_KEY,
+                   description="No externalId appears twice among a file's runs."),
+    AssetCheckSpec("records_match_schemas", asset=RECORDS_KEY,
+                   description="Every record validates against its kernelindex JSON Schema."),
+]
+
+
+@asset(
+    key=RECORDS_KEY,
+    group_name=GROUP,
+    deps=[SNAPSHOT_KEY],
+    partitions_def=INCOMING_FILES,
+    backfill_policy=BackfillPolicy.single_run(),
+    check_specs=CHECKS,
+    description="kernelindex.dev/v1alpha1 records and quarantine rows of one snapshot, "
+    "normalized by the current parser (backfill to re-process).",
+    kinds={"parquet", "s3"},
+)
+def records(context: AssetExecutionContext, kindex: KindexResource) -> Iterator[AssetCheckResult]:
+    digests = _latest_snapshot_digests(context)
+    outcomes = [
+        _process_partition(context, kindex, partition_key, digests.get(partition_key))
+        for partition_key in context.partition_keys
+    ]
+    yield from file_checks(outcomes)
+
+
+def _latest_snapshot_digests(context: AssetExecutionContext) -> dict[str, str]:
+    records_ = context.instance.fetch_materializations(
+        AssetRecordsFilter(asset_key=SNAPSHOT_KEY, asset_partitions=list(context.partition_keys)),
+        limit=10 * len(context.partition_keys) + 10,
+    ).records
+    digests: dict[str, str] = {}
+    for record in records_:  # newest first
+        materialization = record.asset_materialization
+        if materialization is None or materialization.partition in digests:
+            continue
+        value = materialization.metadata.get("snapshot_digest")
+        if value is not None and materialization.partition is not None:
+            digests[materialization.partition] = str(value.value)
+    return digests
+
+
+def _process_partition(
+    context: AssetExecutionContext,
+    kindex: KindexResource,
+    partition_key: str,
+    snapshot_digest: str | None,
+) -> FileOutcome:
+    from pipelines.snapshots import load_snapshot
+
+    from pipelines.ingest import process_snapshot
+
+    outcome = FileOutcome(partition_key)
+    try:
+        if snapshot_digest is None:
+            raise VersionGone("no snapshot of this object version (see the snapshot asset)")
+        snap = load_snapshot(kindex.store, kindex.settings, snapshot_digest)
+        result = process_snapshot(kindex.store, kindex.settings, snap)
+        runs = read_runs(kindex, result.prefix)
+    except Exception as error:  # one bad file must not fail the other files of this run
+        context.log.exception(f"{partition_key}: {error}")
+        outcome.error = f"{type(error).__name__}: {error}"
+        context.add_asset_metadata({"error": outcome.error}, partition_key=partition_key)
+        return outcome
+    outcome.runs = result.runs
+    outcome.quarantined = result.quarantined
+    outcome.top_reasons = Counter(result.quarantined_by_reason).most_common(5)
+    outcome.duplicate_external_ids = duplicate_count(runs["external_id"])
+    outcome.schema_failures = schema_failures(runs["manifest"])
+    context.add_asset_metadata(
+        records_metadata(snap, result, runs, outcome), partition_key=partition_key
+    )
+    return outcome
+
+
+RUN_COLUMNS = ["kernel", "provider", "mode", "gpu", "case_key", "metric", "median",
+               "external_id", "manifest"]
+
+
+def read_runs(kindex: KindexResource, prefix: str) -> dict[str, list[Any]]:
+    """The run columns of a record set (one Parquet object), for checks and the chart."""
+    import io
+
+    import pyarrow.parquet as pq
+
+    data = kindex.store.get_bytes(f"{prefix}runs.parquet")
+    return pq.read_table(io.BytesIO(data), columns=RUN_COLUMNS).to_pydict()
+
+
+def duplicate_count(values: list[Any]) -> int:
+    return sum(n - 1 for n in Counter(values).values() if n > 1)
+
+
+def schema_failures(manifests: list[str], limit: int = 10) -> list[str]:
+    import orjson
+
+    from pipelines.manifests import schema_errors
+
+    failures = []
+    for text in manifests:
+        manifest = orjson.loads(text)
+        for pointer, message in schema_errors(manifest):
+            name = manifest.get("metadata", {}).get("name", "?")
+            failures.append(f"{manifest.get('kind')} {name}: {pointer}: {message}")
+            break
+        if len(failures) >= limit:
+            break
+    return failures
+
+
+def records_metadata(
+    snap: Any, result: Any, runs: dict[str, list[Any]], outcome: FileOutcome
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        **snapshot_metadata(snap),
+        "parser_version": result.parser_version,
+        "rows": MetadataValue.int(result.rows),
+        "runs": MetadataValue.int(outcome.runs),
+        **{f"runs_{metric}": MetadataValue.int(n) for metric, n in result.runs_by_metric.items()},
+        "quarantined_rows": MetadataValue.int(outcome.quarantined),
+        "top_quarantine_reasons": MetadataValue.md(md.reasons_markdown(outcome.top_reasons)),
+        "runs_preview": MetadataValue.md(
+            md.markdown_table(result.run_preview, list(result.run_preview[0]))
+            if result.run_preview else "_no runs_"
+        ),
+        "quarantine_preview": MetadataValue.md(
+            md.markdown_table(result.quarantine_preview, ["source_line", "reason", "detail"])
+        ),
+        "record_set": f"s3://{snap_bucket(snap)}/{result.prefix}",
+    }
+    rows = [dict(zip(runs, values, strict=True)) for values in zip(*runs.values(), strict=True)]
+    png = md.speedup_chart_png(rows, title=f"Speedups in {snap.key}")
+    if png is not None:
+        meta["speedups"] = MetadataValue.md(md.png_markdown(png, "speedups over baseline"))
+    return meta
+
+
+def snap_bucket(snap: Any) -> str:
+    return str(getattr(snap, "bucket", "") or "")
+
+
+def file_checks(outcomes: list[FileOutcome]) -> Iterator[AssetCheckResult]:
+    """One result per check for the run, with a row per file so a person sees which one."""
+    table = md.markdown_table(
+        [
+            {
+                "file": o.partition_key,
+                "runs": o.runs,
+                "quarantined": o.quarantined,
+                "top reasons": md.reasons_markdown(o.top_reasons) if not o.error else o.error,
+            }
+            for o in outcomes
+        ],
+        ["file", "runs", "quarantined", "top reasons"],
+    )
+    failed = [o for o in outcomes if o.error or (o.runs == 0 and o.quarantined)]
+    quarantined = sum(o.quarantined for o in outcomes)
+    yield AssetCheckResult(
+        check_name="no_quarantined_rows",
+        passed=quarantined == 0 and not failed,
+        # Quarantine of a few rows is expected until the curation knows them; a file with no
+        # usable row at all (garbage, unknown format) or one that failed is an error.
+        severity=AssetCheckSeverity.ERROR if failed else AssetCheckSeverity.WARN,
+        metadata={
+            "quarantined_rows": MetadataValue.int(quarantined),
+            "files_without_runs": MetadataValue.int(len(failed)),
+            "per_file": MetadataValue.md(table),
+        },
+    )
+    duplicates = sum(o.duplicate_external_ids for o in outcomes)
+    yield AssetCheckResult(
+        check_name="unique_external_ids",
+        passed=duplicates == 0,
+        metadata={"duplicate_external_ids": MetadataValue.int(duplicates)},
+    )
+    schema_failures = [f for o in outcomes for f in o.schema_failures]
+    yield AssetCheckResult(
+        check_name="records_match_schemas",
+        passed=not schema_failures,
+        metadata={
+            "failing_records": MetadataValue.int(len(schema_failures)),
+            "examples": MetadataValue.md(
+                "\n".join(f"- {f}" for f in schema_failures[:10]) or "none"
+            ),
+        },
+    )
+
+
+FILE_ASSETS = [snapshot, records]

@@ -1,0 +1,65 @@
+"""`kindex ingest FILE...`: upload, snapshot, write records and publish the index in-process."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from pipelines.ingest import IngestSummary, ingest_paths
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "ingest",
+        help="upload files to incoming/, then build records and the index in-process",
+        description="Upload each FILE to incoming/<name>, snapshot it, normalize it into record "
+        "objects and publish the index; prints a summary.",
+    )
+    parser.add_argument("files", nargs="+", type=Path, metavar="FILE")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pipelines.settings import Settings
+
+    missing = [str(p) for p in args.files if not p.is_file()]
+    if missing:
+        print(f"kindex ingest: no such file: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    settings = Settings.from_env()
+    summary = ingest_paths(args.files, settings, progress=not args.no_progress)
+    print(format_summary(summary))
+    return 0
+
+
+def counts(values: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(values.items())) or "none"
+
+
+def format_summary(summary: IngestSummary) -> str:
+    lines = []
+    for f in summary.files:
+        state = "already processed" if f.reused else "processed"
+        lines.append(
+            f"{f.source_key}: {f.rows} rows, {f.runs} runs, {f.quarantined} quarantined "
+            f"({state}; snapshot {f.snapshot_digest[:19]}, parser {f.parser_version})"
+        )
+    index = summary.index
+    totals = index.counts
+    lines += [
+        f"rows: {summary.rows}",
+        f"runs by metric: {counts(summary.runs_by_metric)}",
+        f"quarantined by reason: {counts(summary.quarantined_by_reason)}",
+        f"index {index.version or '(empty)'}"
+        + (f": {index.new_runs} new runs" if index.published else ": unchanged"),
+        "index totals: "
+        + counts(
+            {
+                k: totals.get(k, 0)
+                for k in ("runs", "snapshots", "quarantine", "superseded", "retracted", "manifests")
+            }
+        ),
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,224 @@
+"""The ingest steps, plain Python: a snapshot into record objects, record objects into the index,
+and files on disk all the way through (`kindex ingest`). Dagster assets call the same functions.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+from tqdm import tqdm
+
+from pipelines.index.layout import IndexLayout
+from pipelines.index.publish import IndexVersion, publish_index
+from pipelines.index.reads import ObjectRead
+from pipelines.index.record_objects import (
+    READS_DIR,
+    RECORD_FILES,
+    SUMMARY_FILE,
+    RecordSetBuilder,
+    parquet_bytes,
+    preview,
+)
+from pipelines.sources import normalize_object
+from pipelines.storage.base import ObjectStore
+
+RUN_PREVIEW_COLUMNS = [
+    "source_line",
+    "kernel",
+    "provider",
+    "mode",
+    "metric",
+    "gpu",
+    "case_key",
+    "median",
+    "run_digest",
+]
+QUARANTINE_PREVIEW_COLUMNS = ["source_line", "reason", "detail"]
+
+
+@dataclass(slots=True)
+class SnapshotRecords:
+    """What processing one snapshot produced (or found already written)."""
+
+    snapshot_digest: str
+    source_key: str
+    parser_version: str
+    source: str
+    prefix: str  # the record set's prefix in the bucket
+    rows: int
+    runs: int
+    runs_by_metric: dict[str, int]
+    quarantined_by_reason: dict[str, int]
+    manifests_by_kind: dict[str, int]
+    reused: bool  # True when the record set existed: nothing was normalized or written
+    run_preview: list[dict[str, Any]] = field(default_factory=list)
+    quarantine_preview: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def quarantined(self) -> int:
+        return sum(self.quarantined_by_reason.values())
+
+
+@dataclass(slots=True)
+class IngestSummary:
+    files: list[SnapshotRecords]
+    index: IndexVersion
+
+    @property
+    def rows(self) -> int:
+        return sum(f.rows for f in self.files)
+
+    @property
+    def runs_by_metric(self) -> dict[str, int]:
+        return dict(sum((Counter(f.runs_by_metric) for f in self.files), Counter()))
+
+    @property
+    def quarantined_by_reason(self) -> dict[str, int]:
+        return dict(sum((Counter(f.quarantined_by_reason) for f in self.files), Counter()))
+
+
+def snapshot_data(store: ObjectStore, settings: Any, snapshot: Any) -> bytes:
+    from pipelines.snapshots import read_snapshot
+
+    return read_snapshot(store, settings, snapshot)
+
+
+def object_read(snapshot: Any, bucket: str, parser_version: str, source: str) -> ObjectRead:
+    return ObjectRead(
+        snapshot_digest=snapshot.digest,
+        bucket=bucket,
+        source_key=snapshot.key,
+        etag=snapshot.etag,
+        version_id=getattr(snapshot, "version_id", None),
+        size=snapshot.size,
+        last_modified=snapshot.last_modified,
+        taken_at=getattr(snapshot, "taken_at", None) or datetime.now(UTC),
+        parser_version=parser_version,
+        source=source,
+    )
+
+
+def process_snapshot(store: ObjectStore, settings: Any, snapshot: Any) -> SnapshotRecords:
+    """Normalize a snapshot's bytes and write its record objects (once per parser version).
+
+    The summary object is written last: a record set without it is incomplete and is redone.
+    The read (key, ETag) is registered every time, so the same bytes under a new key count."""
+    layout = IndexLayout.of(settings)
+    data = snapshot_data(store, settings, snapshot)
+    result = normalize_object(snapshot.key, data)
+    prefix = layout.record_set_prefix(result.parser_version, snapshot.digest)
+    read = object_read(snapshot, layout.bucket, result.parser_version, result.source)
+    existing = store.head(prefix + SUMMARY_FILE)
+    if existing is not None:
+        summary = orjson.loads(store.get_bytes(prefix + SUMMARY_FILE))
+        records = records_from_summary(summary, snapshot.key, prefix, reused=True)
+    else:
+        records = write_record_set(
+            store, prefix, snapshot, result.parser_version, result.source, result.outcomes
+        )
+    store.put_bytes(
+        f"{prefix}{READS_DIR}/{read.read_id}.json", read.to_json(), content_type="application/json"
+    )
+    return records
+
+
+def write_record_set(
+    store: ObjectStore,
+    prefix: str,
+    snapshot: Any,
+    parser_version: str,
+    source: str,
+    outcomes: Iterable[Any],
+) -> SnapshotRecords:
+    builder = RecordSetBuilder(snapshot.digest, parser_version)
+    for outcome in outcomes:
+        builder.add(outcome)
+    tables = builder.tables()
+    for name in RECORD_FILES:
+        store.put_bytes(
+            f"{prefix}{name}.parquet",
+            parquet_bytes(tables[name]),
+            content_type="application/vnd.apache.parquet",
+        )
+    summary = {
+        "snapshot_digest": snapshot.digest,
+        "parser_version": parser_version,
+        "source": source,
+        "rows": builder.rows,
+        "runs": tables["runs"].num_rows,
+        "lineage": tables["lineage"].num_rows,
+        "runs_by_metric": dict(builder.runs_by_metric),
+        "quarantined": tables["quarantine"].num_rows,
+        "quarantined_by_reason": dict(builder.quarantined_by_reason),
+        "manifests_by_kind": dict(builder.manifests_by_kind),
+        "run_preview": preview(tables["runs"], RUN_PREVIEW_COLUMNS),
+        "quarantine_preview": preview(tables["quarantine"], QUARANTINE_PREVIEW_COLUMNS),
+        "written_at": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+    }
+    store.put_bytes(prefix + SUMMARY_FILE, orjson.dumps(summary), content_type="application/json")
+    return records_from_summary(summary, snapshot.key, prefix, reused=False)
+
+
+def records_from_summary(
+    summary: dict[str, Any], source_key: str, prefix: str, *, reused: bool
+) -> SnapshotRecords:
+    return SnapshotRecords(
+        snapshot_digest=summary["snapshot_digest"],
+        source_key=source_key,
+        parser_version=summary["parser_version"],
+        source=summary["source"],
+        prefix=prefix,
+        rows=summary["rows"],
+        runs=summary["runs"],
+        runs_by_metric=summary["runs_by_metric"],
+        quarantined_by_reason=summary["quarantined_by_reason"],
+        manifests_by_kind=summary["manifests_by_kind"],
+        reused=reused,
+        run_preview=summary.get("run_preview", []),
+        quarantine_preview=summary.get("quarantine_preview", []),
+    )
+
+
+def incoming_key(settings: Any, path: Path) -> str:
+    prefix = getattr(settings, "incoming_prefix", "incoming/")
+    return f"{prefix.rstrip('/')}/{path.name}"
+
+
+def ingest_paths(
+    paths: Sequence[Path | str],
+    settings: Any,
+    progress: bool = True,
+    store: ObjectStore | None = None,
+) -> IngestSummary:
+    """Upload each file to incoming/<name>, snapshot it, write its records, then publish."""
+    from pipelines.snapshots import take_snapshot
+
+    store = store or open_store(settings)
+    files: list[SnapshotRecords] = []
+    bar = tqdm(total=len(paths) + 1, unit="step", disable=not (progress and sys.stderr.isatty()))
+    with bar:
+        for path in map(Path, paths):
+            bar.set_description(path.name)
+            key = incoming_key(settings, path)
+            info = store.put_bytes(key, path.read_bytes())
+            snapshot = take_snapshot(store, settings, key, etag=info.etag)
+            files.append(process_snapshot(store, settings, snapshot))
+            bar.update()
+        bar.set_description("publishing index")
+        index = publish_index(store, settings)
+        bar.update()
+    return IngestSummary(files, index)
+
+
+def open_store(settings: Any) -> ObjectStore:
+    from pipelines.storage.s3 import S3Store
+
+    store: ObjectStore = S3Store.from_settings(settings)
+    return store

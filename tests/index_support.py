@@ -1,0 +1,64 @@
+"""Helpers shared by the index/ingest tests: settings for one test, small Liger CSVs, ingest."""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipelines.index.local import open_index
+from pipelines.index.publish import publish_index
+from pipelines.ingest import IngestSummary, process_snapshot
+
+DATA = Path(__file__).parent / "data"
+LIGER_CSV = DATA / "liger" / "all_benchmark_data.csv"
+
+
+@pytest.fixture
+def index_settings(s3_store: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Settings whose home is this test's own directory and whose bucket is the test store's."""
+    from pipelines.settings import Settings
+
+    monkeypatch.setenv("KINDEX_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("KINDEX_BUCKET", s3_store.bucket)
+    return Settings.from_env()
+
+
+def liger_rows(lines: range | list[int]) -> tuple[list[str], list[list[str]]]:
+    """The header and the rows at the given 1-based file lines of the shared Liger CSV."""
+    with LIGER_CSV.open(newline="") as handle:
+        records = list(csv.reader(handle))
+    return records[0], [records[n - 1] for n in lines]
+
+
+def csv_bytes(header: list[str], rows: list[list[str]]) -> bytes:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(rows)
+    return out.getvalue().encode()
+
+
+def drop_and_process(store: Any, settings: Any, key: str, data: bytes) -> Any:
+    """Put bytes at a key, snapshot that object version and write its record objects."""
+    from pipelines.snapshots import take_snapshot
+
+    info = store.put_bytes(key, data)
+    snapshot = take_snapshot(store, settings, key, etag=info.etag)
+    return process_snapshot(store, settings, snapshot)
+
+
+def ingest_bytes(store: Any, settings: Any, items: list[tuple[str, bytes]]) -> IngestSummary:
+    files = [drop_and_process(store, settings, key, data) for key, data in items]
+    return IngestSummary(files, publish_index(store, settings))
+
+
+def query(settings: Any, sql: str) -> list[tuple[Any, ...]]:
+    con = open_index(settings)
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()

@@ -1,0 +1,162 @@
+"""The shared Liger CSV through records and the index: counts, seeds, re-ingest, `kindex query`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from index_support import DATA, LIGER_CSV, index_settings, query
+
+from pipelines.canonical import manifest_digest
+from pipelines.cli import main
+from pipelines.index.local import open_index
+from pipelines.index.tables import TABLES, VIEWS, table_fingerprints
+from pipelines.ingest import ingest_paths
+
+__all__ = ["index_settings"]
+
+
+def seed_records(path: Path) -> dict[str, dict[str, Any]]:
+    """A seed file: a title line, then one JSON object of manifests (run, protocol, ...)."""
+    text = path.read_text(encoding="utf-8")
+    return json.loads(text[text.index("{") :])
+
+
+@pytest.fixture
+def ingested(s3_store: Any, index_settings: Any) -> Any:
+    summary = ingest_paths([LIGER_CSV], index_settings, progress=False, store=s3_store)
+    return summary
+
+
+def fingerprints(settings: Any) -> dict[str, str]:
+    con = open_index(settings)
+    try:
+        return table_fingerprints(con)
+    finally:
+        con.close()
+
+
+def test_the_shared_csv_indexes_every_row(ingested: Any, index_settings: Any) -> None:
+    assert ingested.rows == 2448
+    assert ingested.runs_by_metric == {"latency": 1649, "memory": 799}
+    assert query(index_settings, "SELECT count(*), count(DISTINCT run_digest) FROM runs") == [
+        (2448, 2448)
+    ]
+    assert query(index_settings, "SELECT count(*) FROM lineage") == [(2448,)]
+    assert query(index_settings, "SELECT count(*) FROM quarantine") == [(0,)]
+    [(key, line)] = query(
+        index_settings, "SELECT DISTINCT source_key, min(source_line) FROM runs GROUP BY ALL"
+    )
+    assert (key, line) == ("incoming/all_benchmark_data.csv", 2)
+
+
+def test_seed_runs_and_their_references_are_indexed(ingested: Any, index_settings: Any) -> None:
+    lines = set()
+    for seed_file in sorted((DATA / "seeds").glob("*.txt")):
+        seed = seed_records(seed_file)
+        run = seed["run"]
+        spec = run["spec"]
+        rows = query(
+            index_settings,
+            "SELECT implementation_digest, workload_digest, protocol_digest, environment_digest,"
+            f" external_id, source_line FROM runs WHERE run_digest = '{manifest_digest(run)}'",
+        )
+        assert rows == [
+            (
+                spec["implementationDigest"],
+                spec["workloadDigest"],
+                spec["protocolDigest"],
+                spec["environmentDigest"],
+                spec["sourceNative"]["externalId"],
+                rows[0][5] if rows else None,
+            )
+        ]
+        lines.add(rows[0][5])
+        for kind, table in (("protocol", "protocols"), ("environment", "environments")):
+            digest = manifest_digest(seed[kind])
+            assert digest == spec[f"{kind}Digest"]
+            assert query(
+                index_settings, f"SELECT count(*) FROM {table} WHERE digest = '{digest}'"
+            ) == [(1,)]
+        for column, table in (
+            ("workloadDigest", "workloads"),
+            ("implementationDigest", "implementations"),
+        ):
+            assert query(
+                index_settings, f"SELECT count(*) FROM {table} WHERE digest = '{spec[column]}'"
+            ) == [(1,)]
+    assert lines == {2212, 1843}
+
+
+def test_reingest_adds_nothing_and_changes_no_table(
+    ingested: Any, s3_store: Any, index_settings: Any
+) -> None:
+    before = fingerprints(index_settings)
+    assert set(before) == set(TABLES + VIEWS)
+    records_before = sorted(o.key for o in s3_store.list("records/"))
+    again = ingest_paths([LIGER_CSV], index_settings, progress=False, store=s3_store)
+    assert again.files[0].reused
+    assert not again.index.published
+    assert fingerprints(index_settings) == before
+    assert sorted(o.key for o in s3_store.list("records/")) == records_before
+    # The same bytes under another name: one more read, the same snapshot, no new record.
+    copy = Path(index_settings.home) / "copy.csv"
+    copy.write_bytes(LIGER_CSV.read_bytes())
+    ingest_paths([copy], index_settings, progress=False, store=s3_store)
+    after = fingerprints(index_settings)
+    assert {k: v for k, v in after.items() if k != "snapshots"} == {
+        k: v for k, v in before.items() if k != "snapshots"
+    }
+    assert query(
+        index_settings, "SELECT count(*), count(DISTINCT snapshot_digest) FROM snapshots"
+    ) == [(2, 1)]
+
+
+def test_views_answer_the_questions_people_ask(ingested: Any, index_settings: Any) -> None:
+    speedups = query(
+        index_settings,
+        "SELECT provider, baseline_provider, speedup FROM speedups "
+        "WHERE kernel = 'jsd' AND gpu = 'NVIDIA B200' AND provider = 'liger'",
+    )
+    assert speedups and all(b != "liger" and s > 0 for _, b, s in speedups)
+    # A regression needs the spread to separate: new p20 above old p80.
+    assert query(
+        index_settings,
+        "SELECT count(*) FROM version_changes WHERE regressed AND NOT (new_p20 > old_p80)",
+    ) == [(0,)]
+    assert query(
+        index_settings, "SELECT count(*) FROM latest_runs WHERE superseded_by IS NOT NULL"
+    ) == [(0,)]
+    assert query(index_settings, "SELECT count(*), sum(runs) FROM cohorts") == query(
+        index_settings,
+        "SELECT count(DISTINCT (operation_digest, workload_digest, protocol_digest,"
+        " environment_digest, metric)), count(*) FROM runs",
+    )
+
+
+def test_query_command_prints_json_and_rejects_bad_sql(
+    ingested: Any, index_settings: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert (
+        main(
+            [
+                "query",
+                "SELECT metric, count(*) AS n FROM runs GROUP BY 1 ORDER BY 1",
+                "--format",
+                "json",
+            ]
+        )
+        == 0
+    )
+    assert json.loads(capsys.readouterr().out) == [
+        {"metric": "latency", "n": 1649},
+        {"metric": "memory", "n": 799},
+    ]
+    assert main(["query", "SELECT count(*) AS n FROM runs", "--format", "csv"]) == 0
+    assert capsys.readouterr().out == "n\n2448\n"
+    assert main(["query", "SELEC nonsense FROM runs"]) == 1
+    assert "Parser Error" in capsys.readouterr().err
+    assert main(["query", "DELETE FROM snapshots"]) == 1  # read-only
+    capsys.readouterr()

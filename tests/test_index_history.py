@@ -1,0 +1,148 @@
+"""History across versions of one object key: superseded_by and retracted_in_source, row by row."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from index_support import csv_bytes, index_settings, ingest_bytes, liger_rows, query
+
+__all__ = ["index_settings"]  # the fixture, imported for pytest
+
+KEY = "incoming/history.csv"
+# Six jsd memory cases (distinct vocab sizes) of the shared CSV, file lines 448-453.
+HEADER, CASES = liger_rows(range(448, 454))
+T1, T2, T3 = "2024-10-02 16:21:31", "2024-11-05 09:00:00", "2024-12-24 18:30:00"
+
+
+def row(case: str, timestamp: str) -> list[str]:
+    """Case A..F measured at a timestamp; a re-measurement gets a different value."""
+    fields = list(CASES["ABCDEF".index(case)])
+    fields[HEADER.index("timestamp")] = timestamp
+    bump = {T1: 0.0, T2: 1.0, T3: 2.0}[timestamp]
+    for column in ("y_value_50", "y_value_20", "y_value_80"):
+        fields[HEADER.index(column)] = repr(float(fields[HEADER.index(column)]) + bump)
+    return fields
+
+
+# v2 re-measures A, drops B, adds E; v3 re-measures D, drops C, adds F.
+V1 = [("A", T1), ("B", T1), ("C", T1), ("D", T1)]
+V2 = [("A", T2), ("C", T1), ("D", T1), ("E", T2)]
+V3 = [("A", T2), ("D", T3), ("E", T2), ("F", T3)]
+VERSIONS = {"v1": V1, "v2": V2, "v3": V3}
+
+
+def version_bytes(name: str) -> bytes:
+    return csv_bytes(HEADER, [row(c, t) for c, t in VERSIONS[name]])
+
+
+def run_table(settings: Any) -> dict[tuple[str, str], tuple[str | None, bool]]:
+    """(case letter, timestamp) -> (superseded_by as (case, timestamp) label, retracted)."""
+    vocab = {c[HEADER.index("x_value")]: letter for letter, c in zip("ABCDEF", CASES, strict=True)}
+    rows = query(
+        settings,
+        "SELECT run_digest, external_id, strftime(observed_at, '%Y-%m-%d %H:%M:%S'), "
+        "superseded_by, retracted_in_source FROM runs",
+    )
+    label = {}
+    for digest, external_id, observed, _, _ in rows:
+        case_key = external_id.split("/")[4]
+        letter = next(v for x, v in vocab.items() if f"vocab{x}-" in case_key)
+        label[digest] = (letter, observed)
+    return {
+        label[d]: (None if s is None else "".join(label[s][0]) + "@" + label[s][1], r)
+        for d, _, _, s, r in rows
+    }
+
+
+def at(case: str, timestamp: str) -> tuple[str, str]:
+    return (case, timestamp)
+
+
+SUPERSEDED = {at("A", T1): "A@" + T2, at("D", T1): "D@" + T3}
+
+
+def test_versions_in_order_mark_superseded_and_retracted(
+    s3_store: Any, index_settings: Any
+) -> None:
+    for name in ("v1", "v2", "v3"):
+        ingest_bytes(s3_store, index_settings, [(KEY, version_bytes(name))])
+    assert run_table(index_settings) == {
+        at("A", T1): (SUPERSEDED[at("A", T1)], False),
+        at("B", T1): (None, True),  # dropped in v2, never re-measured
+        at("C", T1): (None, True),  # dropped in v3
+        at("D", T1): (SUPERSEDED[at("D", T1)], False),  # superseded, so not retracted
+        at("A", T2): (None, False),
+        at("E", T2): (None, False),
+        at("D", T3): (None, False),
+        at("F", T3): (None, False),
+    }
+    assert query(index_settings, "SELECT count(*) FROM snapshots") == [(3,)]
+    assert query(index_settings, "SELECT count(DISTINCT run_digest) FROM lineage") == [(8,)]
+
+
+def test_supersession_is_independent_of_order(s3_store: Any, index_settings: Any) -> None:
+    # v3 first, v1 last: v1 is now the newest version of the key in the bucket.
+    for name in ("v3", "v2", "v1"):
+        ingest_bytes(s3_store, index_settings, [(KEY, version_bytes(name))])
+    table = run_table(index_settings)
+    assert {k: s for k, (s, _) in table.items() if s} == SUPERSEDED
+    # Retraction is judged against v1: what v1 lacks and nothing superseded is retracted.
+    assert {k for k, (_, r) in table.items() if r} == {
+        at("A", T2),
+        at("E", T2),
+        at("D", T3),
+        at("F", T3),
+    }
+
+
+def test_a_run_still_held_by_another_key_is_not_retracted(
+    s3_store: Any, index_settings: Any
+) -> None:
+    ingest_bytes(
+        s3_store,
+        index_settings,
+        [(KEY, version_bytes("v1")), ("incoming/copy.csv", version_bytes("v1"))],
+    )
+    for name in ("v2", "v3"):
+        ingest_bytes(s3_store, index_settings, [(KEY, version_bytes(name))])
+    table = run_table(index_settings)
+    assert table[at("B", T1)] == (None, False)  # the copy's newest version still holds B and C
+    assert table[at("C", T1)] == (None, False)
+    # Same bytes under two keys: one snapshot, two reads.
+    assert query(
+        index_settings, "SELECT count(*), count(DISTINCT snapshot_digest) FROM snapshots"
+    ) == [(4, 3)]
+
+
+def test_reingest_of_a_version_changes_nothing(s3_store: Any, index_settings: Any) -> None:
+    for name in ("v1", "v2"):
+        ingest_bytes(s3_store, index_settings, [(KEY, version_bytes(name))])
+    before = run_table(index_settings)
+    summary = ingest_bytes(s3_store, index_settings, [(KEY, version_bytes("v2"))])
+    assert summary.files[0].reused
+    assert run_table(index_settings) == before
+
+
+def spread(case: str, version: str, p20: float, p50: float, p80: float) -> list[str]:
+    fields = row(case, {"0.7.0": T1, "0.8.0": T2}[version])
+    for column, value in (("y_value_20", p20), ("y_value_50", p50), ("y_value_80", p80)):
+        fields[HEADER.index(column)] = repr(value)
+    fields[HEADER.index("liger_version")] = version
+    return fields
+
+
+def test_a_regression_needs_the_spreads_to_separate(s3_store: Any, index_settings: Any) -> None:
+    old = [spread("A", "0.7.0", 10.0, 11.0, 12.0), spread("B", "0.7.0", 10.0, 11.0, 12.0)]
+    new = [spread("A", "0.8.0", 12.5, 13.0, 14.0), spread("B", "0.8.0", 11.5, 13.0, 14.0)]
+    ingest_bytes(s3_store, index_settings, [(KEY, csv_bytes(HEADER, old + new))])
+    rows = query(
+        index_settings,
+        "SELECT regexp_extract(case_key, 'vocab[0-9]+'), old_version, new_version, regressed "
+        "FROM version_changes ORDER BY 1",
+    )
+    vocab = {
+        letter: "vocab" + c[HEADER.index("x_value")]
+        for letter, c in zip("AB", CASES[:2], strict=True)
+    }
+    assert rows == [(vocab["A"], "0.7.0", "0.8.0", True), (vocab["B"], "0.7.0", "0.8.0", False)]
+    assert len(query(index_settings, "SELECT * FROM regressions")) == 1
