@@ -431,21 +431,23 @@ def _outcomes(csv_file: LigerCsv, normalizer: Normalizer) -> Iterator[RowOutcome
     columns = csv_file.columns
     seen: set[str] = set()
     for record in csv_file.records:
-        outcome = _outcome(record, columns, normalizer)
-        if outcome.status == "ok":
-            assert outcome.facts is not None
+        outcome = outcome_of(record, columns, normalizer)
+        if outcome.facts is not None:
             external_id = outcome.facts.external_id
             if external_id in seen:
-                outcome = RowOutcome(
-                    record.line, "quarantined", record.raw, "duplicate_external_id",
-                    f"externalId {external_id} already appeared earlier in this file (first one wins)",
-                )
+                outcome = duplicate_outcome(record.line, record.raw, external_id)
             else:
                 seen.add(external_id)
         yield outcome
 
 
-def _outcome(record: CsvRecord, columns: tuple[str, ...], normalizer: Normalizer) -> RowOutcome:
+def duplicate_outcome(line: int, raw: str, external_id: str) -> RowOutcome:
+    detail = f"externalId {external_id} already appeared earlier in this file (first one wins)"
+    return RowOutcome(line, "quarantined", raw, "duplicate_external_id", detail)
+
+
+def outcome_of(record: CsvRecord, columns: tuple[str, ...], normalizer: Normalizer) -> RowOutcome:
+    """One record's outcome, judged alone (duplicates across the file are the caller's rule)."""
     if record.fields is None or record.error is not None:
         reason = (record.error or "unparseable_row").split(":", 1)[0]
         return RowOutcome(record.line, "quarantined", record.raw, reason, record.error)
