@@ -81,7 +81,7 @@ def kindex_instance(home: Path) -> Iterator[tuple[Any, Any]]:
 
     os.environ["KINDEX_HOME"] = str(home)
     settings = Settings.from_env()
-    with EmbeddedS3.for_settings(settings) as running:
+    with EmbeddedS3.from_settings(settings) as running:
         settings = running.settings
         yield settings, S3Store.from_settings(settings)
 

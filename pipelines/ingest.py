@@ -200,7 +200,11 @@ def ingest_paths(
     """Upload each file to incoming/<name>, snapshot it, write its records, then publish."""
     from pipelines.snapshots import take_snapshot
 
-    store = store or open_store(settings)
+    if store is None:  # the configured endpoint, or the embedded server (started if need be)
+        from pipelines.storage.s3 import store_session
+
+        with store_session(settings) as session_store:
+            return ingest_paths(paths, settings, progress, session_store)
     files: list[SnapshotRecords] = []
     bar = tqdm(total=len(paths) + 1, unit="step", disable=not (progress and sys.stderr.isatty()))
     with bar:

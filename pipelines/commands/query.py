@@ -40,9 +40,10 @@ def run(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     if args.sync:
         from pipelines.index.local import sync_local
-        from pipelines.ingest import open_store
+        from pipelines.storage.s3 import store_session
 
-        sync_local(open_store(settings), settings)
+        with store_session(settings) as store:
+            sync_local(store, settings)
     try:
         con = open_index(settings)
     except IndexNotFound as error:

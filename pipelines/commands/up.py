@@ -186,15 +186,15 @@ Press Ctrl-C to stop everything.
 def _object_store(settings: Any, log_dir: Path) -> Iterator[tuple[dict[str, str], str]]:
     """The configured endpoint, or an embedded SeaweedFS for the lifetime of `kindex up`.
     Yields the environment the Dagster processes need to reach it, and its endpoint URL."""
-    endpoint = getattr(settings, "endpoint", None)
-    if endpoint:
-        yield {}, str(endpoint)
+    if settings.s3_endpoint:
+        yield {}, str(settings.s3_endpoint)
         return
-    # TODO(adapt when pipelines/storage/embedded.py lands): names below are the announced API.
     from pipelines.storage.embedded import EmbeddedS3
+    from pipelines.storage.s3 import S3Store
 
     with EmbeddedS3.from_settings(settings, log_path=log_dir / "s3.log") as server:
-        yield dict(server.client_env()), str(server.endpoint)
+        S3Store.from_settings(settings).ensure_bucket()  # the sensor lists it from the start
+        yield dict(server.client_env()), server.endpoint_url
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,0 +1,237 @@
+"""Immutable, content-addressed copies of every object version kindex reads.
+
+Reading a dropped object copies its bytes, unchanged, to `<snapshot prefix>sha256/<hex>` (the
+same bytes under any key are one snapshot) and records the read beside them:
+`<snapshot prefix>reads/<base64url key>/<hex>.json` holds the key, ETag, version id, size,
+LastModified and the time of the read. Parsing reads the snapshot, never the mutable key.
+
+A read record is per (key, content): when a key returns to bytes it held before, the record of
+that content is updated to the newer LastModified, so the newest read of a key is always the
+key's newest version that kindex saw.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from pipelines.settings import Settings
+from pipelines.storage.base import NoSuchKey, ObjectStore
+
+DIGEST_PREFIX = "sha256:"
+READ_FETCH_THREADS = 8
+
+
+class SnapshotError(RuntimeError):
+    """A snapshot cannot be taken or read as asked."""
+
+
+class VersionChanged(SnapshotError):
+    """The object at the key is no longer the version the caller meant (its ETag changed)."""
+
+
+class SnapshotNotFound(SnapshotError, KeyError):
+    """No snapshot (or no read record) with that digest."""
+
+
+class SnapshotCorrupt(SnapshotError):
+    """The stored bytes do not hash to the snapshot's digest."""
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """One object version that was read, and the digest of its bytes."""
+
+    digest: str  # "sha256:<hex>" of the raw bytes
+    bucket: str
+    key: str
+    etag: str
+    version_id: str | None
+    size: int
+    last_modified: datetime  # the object version's LastModified (server clock, UTC)
+    read_at: datetime  # when kindex read it (UTC)
+
+    @property
+    def hex(self) -> str:
+        return self.digest.removeprefix(DIGEST_PREFIX)
+
+    @property
+    def taken_at(self) -> datetime:
+        return self.read_at
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(asdict(self), option=orjson.OPT_SORT_KEYS | orjson.OPT_UTC_Z)
+
+    @classmethod
+    def from_json(cls, data: bytes) -> Snapshot:
+        fields: dict[str, Any] = orjson.loads(data)
+        for name in ("last_modified", "read_at"):
+            fields[name] = datetime.fromisoformat(fields[name])
+        return cls(**fields)
+
+
+# -- layout ------------------------------------------------------------------------------------
+
+
+def content_digest(data: bytes) -> str:
+    return DIGEST_PREFIX + hashlib.sha256(data).hexdigest()
+
+
+def snapshot_key(settings: Settings, digest: str) -> str:
+    return f"{settings.snapshot_prefix}sha256/{_hex(digest)}"
+
+
+def reads_prefix(settings: Settings, key: str | None = None) -> str:
+    """Where read records live: all of them, or those of one object key."""
+    base = f"{settings.snapshot_prefix}reads/"
+    return base if key is None else f"{base}{_encode_key(key)}/"
+
+
+def read_record_key(settings: Settings, key: str, digest: str) -> str:
+    return f"{reads_prefix(settings, key)}{_hex(digest)}.json"
+
+
+# -- taking and reading ------------------------------------------------------------------------
+
+
+def take_snapshot(
+    store: ObjectStore, settings: Settings, key: str, etag: str | None = None
+) -> Snapshot:
+    """Read the object at `key` once, keep its bytes under their digest (written only if
+    absent) and record the read. With `etag`, refuse a version other than that one."""
+    data, info = store.get_object(key)
+    if etag is not None and info.etag != etag.strip('"'):
+        raise VersionChanged(
+            f"s3://{store.bucket}/{key} has ETag {info.etag}, not {etag.strip(chr(34))}: "
+            "it was overwritten since it was listed"
+        )
+    digest = content_digest(data)
+    raw_key = snapshot_key(settings, digest)
+    if store.head(raw_key) is None:
+        store.put_bytes(raw_key, data, content_type="application/octet-stream")
+    record_key = read_record_key(settings, key, digest)
+    previous = _load_read(store, record_key)
+    if (
+        previous is not None
+        and previous.last_modified >= info.last_modified
+        and _is_newest_read(store, settings, previous)
+    ):
+        return previous  # this version is recorded, and nothing newer of the key is
+    snapshot = Snapshot(
+        digest=digest,
+        bucket=store.bucket,
+        key=key,
+        etag=info.etag,
+        version_id=info.version_id,
+        size=len(data),
+        last_modified=info.last_modified,
+        read_at=datetime.now(UTC),
+    )
+    store.put_bytes(record_key, snapshot.to_json(), content_type="application/json")
+    return snapshot
+
+
+def read_snapshot(store: ObjectStore, settings: Settings, snapshot: Snapshot | str) -> bytes:
+    """The snapshot's bytes, checked against its digest."""
+    digest = snapshot.digest if isinstance(snapshot, Snapshot) else snapshot
+    try:
+        data = store.get_bytes(snapshot_key(settings, digest))
+    except NoSuchKey as missing:
+        raise SnapshotNotFound(f"no snapshot {digest} in bucket {store.bucket}") from missing
+    if content_digest(data) != DIGEST_PREFIX + _hex(digest):
+        raise SnapshotCorrupt(
+            f"snapshot {digest} in bucket {store.bucket} does not match its digest"
+        )
+    return data
+
+
+def load_snapshot(
+    store: ObjectStore, settings: Settings, digest: str, key: str | None = None
+) -> Snapshot:
+    """The read record of `digest`: as read from `key`, or (no key) its first read of any key."""
+    if key is not None:
+        found = _load_read(store, read_record_key(settings, key, digest))
+        if found is None:
+            raise SnapshotNotFound(f"no read of s3://{store.bucket}/{key} with snapshot {digest}")
+        return found
+    suffix = f"/{_hex(digest)}.json"
+    keys = [o.key for o in store.list(reads_prefix(settings)) if o.key.endswith(suffix)]
+    reads = _load_reads(store, keys)
+    if not reads:
+        raise SnapshotNotFound(f"no read with snapshot {digest} in bucket {store.bucket}")
+    return min(reads, key=lambda r: (r.read_at, r.key))
+
+
+def list_reads(store: ObjectStore, settings: Settings, key: str | None = None) -> list[Snapshot]:
+    """Every recorded read (of one key, or of all keys), oldest version first."""
+    keys = [o.key for o in store.list(reads_prefix(settings, key)) if o.key.endswith(".json")]
+    reads = _load_reads(store, keys)
+    return sorted(reads, key=lambda r: (r.last_modified, r.read_at, r.key, r.digest))
+
+
+def latest_read_per_key(
+    store: ObjectStore, settings: Settings, key_prefix: str = ""
+) -> dict[str, Snapshot]:
+    """For each object key (under `key_prefix`), the read of its newest version."""
+    latest: dict[str, Snapshot] = {}
+    for read in list_reads(store, settings):  # ascending, so later entries win
+        if read.key.startswith(key_prefix):
+            latest[read.key] = read
+    return latest
+
+
+# -- helpers -----------------------------------------------------------------------------------
+
+
+def _is_newest_read(store: ObjectStore, settings: Settings, read: Snapshot) -> bool:
+    """True when no other content of the read's key was read as a newer version. LastModified
+    has one-second resolution, so A, B, A again within a second need the time of the read."""
+    own = read_record_key(settings, read.key, read.digest)
+    others = [o.key for o in store.list(reads_prefix(settings, read.key)) if o.key != own]
+    newest = (read.last_modified, read.read_at)
+    return all((r.last_modified, r.read_at) <= newest for r in _load_reads(store, others))
+
+
+def _load_read(store: ObjectStore, record_key: str) -> Snapshot | None:
+    try:
+        return Snapshot.from_json(store.get_bytes(record_key))
+    except NoSuchKey:
+        return None
+
+
+def _load_reads(store: ObjectStore, record_keys: Iterable[str]) -> list[Snapshot]:
+    record_keys = list(record_keys)
+    if len(record_keys) <= 1:
+        found = [_load_read(store, k) for k in record_keys]
+    else:  # one small GET each: overlap them
+        with ThreadPoolExecutor(READ_FETCH_THREADS) as pool:
+            found = list(pool.map(lambda k: _load_read(store, k), record_keys))
+    return [read for read in found if read is not None]
+
+
+def _hex(digest: str) -> str:
+    value = digest.removeprefix(DIGEST_PREFIX)
+    if len(value) != 64:
+        raise ValueError(f"not a sha256 digest: {digest!r}")
+    try:
+        binascii.unhexlify(value)
+    except binascii.Error as error:
+        raise ValueError(f"not a sha256 digest: {digest!r}") from error
+    return value.lower()
+
+
+def _encode_key(key: str) -> str:
+    """Object keys may hold any character; SeaweedFS maps keys to paths, so keep them opaque."""
+    return base64.urlsafe_b64encode(key.encode()).decode().rstrip("=")
+
+
+def decode_key(encoded: str) -> str:
+    return base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()

@@ -1,0 +1,382 @@
+"""`ObjectStore` over S3 through boto3: one client per store, created once and reused.
+
+Works against AWS S3, SeaweedFS, MinIO or R2 (endpoint URL and path-style addressing are
+configurable). botocore retries throttling, 5xx and connection errors per request; tenacity adds
+retries where botocore cannot, when a response body breaks off while it is being read. Failures
+surface as `StorageUnreachable` or `StorageAccessDenied` with a message that names the endpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import boto3
+import botocore.exceptions as boto_errors
+from boto3.s3.transfer import TransferConfig
+from botocore.config import Config
+from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential
+
+from pipelines.settings import Settings
+from pipelines.storage.base import NoSuchKey, ObjectInfo
+from pipelines.storage.credentials import S3Credentials, load_or_create_credentials
+from pipelines.storage.embedded import EmbeddedS3, running_server
+from pipelines.storage.errors import (
+    EmbeddedS3Error,
+    StorageAccessDenied,
+    StorageError,
+    StorageUnreachable,
+)
+
+T = TypeVar("T")
+__all__ = [
+    "EmbeddedS3Error",
+    "S3Store",
+    "StorageAccessDenied",
+    "StorageError",
+    "StorageUnreachable",
+    "make_client",
+    "store_session",
+]
+
+DEFAULT_MAX_ATTEMPTS = 4
+BODY_READ_ATTEMPTS = 3
+MULTIPART_THRESHOLD = 64 * 1024 * 1024
+ACCESS_DENIED_CODES = frozenset(
+    {
+        "AccessDenied",
+        "InvalidAccessKeyId",
+        "SignatureDoesNotMatch",
+        "InvalidToken",
+        "ExpiredToken",
+        "AllAccessDisabled",
+        "403",
+    }
+)
+MISSING_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
+# Raised while a response body streams in; botocore's retries end when the headers arrive.
+BODY_READ_ERRORS: tuple[type[Exception], ...] = (
+    boto_errors.ResponseStreamingError,
+    boto_errors.IncompleteReadError,
+    boto_errors.ReadTimeoutError,
+    boto_errors.ConnectionClosedError,
+)
+UNREACHABLE_ERRORS: tuple[type[Exception], ...] = (
+    boto_errors.EndpointConnectionError,
+    boto_errors.ConnectTimeoutError,
+    boto_errors.ConnectionClosedError,
+    boto_errors.ReadTimeoutError,
+    boto_errors.ResponseStreamingError,
+    boto_errors.HTTPClientError,
+)
+
+
+class S3Store:
+    """One bucket at one S3 endpoint. Thread-safe: boto3 clients may be shared across threads."""
+
+    def __init__(
+        self,
+        bucket: str,
+        *,
+        endpoint_url: str | None = None,
+        region: str = "us-east-1",
+        path_style: bool = True,
+        credentials: S3Credentials | None = None,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        page_size: int = 1000,
+        client: Any = None,
+    ) -> None:
+        self.bucket = bucket
+        self.endpoint_url = endpoint_url
+        self.page_size = page_size
+        self._credentials = credentials
+        self.client = client or make_client(
+            endpoint_url=endpoint_url,
+            region=region,
+            path_style=path_style,
+            credentials=credentials,
+            max_attempts=max_attempts,
+        )
+
+    @classmethod
+    def from_settings(cls, settings: Settings, **options: Any) -> S3Store:
+        """A store for the configured endpoint, or for the embedded server of `settings.home`
+        (which must be running: see `store_session`). Credentials: boto3's chain for an
+        endpoint, the generated identity for the embedded server."""
+        credentials = None
+        if settings.embedded:
+            credentials = load_or_create_credentials(settings.credentials_path)
+        return cls(
+            settings.bucket,
+            endpoint_url=settings.endpoint_url,
+            region=settings.s3_region,
+            path_style=settings.s3_path_style,
+            credentials=credentials,
+            **options,
+        )
+
+    def with_bucket(self, bucket: str) -> S3Store:
+        """The same endpoint and client, another bucket."""
+        return S3Store(
+            bucket, endpoint_url=self.endpoint_url, page_size=self.page_size, client=self.client
+        )
+
+    # -- the ObjectStore protocol --------------------------------------------------------------
+
+    def put_bytes(
+        self,
+        key: str,
+        data: bytes,
+        *,
+        content_type: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> ObjectInfo:
+        extra = _put_args(content_type, metadata)
+        response = self._call(
+            "put",
+            key,
+            lambda: self.client.put_object(Bucket=self.bucket, Key=key, Body=data, **extra),
+        )
+        return self._written(key, response, len(data))
+
+    def get_bytes(self, key: str) -> bytes:
+        return self.get_object(key)[0]
+
+    def get_object(self, key: str) -> tuple[bytes, ObjectInfo]:
+        @retry(
+            retry=retry_if_exception_type(BODY_READ_ERRORS),
+            stop=stop_after_attempt(BODY_READ_ATTEMPTS),
+            wait=wait_exponential(multiplier=0.2, max=2),
+            reraise=True,
+        )
+        def fetch() -> tuple[bytes, ObjectInfo]:
+            response = self.client.get_object(Bucket=self.bucket, Key=key)
+            body = response["Body"]
+            with contextlib.closing(body):
+                data = body.read()
+            return data, _info(key, response, len(data))
+
+        return self._call("get", key, fetch)
+
+    def head(self, key: str) -> ObjectInfo | None:
+        try:
+            response = self._call(
+                "head", key, lambda: self.client.head_object(Bucket=self.bucket, Key=key)
+            )
+        except NoSuchKey:
+            return None
+        return _info(key, response, int(response["ContentLength"]))
+
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        """Every object under `prefix`, in key order, one page at a time."""
+        paginator = self.client.get_paginator("list_objects_v2")
+        pages = paginator.paginate(
+            Bucket=self.bucket, Prefix=prefix, PaginationConfig={"PageSize": self.page_size}
+        )
+        iterator = iter(pages)
+        while True:
+            page = self._call("list", prefix, lambda: next(iterator, None))
+            if page is None:
+                return
+            for item in page.get("Contents", []):
+                yield ObjectInfo(
+                    key=item["Key"],
+                    etag=_etag(item["ETag"]),
+                    size=int(item["Size"]),
+                    last_modified=_utc(item["LastModified"]),
+                )
+
+    def delete(self, key: str) -> None:
+        self._call("delete", key, lambda: self.client.delete_object(Bucket=self.bucket, Key=key))
+
+    # -- beyond the protocol -------------------------------------------------------------------
+
+    def upload_file(
+        self,
+        path: Path | str,
+        key: str,
+        *,
+        content_type: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> ObjectInfo:
+        """Stream a local file to `key` (multipart above 64 MiB); never reads it whole."""
+        path = Path(path)
+        size = path.stat().st_size
+        extra = _put_args(content_type, metadata)
+        if size <= MULTIPART_THRESHOLD:
+
+            def put() -> Any:
+                with path.open("rb") as body:
+                    return self.client.put_object(Bucket=self.bucket, Key=key, Body=body, **extra)
+
+            return self._written(key, self._call("upload", key, put), size)
+        config = TransferConfig(multipart_threshold=MULTIPART_THRESHOLD)
+        self._call(
+            "upload",
+            key,
+            lambda: self.client.upload_file(
+                str(path), self.bucket, key, ExtraArgs=extra, Config=config
+            ),
+        )
+        info = self.head(key)
+        if info is None:
+            raise StorageError(f"s3://{self.bucket}/{key} is missing right after its upload")
+        return info
+
+    def ensure_bucket(self) -> None:
+        """Create the bucket unless it exists (and is ours)."""
+        try:
+            self._call("head bucket", "", lambda: self.client.head_bucket(Bucket=self.bucket))
+            return
+        except NoSuchKey:
+            pass
+        region = self.client.meta.region_name
+        where: dict[str, Any] = {}
+        if region and region != "us-east-1":  # AWS wants the region named, except this one
+            where = {"CreateBucketConfiguration": {"LocationConstraint": region}}
+        try:
+            self._call(
+                "create bucket", "", lambda: self.client.create_bucket(Bucket=self.bucket, **where)
+            )
+        except boto_errors.ClientError as error:
+            if _code(error) not in {"BucketAlreadyOwnedByYou", "BucketAlreadyExists"}:
+                raise
+
+    # -- errors --------------------------------------------------------------------------------
+
+    def _call(self, action: str, key: str, operation: Callable[[], T]) -> T:
+        """Run one S3 operation, turning botocore's exceptions into kindex's."""
+        where = f"s3://{self.bucket}/{key}"
+        try:
+            return operation()
+        except UNREACHABLE_ERRORS as error:
+            raise StorageUnreachable(
+                f"cannot reach the S3 endpoint {self._endpoint_name()} ({action} {where}): {error}"
+            ) from error
+        except boto_errors.NoCredentialsError as error:
+            raise StorageAccessDenied(
+                f"no S3 credentials for {self._endpoint_name()}: set AWS_ACCESS_KEY_ID and "
+                "AWS_SECRET_ACCESS_KEY, or AWS_PROFILE"
+            ) from error
+        except boto_errors.ClientError as error:
+            code = _code(error)
+            if code in MISSING_CODES:
+                raise NoSuchKey(key) from error
+            if code == "NoSuchBucket":
+                raise NoSuchKey(f"{key} (bucket {self.bucket} does not exist)") from error
+            if code in ACCESS_DENIED_CODES:
+                raise StorageAccessDenied(
+                    f"the S3 endpoint {self._endpoint_name()} refused the credentials "
+                    f"{self._identity()}: {code} on {action} {where}"
+                ) from error
+            raise
+
+    def _endpoint_name(self) -> str:
+        return self.endpoint_url or f"AWS S3 ({self.client.meta.region_name})"
+
+    def _identity(self) -> str:
+        if self._credentials is not None:
+            return f"(access key {self._credentials.masked_access_key()})"
+        resolved = boto3.session.Session().get_credentials()  # what boto3's chain finds
+        if resolved is None:
+            return "(none)"
+        return f"(access key {resolved.access_key[:4]}…)"
+
+    def _written(self, key: str, response: Mapping[str, Any], size: int) -> ObjectInfo:
+        """The ObjectInfo of what was just written; LastModified only comes from a HEAD."""
+        etag = _etag(response["ETag"])
+        version_id = response.get("VersionId")
+        head = self.head(key)
+        if head is not None and head.etag == etag:
+            return head
+        # Overwritten since (another writer): describe our version as far as we know it.
+        return ObjectInfo(key, etag, size, datetime.now(UTC), version_id)
+
+    def __repr__(self) -> str:
+        return f"S3Store(bucket={self.bucket!r}, endpoint={self._endpoint_name()!r})"
+
+
+def make_client(
+    *,
+    endpoint_url: str | None,
+    region: str,
+    path_style: bool,
+    credentials: S3Credentials | None,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+) -> Any:
+    """One boto3 S3 client; session creation is slow (100-580 ms), so make it once per store."""
+    config = Config(
+        region_name=region,
+        retries={"mode": "standard", "max_attempts": max_attempts},
+        s3={"addressing_style": "path" if path_style else "auto"},
+        connect_timeout=5,
+        read_timeout=60,
+        max_pool_connections=32,
+        # SeaweedFS/MinIO/R2 handle these; without it, boto3 >= 1.36 adds CRC checksums that
+        # some S3-compatible servers reject.
+        request_checksum_calculation="when_required",
+        response_checksum_validation="when_required",
+    )
+    keys: dict[str, str] = {}
+    if credentials is not None:
+        keys = {
+            "aws_access_key_id": credentials.access_key,
+            "aws_secret_access_key": credentials.secret_key,
+        }
+    session = boto3.session.Session()
+    return session.client("s3", endpoint_url=endpoint_url, config=config, **keys)
+
+
+@contextlib.contextmanager
+def store_session(settings: Settings, **options: Any) -> Iterator[S3Store]:
+    """A store with its bucket created. With no endpoint configured, uses the embedded server
+    of `settings.home`: attaches to one already running (`kindex up`), or starts one and stops
+    it on exit."""
+    running = running_server(settings.home) if settings.embedded else None
+    if settings.embedded and running is None:
+        with EmbeddedS3.from_settings(settings, log_path=settings.logs_dir / "s3.log"):
+            yield _store_with_bucket(settings, options)
+        return
+    if running is not None:
+        settings = settings.replace(s3_port=running.port)
+    yield _store_with_bucket(settings, options)
+
+
+def _store_with_bucket(settings: Settings, options: Mapping[str, Any]) -> S3Store:
+    store = S3Store.from_settings(settings, **options)
+    store.ensure_bucket()
+    return store
+
+
+def _put_args(content_type: str | None, metadata: Mapping[str, str] | None) -> dict[str, Any]:
+    extra: dict[str, Any] = {}
+    if content_type:
+        extra["ContentType"] = content_type
+    if metadata:
+        extra["Metadata"] = dict(metadata)
+    return extra
+
+
+def _info(key: str, response: Mapping[str, Any], size: int) -> ObjectInfo:
+    return ObjectInfo(
+        key=key,
+        etag=_etag(response["ETag"]),
+        size=size,
+        last_modified=_utc(response["LastModified"]),
+        version_id=response.get("VersionId"),
+    )
+
+
+def _etag(value: str) -> str:
+    return value.strip('"')
+
+
+def _utc(value: datetime) -> datetime:
+    return value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def _code(error: boto_errors.ClientError) -> str:
+    return str(error.response.get("Error", {}).get("Code", ""))

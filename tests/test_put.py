@@ -1,0 +1,80 @@
+"""`kindex put` against a configured endpoint and against the embedded server it starts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pipelines.cli import main
+from pipelines.storage.embedded import EmbeddedS3, find_free_port_block, running_server
+from pipelines.storage.s3 import S3Store
+
+
+def test_put_uploads_to_incoming(
+    s3_store: S3Store, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first, second = tmp_path / "a.csv", tmp_path / "b.yaml"
+    first.write_bytes(b"kernel,value\njsd,1\n")
+    second.write_bytes(b"runs: []\n")
+    assert main(["put", str(first), str(second)]) == 0
+
+    lines = capsys.readouterr().out.splitlines()
+    for path, line in zip((first, second), lines, strict=True):
+        info = s3_store.head(f"incoming/{path.name}")
+        assert info is not None
+        url = f"s3://{s3_store.bucket}/incoming/{path.name}"
+        assert line == f"{url}\t{info.size} bytes\tETag {info.etag}"
+        assert s3_store.get_bytes(info.key) == path.read_bytes()
+
+
+def test_put_to_a_chosen_key(s3_store: S3Store, tmp_path: Path) -> None:
+    path = tmp_path / "results.csv"
+    path.write_bytes(b"x")
+    assert main(["put", str(path), "--key", "incoming/team/2026-05.csv"]) == 0
+    assert s3_store.get_bytes("incoming/team/2026-05.csv") == b"x"
+    assert s3_store.head("incoming/results.csv") is None
+
+
+def test_put_usage_errors(
+    s3_store: S3Store, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "a.csv"
+    path.write_bytes(b"x")
+    assert main(["put", str(path), str(path), "--key", "k"]) == 2
+    assert main(["put", str(tmp_path / "missing.csv")]) == 2
+    assert "no such file" in capsys.readouterr().err
+    assert list(s3_store.list("")) == []
+
+
+def test_put_reports_an_unreachable_endpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    endpoint = f"http://127.0.0.1:{find_free_port_block()}"
+    monkeypatch.setenv("KINDEX_S3_ENDPOINT", endpoint)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "KXNOBODY")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret-never-shown")
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    path = tmp_path / "a.csv"
+    path.write_bytes(b"x")
+    assert main(["put", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert endpoint in err and "secret-never-shown" not in err
+
+
+def test_put_starts_and_stops_the_embedded_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    home, port = tmp_path / "home", find_free_port_block()
+    monkeypatch.delenv("KINDEX_S3_ENDPOINT", raising=False)
+    monkeypatch.setenv("KINDEX_HOME", str(home))
+    monkeypatch.setenv("KINDEX_S3_PORT", str(port))
+    path = tmp_path / "a.csv"
+    path.write_bytes(b"kept in the home")
+    assert main(["put", str(path)]) == 0
+    assert "s3://kindex/incoming/a.csv" in capsys.readouterr().out
+    assert running_server(home) is None  # stopped on exit
+
+    with EmbeddedS3(home, port=port) as server:
+        store = S3Store("kindex", endpoint_url=server.endpoint_url, credentials=server.credentials)
+        assert store.get_bytes("incoming/a.csv") == b"kept in the home"
