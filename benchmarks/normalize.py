@@ -46,7 +46,10 @@ def measure(label: str, command: list[str], rows: int, repeat: int) -> tuple[flo
     samples = [timed(command) for _ in range(repeat)]
     seconds = statistics.median(s for s, _ in samples)
     peak = max(m for _, m in samples)
-    print(f"  {label:<28} {rows / seconds:>10,.0f} rows/s   median {seconds:6.2f} s   peak RSS {peak:5d} MiB")
+    print(
+        f"  {label:<28} {rows / seconds:>10,.0f} rows/s   median {seconds:6.2f} s"
+        f"   peak RSS {peak:5d} MiB"
+    )
     return rows / seconds, peak
 
 
@@ -60,10 +63,25 @@ def main() -> None:
             csv_path = replicate(SOURCE, Path(scratch) / f"liger-{rows}.csv", rows)
             parquet = Path(scratch) / "out.parquet"
             print(f"{rows:,} rows ({csv_path.stat().st_size / 2**20:.0f} MiB CSV)")
-            baseline, _ = measure("duckdb csv->parquet", [sys.executable, "-c", DUCKDB_COPY, str(csv_path), str(parquet)], rows, args.repeat)
-            lines, _ = measure("kindex normalize", [*KINDEX, "normalize", str(csv_path)], rows, args.repeat)
-            summary, _ = measure("kindex normalize --summary", [*KINDEX, "normalize", "--summary", str(csv_path)], rows, args.repeat)
-            print(f"  ratio to duckdb: normalize {lines / baseline:.3f}, --summary {summary / baseline:.3f} (target >= 0.2)")
+            baseline, _ = measure(
+                "duckdb csv->parquet",
+                [sys.executable, "-c", DUCKDB_COPY, str(csv_path), str(parquet)],
+                rows,
+                args.repeat,
+            )
+            lines, _ = measure(
+                "kindex normalize", [*KINDEX, "normalize", str(csv_path)], rows, args.repeat
+            )
+            summary, _ = measure(
+                "kindex normalize --summary",
+                [*KINDEX, "normalize", "--summary", str(csv_path)],
+                rows,
+                args.repeat,
+            )
+            print(
+                f"  ratio to duckdb: normalize {lines / baseline:.3f},"
+                f" --summary {summary / baseline:.3f} (target >= 0.2)"
+            )
 
 
 if __name__ == "__main__":

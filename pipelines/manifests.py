@@ -1,4 +1,5 @@
-"""The seven kernelindex.dev/v1alpha1 kinds kindex emits, and strict validation against their schemas.
+"""The seven kernelindex.dev/v1alpha1 kinds kindex emits, and strict validation against their
+schemas.
 
 The JSON Schemas (copied from KernelIndex, Apache-2.0) are the source of truth: unknown fields are
 errors. Validators are compiled once per process.
@@ -38,7 +39,9 @@ def validator(kind: str) -> Draft202012Validator:
     try:
         name = SCHEMA_FILES[kind]
     except KeyError:
-        raise UnknownKind(f"unknown kind {kind!r}; expected one of {', '.join(SCHEMA_FILES)}") from None
+        raise UnknownKind(
+            f"unknown kind {kind!r}; expected one of {', '.join(SCHEMA_FILES)}"
+        ) from None
     text = resources.files("pipelines.schemas").joinpath(name).read_text(encoding="utf-8")
     schema = json.loads(text)
     Draft202012Validator.check_schema(schema)
@@ -54,7 +57,9 @@ def schema_errors(manifest: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
         yield "/kind", "kind is missing"
         return
     for error in validator(kind).iter_errors(dict(manifest)):
-        pointer = "".join(f"/{str(p).replace('~', '~0').replace('/', '~1')}" for p in error.absolute_path)
+        pointer = "".join(
+            f"/{str(p).replace('~', '~0').replace('/', '~1')}" for p in error.absolute_path
+        )
         yield pointer or "/", error.message
 
 

@@ -38,7 +38,9 @@ def normalize_object(
     try:
         return SourceResult("liger-csv", liger.PARSER_VERSION, liger.normalize_bytes(data))
     except liger.NotLigerCsv as error:
-        return SourceResult("unrecognized", liger.PARSER_VERSION, iter([unrecognized(data, str(error))]))
+        return SourceResult(
+            "unrecognized", liger.PARSER_VERSION, iter([unrecognized(data, str(error))])
+        )
 
 
 RAW_PREVIEW_BYTES = 4096
@@ -48,4 +50,10 @@ def unrecognized(data: bytes, why: str) -> RowOutcome:
     """The single outcome of an object no source recognizes. Its bytes stay in the snapshot; the
     outcome keeps a readable preview of the start, with undecodable bytes escaped."""
     preview = data[:RAW_PREVIEW_BYTES].decode("utf-8", errors="backslashreplace")
-    return RowOutcome(1, "quarantined", preview, "unrecognized_format", f"not a Liger CSV or a worker bundle: {why}")
+    return RowOutcome(
+        1,
+        "quarantined",
+        preview,
+        "unrecognized_format",
+        f"not a Liger CSV or a worker bundle: {why}",
+    )

@@ -15,7 +15,15 @@ SCHEMAS = DATA / "kernelindex" / "schemas"
 HEADER = LIGER_CSV.read_text(encoding="utf-8").splitlines()[0]
 
 # The kinds of a row's records, in the order `kindex normalize` writes them.
-RECORD_ORDER = ("run", "operation", "project", "implementation", "workload", "protocol", "environment")
+RECORD_ORDER = (
+    "run",
+    "operation",
+    "project",
+    "implementation",
+    "workload",
+    "protocol",
+    "environment",
+)
 
 
 @cache

@@ -7,6 +7,7 @@ import json
 import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from liger_support import RECORD_ORDER, vectors
 
 from pipelines.canonical import (
     canonical_json,
@@ -14,7 +15,6 @@ from pipelines.canonical import (
     identity_json,
     manifest_digest,
 )
-from liger_support import RECORD_ORDER, vectors
 
 json_scalars = (
     st.none()
@@ -25,7 +25,9 @@ json_scalars = (
 )
 json_documents = st.recursive(
     json_scalars,
-    lambda children: st.lists(children, max_size=5) | st.dictionaries(st.text(), children, max_size=5),
+    lambda children: (
+        st.lists(children, max_size=5) | st.dictionaries(st.text(), children, max_size=5)
+    ),
     max_leaves=30,
 )
 latency_like = st.floats(min_value=1e-7, max_value=1e17, allow_nan=False)
@@ -38,7 +40,11 @@ def test_fast_path_equals_reference_on_generated_documents(document: object) -> 
 
 
 @settings(max_examples=1000, deadline=None)
-@given(st.dictionaries(st.sampled_from(["ms_20", "ms_50", "ms_80", "é", "\U0001f600", "\ue000"]), latency_like))
+@given(
+    st.dictionaries(
+        st.sampled_from(["ms_20", "ms_50", "ms_80", "é", "\U0001f600", "\ue000"]), latency_like
+    )
+)
 def test_fast_path_equals_reference_near_the_float_boundaries(document: dict[str, float]) -> None:
     assert canonical_json(document) == canonical_json_reference(document)
 

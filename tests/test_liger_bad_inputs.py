@@ -37,7 +37,10 @@ def normalize_text(*rows: str, newline: str = "\n") -> list[RowOutcome]:
         (GOOD + ",extra", "wrong_column_count"),
         (row_with(extra_benchmark_config_str='{"vocab_size": 128256, "bsz": 1'), "bad_config_json"),
         (row_with(extra_benchmark_config_str="[1, 2]"), "bad_config_json"),
-        (row_with(extra_benchmark_config_str='{"vocab_size": NaN, "bsz": 1, "seq_len": 1}'), "bad_config_json"),
+        (
+            row_with(extra_benchmark_config_str='{"vocab_size": NaN, "bsz": 1, "seq_len": 1}'),
+            "bad_config_json",
+        ),
         (row_with(y_value_50="NaN"), "bad_number"),
         (row_with(y_value_50="nan"), "bad_number"),
         (row_with(y_value_20="inf"), "bad_number"),
@@ -50,18 +53,28 @@ def normalize_text(*rows: str, newline: str = "\n") -> list[RowOutcome]:
         (row_with(y_value_20="0.0"), "non_positive_value"),
         (row_with(kernel_name="flash_attention_9000"), "unknown_kernel"),
         (row_with(kernel_provider="cutlass"), "unknown_provider"),
-        (row_with(kernel_provider="megatron-fused"), "unknown_provider"),  # curated for another kernel
+        (
+            row_with(kernel_provider="megatron-fused"),
+            "unknown_provider",
+        ),  # curated for another kernel
         (row_with(gpu_name="NVIDIA H200"), "unknown_gpu"),
         (row_with(kernel_operation_mode="sideways"), "unknown_mode"),
         (row_with(metric_name="throughput"), "unknown_metric"),
         (row_with(metric_unit="s"), "unknown_metric"),
         (row_with(x_name="Q"), "unknown_config_shape"),
         (row_with(x_value="1024.5"), "unknown_config_shape"),
-        (row_with(extra_benchmark_config_str='{"bsz": 1, "seq_len": 8192}'), "unknown_config_shape"),
-        (row_with(extra_benchmark_config_str='{"vocab_size": 128256, "bsz": 1, "seq_len": 8192, "new": 1}'),
-         "unknown_config_shape"),
-        (row_with(extra_benchmark_config_str='{"vocab_size": "big", "bsz": 1, "seq_len": 8192}'),
-         "unknown_config_shape"),
+        (
+            row_with(extra_benchmark_config_str='{"bsz": 1, "seq_len": 8192}'),
+            "unknown_config_shape",
+        ),
+        (
+            row_with(extra_benchmark_config_str='{"vocab_size": 2, "bsz": 1, "seq_len": 2, "x": 1}'),
+            "unknown_config_shape",
+        ),
+        (
+            row_with(extra_benchmark_config_str='{"vocab_size": "big", "bsz": 1, "seq_len": 8192}'),
+            "unknown_config_shape",
+        ),
         (row_with(timestamp="yesterday"), "bad_timestamp"),
         (row_with(timestamp="2026-02-30 10:00:00"), "bad_timestamp"),
     ],
@@ -95,7 +108,9 @@ def test_crlf_bom_and_reordered_columns_are_read() -> None:
 
 
 def test_quoted_field_across_lines_keeps_line_numbers() -> None:
-    multiline = row_with(extra_benchmark_config_str='{"vocab_size": 128256,\n "bsz": 1, "seq_len": 8192}')
+    multiline = row_with(
+        extra_benchmark_config_str='{"vocab_size": 128256,\n "bsz": 1, "seq_len": 8192}'
+    )
     outcomes = normalize_text(multiline, GOOD)
     assert [(o.source_line, o.status) for o in outcomes] == [(2, "ok"), (4, "quarantined")]
     assert outcomes[1].reason == "duplicate_external_id"
@@ -129,7 +144,11 @@ def test_header_only_gives_no_rows() -> None:
 
 
 def test_binary_garbage_rows_after_a_valid_header() -> None:
-    data = (HEADER + "\n" + GOOD + "\n").encode() + b"\xff\xfe\x00garbage,\x81\n" + (GOOD + "\n").encode()
+    data = (
+        (HEADER + "\n" + GOOD + "\n").encode()
+        + b"\xff\xfe\x00garbage,\x81\n"
+        + (GOOD + "\n").encode()
+    )
     outcomes = list(normalize_bytes(data))
     assert [o.status for o in outcomes] == ["ok", "quarantined", "quarantined"]
     assert outcomes[1].reason == "bad_encoding" and outcomes[1].source_line == 3

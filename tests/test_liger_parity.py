@@ -48,7 +48,9 @@ def test_source_lines_and_raw_text_point_into_the_file() -> None:
 def test_seeds_come_out_exactly() -> None:
     for name, line in (("000_62d94da41d44ef74.txt", 2212), ("004_34dae7d6c56bcfaf.txt", 1843)):
         expected = seed(name)
-        run, _, _, implementation, workload, protocol, environment = outcomes_by_line()[line].records
+        run, _, _, implementation, workload, protocol, environment = outcomes_by_line()[
+            line
+        ].records
         assert run.manifest == expected["run"]
         assert protocol.manifest == expected["protocol"]
         assert environment.manifest == expected["environment"]
@@ -82,8 +84,14 @@ def test_memory_runs_never_collide_with_speed_runs() -> None:
     speed, memory = {}, {}
     for outcome in outcomes_by_line().values():
         assert outcome.facts is not None and outcome.run is not None
-        key = (outcome.facts.kernel, outcome.facts.provider, outcome.facts.mode, outcome.facts.gpu,
-               outcome.facts.case_key, outcome.facts.observed_at[:16])
+        key = (
+            outcome.facts.kernel,
+            outcome.facts.provider,
+            outcome.facts.mode,
+            outcome.facts.gpu,
+            outcome.facts.case_key,
+            outcome.facts.observed_at[:16],
+        )
         (memory if outcome.facts.metric == "memory" else speed)[key] = outcome
     pairs = [(speed[k], memory[k]) for k in speed.keys() & memory.keys()]
     assert pairs, "the CSV has speed and memory rows of the same case"
@@ -104,7 +112,9 @@ def test_memory_values_are_integer_bytes_from_mib() -> None:
 
 def test_every_emitted_manifest_validates_against_the_shared_schemas() -> None:
     validators = {
-        kind: Draft202012Validator(json.loads(Path(SCHEMAS, f"{stem}.v1alpha1.schema.json").read_text()))
+        kind: Draft202012Validator(
+            json.loads(Path(SCHEMAS, f"{stem}.v1alpha1.schema.json").read_text())
+        )
         for kind, stem in SCHEMA_FILE.items()
     }
     seen: set[str] = set()

@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import Counter
-from pathlib import Path
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from pipelines.liger.normalize import NotLigerCsv, normalize_stream
@@ -25,9 +25,13 @@ def register(subparsers: Any) -> None:
         description="Dry run: normalize a Liger benchmark CSV without uploading it.",
     )
     parser.add_argument("file", type=Path, help="a Liger benchmark CSV")
-    parser.add_argument("--summary", action="store_true", help="print counts per status and reason instead")
     parser.add_argument(
-        "--workers", type=int, default=None,
+        "--summary", action="store_true", help="print counts per status and reason instead"
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
         help="worker processes (default: all cores for files over 8 MiB, else 1)",
     )
     parser.set_defaults(func=run)
@@ -38,7 +42,9 @@ def run(args: argparse.Namespace) -> int:
         with args.file.open("rb") as stream:
             parallel = args.workers > 1 if args.workers is not None else worth_parallel(stream)
             if parallel:
-                results = normalize_parallel(stream, with_lines=not args.summary, workers=args.workers)
+                results = normalize_parallel(
+                    stream, with_lines=not args.summary, workers=args.workers
+                )
             else:
                 results = (_Row.of(o, with_line=not args.summary) for o in normalize_stream(stream))
             if args.summary:
@@ -46,12 +52,16 @@ def run(args: argparse.Namespace) -> int:
             else:
                 _print_lines(results)
     except NotLigerCsv as error:
-        print(f"kindex normalize: {args.file} is not a Liger benchmark CSV: {error}", file=sys.stderr)
+        print(
+            f"kindex normalize: {args.file} is not a Liger benchmark CSV: {error}", file=sys.stderr
+        )
         return 2
     except BrokenPipeError:
         raise  # `kindex normalize FILE | head`: handled quietly by the CLI
     except OSError as error:
-        print(f"kindex normalize: cannot read {args.file}: {error.strerror or error}", file=sys.stderr)
+        print(
+            f"kindex normalize: cannot read {args.file}: {error.strerror or error}", file=sys.stderr
+        )
         return 2
     return 0
 
@@ -63,8 +73,11 @@ class _Row:
     def of(outcome: RowOutcome, *, with_line: bool) -> RowResult:
         facts = outcome.facts
         return RowResult(
-            outcome.source_line, outcome.status, outcome.reason,
-            facts.metric if facts else None, facts.external_id if facts else None,
+            outcome.source_line,
+            outcome.status,
+            outcome.reason,
+            facts.metric if facts else None,
+            facts.external_id if facts else None,
             outcome.json_line() if with_line else None,
         )
 
@@ -86,8 +99,10 @@ def _print_summary(results: Iterable[RowResult]) -> None:
             metrics[result.metric] += 1
     total = sum(counts.values())
     print(f"rows: {total}")
-    print(f"ok: {sum(n for (status, _), n in counts.items() if status == 'ok')}"
-          f" (latency runs: {metrics['latency']}, memory runs: {metrics['memory']})")
+    print(
+        f"ok: {sum(n for (status, _), n in counts.items() if status == 'ok')}"
+        f" (latency runs: {metrics['latency']}, memory runs: {metrics['memory']})"
+    )
     print(f"quarantined: {sum(n for (status, _), n in counts.items() if status == 'quarantined')}")
     for (status, reason), n in sorted(counts.items(), key=lambda item: -item[1]):
         if status == "quarantined":

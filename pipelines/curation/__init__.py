@@ -192,7 +192,11 @@ def _providers(document: Mapping[str, Any]) -> dict[str, Provider]:
 def _gpus(document: Mapping[str, Any]) -> dict[str, Gpu]:
     gpus = {}
     for name, entry in document["gpus"].items():
-        hardware = {k: str(entry[k]) for k in ("vendor", "product", "architecture", "formFactor") if k in entry}
+        hardware = {
+            k: str(entry[k])
+            for k in ("vendor", "product", "architecture", "formFactor")
+            if k in entry
+        }
         gpus[name] = Gpu(name=name, hardware=hardware, title=str(entry["title"]))
     return gpus
 

@@ -19,15 +19,15 @@ from functools import lru_cache
 from typing import Any, BinaryIO
 
 from pipelines import API_VERSION
+from pipelines.canonical import FAST_FLOAT_MAX as _FAST_MAX
+from pipelines.canonical import FAST_FLOAT_MIN as _FAST_MIN
 from pipelines.canonical import (
+    MAX_SAFE_INTEGER,
     canonical_json_prechecked,
     digest_of_canonical,
     identity,
     manifest_digest,
 )
-from pipelines.canonical import FAST_FLOAT_MAX as _FAST_MAX
-from pipelines.canonical import FAST_FLOAT_MIN as _FAST_MIN
-from pipelines.canonical import MAX_SAFE_INTEGER
 from pipelines.curation import Curation, ExpressionError, Kernel, load
 from pipelines.liger.read import CsvRecord, LigerCsv, NotLigerCsv, open_liger_csv
 from pipelines.records import Record, RowOutcome, RunFacts
@@ -131,7 +131,9 @@ class Normalizer:
 
     def _project(self, provider: str) -> Record:
         entry = self.curation.providers[provider]
-        return _record(_manifest("SoftwareProject", {"name": entry.project_slug}, dict(entry.project)))
+        return _record(
+            _manifest("SoftwareProject", {"name": entry.project_slug}, dict(entry.project))
+        )
 
     def _implementation(self, kernel_name: str, provider_name: str) -> Record:
         kernel = self.curation.kernels[kernel_name]
@@ -153,20 +155,31 @@ class Normalizer:
 
     def _environment(self, gpu_name: str) -> Record:
         gpu = self.curation.gpus[gpu_name]
-        metadata = {"name": f"liger-bench-{slug(gpu_name)}", "title": f"Liger benchmark host · {gpu.title}"}
-        return _record(_manifest("ExecutionEnvironment", metadata, {"hardware": dict(gpu.hardware), "software": {}}))
+        metadata = {
+            "name": f"liger-bench-{slug(gpu_name)}",
+            "title": f"Liger benchmark host · {gpu.title}",
+        }
+        return _record(
+            _manifest(
+                "ExecutionEnvironment", metadata, {"hardware": dict(gpu.hardware), "software": {}}
+            )
+        )
 
     def _protocol(self, metric: str, mode: str) -> Record:
         method, passing = self.curation.metrics[metric], self.curation.passes[mode]
         memory = metric == "memory"
         metadata = {
             "name": f"liger-bench-{'memory' if memory else 'do-bench'}-{mode}",
-            "title": f"Liger benchmark harness · {passing.title}{' · peak memory' if memory else ''}",
+            "title": f"Liger benchmark harness · {passing.title}"
+            + (" · peak memory" if memory else ""),
         }
         spec = {
             "harness": dict(self.curation.harness),
             "measurement": {"timer": method["timer"], "primaryStatistic": "median"},
-            "comparability": {"family": method["family"], "notes": method["notes"].format(**{"pass": passing.timed})},
+            "comparability": {
+                "family": method["family"],
+                "notes": method["notes"].format(**{"pass": passing.timed}),
+            },
         }
         return _record(_manifest("BenchmarkProtocol", metadata, spec))
 
@@ -182,7 +195,9 @@ class Normalizer:
             "tensors": _tensors(kernel, axes, dtype),
         }
         if scalars:
-            spec["scalars"] = {name: {"dtype": "fp32", "value": value} for name, value in scalars.items()}
+            spec["scalars"] = {
+                name: {"dtype": "fp32", "value": value} for name, value in scalars.items()
+            }
         spec["correctness"] = {"comparator": "not_asserted"}
         bound = ", ".join(f"{name}={value}" for name, value in axes.items())
         metadata = {
@@ -196,15 +211,23 @@ class Normalizer:
     ) -> tuple[dict[str, int], str, dict[str, float | int]]:
         binding = kernel.bindings.get(x_name)
         if binding is None:
-            raise RowRejected("unknown_config_shape", f"{kernel.name} has no curated binding for x_name {x_name!r}")
+            raise RowRejected(
+                "unknown_config_shape",
+                f"{kernel.name} has no curated binding for x_name {x_name!r}",
+            )
         scalar_keys = frozenset().union(*(e.names for e in kernel.scalars.values()))
         allowed = binding.config_keys | scalar_keys | {"dtype"}
         _check_config_keys(kernel.name, x_name, allowed, binding.require, config)
         values = {k: v for k, v in config.items() if _is_integer(v)}
         values["x"] = _positive_integer(x_text, "x_value")
         try:
-            axes = {axis: _axis_value(axis, expr.evaluate(values)) for axis, expr in binding.axes.items()}
-            scalars = {name: _scalar(name, expr.evaluate(config)) for name, expr in kernel.scalars.items()}
+            axes = {
+                axis: _axis_value(axis, expr.evaluate(values))
+                for axis, expr in binding.axes.items()
+            }
+            scalars = {
+                name: _scalar(name, expr.evaluate(config)) for name, expr in kernel.scalars.items()
+            }
         except (ExpressionError, TypeError) as error:
             raise RowRejected("unknown_config_shape", f"{kernel.name}: {error}") from None
         return axes, self._dtype(kernel, config), scalars
@@ -214,7 +237,9 @@ class Normalizer:
             if kernel.default_dtype is None:
                 raise RowRejected("unknown_config_shape", f"{kernel.name}: config names no dtype")
             return kernel.default_dtype
-        dtype = self.curation.dtypes.get(config["dtype"]) if isinstance(config["dtype"], str) else None
+        dtype = (
+            self.curation.dtypes.get(config["dtype"]) if isinstance(config["dtype"], str) else None
+        )
         if dtype is None:
             raise RowRejected("unknown_config_shape", f"unknown dtype {config['dtype']!r}")
         return dtype
@@ -222,15 +247,28 @@ class Normalizer:
     # --- one row ----------------------------------------------------------------------------
     def normalize(self, row: dict[str, str]) -> tuple[list[Record], RunFacts]:
         series = self.series(
-            row["kernel_name"], row["kernel_provider"], row["kernel_operation_mode"], row["gpu_name"],
+            row["kernel_name"],
+            row["kernel_provider"],
+            row["kernel_operation_mode"],
+            row["gpu_name"],
             _metric(row["metric_name"], row["metric_unit"]),
         )
         stats = [parse_positive(row[c], c) for c in ("y_value_50", "y_value_20", "y_value_80")]
         observed_at, stamp = parse_timestamp(row["timestamp"])
-        workload = self.workload(series.kernel, row["x_name"], row["x_value"], row["extra_benchmark_config_str"])
+        workload = self.workload(
+            series.kernel, row["x_name"], row["x_value"], row["extra_benchmark_config_str"]
+        )
         run, facts = series.run(stats, observed_at, stamp, workload, row["liger_version"].strip())
         operation, project, implementation, protocol, environment = series.references
-        return [run, operation, project, implementation, workload.record, protocol, environment], facts
+        return [
+            run,
+            operation,
+            project,
+            implementation,
+            workload.record,
+            protocol,
+            environment,
+        ], facts
 
     @lru_cache(maxsize=1024)  # noqa: B019 - one Normalizer per file; the cache dies with it
     def series(self, kernel: str, provider: str, mode: str, gpu: str, metric: str) -> Series:
@@ -260,9 +298,14 @@ class Normalizer:
             raise RowRejected("unknown_kernel", f"kernel {kernel!r} is not curated")
         entry = curation.providers.get(provider)
         if entry is None or not entry.implements(kernel):
-            raise RowRejected("unknown_provider", f"provider {provider!r} is not curated for {kernel}")
+            raise RowRejected(
+                "unknown_provider", f"provider {provider!r} is not curated for {kernel}"
+            )
         if mode not in curation.passes:
-            raise RowRejected("unknown_mode", f"kernel_operation_mode {mode!r} is not one of {sorted(curation.passes)}")
+            raise RowRejected(
+                "unknown_mode",
+                f"kernel_operation_mode {mode!r} is not one of {sorted(curation.passes)}",
+            )
         if gpu not in curation.gpus:
             raise RowRejected("unknown_gpu", f"gpu_name {gpu!r} is not curated")
 
@@ -309,11 +352,18 @@ class Series:
                 {"metric": "latency", "unit": "ns", "statistic": "p80", "value": values[2]},
             ]
             native = dict(zip(("ms_50", "ms_20", "ms_80"), stats, strict=True))
-        spec["sourceNative"] = {"source": SOURCE, "benchmark": f"{kernel}/{mode}", "externalId": external_id, "metrics": native}
+        spec["sourceNative"] = {
+            "source": SOURCE,
+            "benchmark": f"{kernel}/{mode}",
+            "externalId": external_id,
+            "metrics": native,
+        }
         spec["observedAt"] = observed_at
         name_mode = f"{mode}-memory" if memory else mode
         metadata: dict[str, Any] = {
-            "name": joined_slug("liger", kernel, name_mode, provider, self.gpu, workload.case_key, stamp)[:NAME_LIMIT],
+            "name": joined_slug(
+                "liger", kernel, name_mode, provider, self.gpu, workload.case_key, stamp
+            )[:NAME_LIMIT],
             "title": f"{self.kernel_title} · {provider} · {mode}" + (" · memory" if memory else ""),
         }
         if version:
@@ -371,15 +421,28 @@ def _parse_config(text: str) -> dict[str, Any]:
 
 
 def _check_config_keys(
-    kernel: str, x_name: str, allowed: frozenset[str], require: dict[str, Any], config: dict[str, Any]
+    kernel: str,
+    x_name: str,
+    allowed: frozenset[str],
+    require: dict[str, Any],
+    config: dict[str, Any],
 ) -> None:
     unexpected = sorted(set(config) - allowed)
     if unexpected:
-        raise RowRejected("unknown_config_shape", f"{kernel}/{x_name}: unexpected config key(s) {unexpected}")
+        raise RowRejected(
+            "unknown_config_shape", f"{kernel}/{x_name}: unexpected config key(s) {unexpected}"
+        )
     for key, expected in require.items():
         value = config.get(key)
-        if value != expected or type(value) is not type(expected) and not (_is_integer(value) and _is_integer(expected)):
-            raise RowRejected("unknown_config_shape", f"{kernel}/{x_name}: config {key}={value!r}, curated for {expected!r}")
+        if (
+            value != expected
+            or type(value) is not type(expected)
+            and not (_is_integer(value) and _is_integer(expected))
+        ):
+            raise RowRejected(
+                "unknown_config_shape",
+                f"{kernel}/{x_name}: config {key}={value!r}, curated for {expected!r}",
+            )
 
 
 def _positive_integer(text: str, column: str) -> int:
@@ -391,7 +454,9 @@ def _positive_integer(text: str, column: str) -> int:
 
 def _axis_value(axis: str, value: Any) -> int:
     if not _is_integer(value) or value <= 0:
-        raise RowRejected("unknown_config_shape", f"axis {axis} is not a positive integer: {value!r}")
+        raise RowRejected(
+            "unknown_config_shape", f"axis {axis} is not a positive integer: {value!r}"
+        )
     return int(value)
 
 
@@ -406,7 +471,9 @@ def _metric(name: str, unit: str) -> str:
         return "speed"
     if (name, unit) == ("memory", "MB"):
         return "memory"
-    raise RowRejected("unknown_metric", f"metric {name!r} in {unit!r}: expected speed/ms or memory/MB")
+    raise RowRejected(
+        "unknown_metric", f"metric {name!r} in {unit!r}: expected speed/ms or memory/MB"
+    )
 
 
 def _tensors(kernel: Kernel, axes: dict[str, int], dtype: str) -> dict[str, Any]:
@@ -422,7 +489,10 @@ def _tensors(kernel: Kernel, axes: dict[str, int], dtype: str) -> dict[str, Any]
         if tensor is None:
             continue
         shape = [dim if isinstance(dim, int) else sizes[dim] for dim in tensor["shape"]]
-        tensors[entry["name"]] = {"shape": shape, "dtype": dtype if tensor["dtype"] == "float" else tensor["dtype"]}
+        tensors[entry["name"]] = {
+            "shape": shape,
+            "dtype": dtype if tensor["dtype"] == "float" else tensor["dtype"],
+        }
     return tensors
 
 
@@ -462,7 +532,9 @@ def outcome_of(record: CsvRecord, columns: tuple[str, ...], normalizer: Normaliz
     return RowOutcome(record.line, "ok", record.raw, records=records, facts=facts)
 
 
-def normalize_lines(lines: Iterable[bytes], normalizer: Normalizer | None = None) -> Iterator[RowOutcome]:
+def normalize_lines(
+    lines: Iterable[bytes], normalizer: Normalizer | None = None
+) -> Iterator[RowOutcome]:
     """Normalize a Liger CSV given as binary lines (e.g. a file opened "rb"): streams.
 
     Raises NotLigerCsv before yielding anything when the header is not Liger's.
@@ -471,7 +543,9 @@ def normalize_lines(lines: Iterable[bytes], normalizer: Normalizer | None = None
     return _outcomes(csv_file, normalizer or Normalizer())
 
 
-def normalize_stream(stream: BinaryIO, normalizer: Normalizer | None = None) -> Iterator[RowOutcome]:
+def normalize_stream(
+    stream: BinaryIO, normalizer: Normalizer | None = None
+) -> Iterator[RowOutcome]:
     return normalize_lines(stream, normalizer)
 
 

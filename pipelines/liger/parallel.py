@@ -49,22 +49,26 @@ ResultTuple = tuple[int, str, str | None, str | None, str | None, bytes | None]
 def _normalize_batch(job: tuple[list[RecordTuple], bool]) -> list[ResultTuple]:
     records, with_lines = job
     assert _normalizer is not None
-    results = []
+    results: list[ResultTuple] = []
     for line, raw, fields, error in records:
         outcome = outcome_of(CsvRecord(line, raw, fields, error), _columns, _normalizer)
         facts = outcome.facts
-        results.append((
-            line,
-            outcome.status,
-            outcome.reason,
-            facts.metric if facts else None,
-            facts.external_id if facts else None,
-            outcome.json_line() if with_lines else None,
-        ))
+        results.append(
+            (
+                line,
+                outcome.status,
+                outcome.reason,
+                facts.metric if facts else None,
+                facts.external_id if facts else None,
+                outcome.json_line() if with_lines else None,
+            )
+        )
     return results
 
 
-def _batches(records: Iterator[CsvRecord], with_lines: bool) -> Iterator[tuple[list[RecordTuple], bool]]:
+def _batches(
+    records: Iterator[CsvRecord], with_lines: bool
+) -> Iterator[tuple[list[RecordTuple], bool]]:
     while batch := [(r.line, r.raw, r.fields, r.error) for r in islice(records, BATCH_ROWS)]:
         yield batch, with_lines
 
@@ -93,7 +97,9 @@ def normalize_parallel(
     context = multiprocessing.get_context("spawn" if os.name != "posix" else "fork")
     seen: set[str] = set()
     with context.Pool(workers or os.cpu_count() or 2, _start_worker, (csv_file.columns,)) as pool:
-        for batch in pool.imap(_normalize_batch, _batches(remembered(csv_file.records), with_lines)):
+        for batch in pool.imap(
+            _normalize_batch, _batches(remembered(csv_file.records), with_lines)
+        ):
             for values in batch:
                 result = RowResult(*values)
                 raw = raw_by_line.pop(result.line)
@@ -102,7 +108,11 @@ def normalize_parallel(
                 elif result.external_id in seen:
                     duplicate = duplicate_outcome(result.line, raw, result.external_id)
                     yield RowResult(
-                        result.line, duplicate.status, duplicate.reason, None, None,
+                        result.line,
+                        duplicate.status,
+                        duplicate.reason,
+                        None,
+                        None,
                         duplicate.json_line() if with_lines else None,
                     )
                 else:

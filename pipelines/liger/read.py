@@ -54,7 +54,9 @@ class LigerCsv:
         return self.columns.index(column)
 
 
-def _decoded_lines(lines: Iterable[bytes], bad_lines: set[int], consumed: list[str]) -> Iterator[str]:
+def _decoded_lines(
+    lines: Iterable[bytes], bad_lines: set[int], consumed: list[str]
+) -> Iterator[str]:
     """Decode lines, remembering which were not UTF-8 and the text the csv reader consumed."""
     for number, line in enumerate(lines, start=2):
         try:
