@@ -5,8 +5,8 @@ never enters a digest.
 
 ``rfc8785`` (Trail of Bits) is the reference serializer, but it is pure Python and costs ~20 µs
 for a tiny document. The fast path hands a document to ``orjson`` with sorted keys when every
-part of it is printed identically by both: ASCII keys (so byte order equals UTF-16 code-unit order) and
-numbers that are integers or non-integral floats in [1e-5, 1e15), where orjson's shortest
+part of it is printed identically by both: ASCII keys (so byte order equals UTF-16 code-unit
+order) and numbers that are integers or non-integral floats in [1e-5, 1e15), where orjson's shortest
 round-trip output is ECMAScript's. Any other document takes the reference path.
 tests/test_canonical.py proves the two byte-identical over generated documents and every vector.
 """

@@ -68,7 +68,9 @@ def normalize_text(*rows: str, newline: str = "\n") -> list[RowOutcome]:
             "unknown_config_shape",
         ),
         (
-            row_with(extra_benchmark_config_str='{"vocab_size": 2, "bsz": 1, "seq_len": 2, "x": 1}'),
+            row_with(
+                extra_benchmark_config_str='{"vocab_size": 2, "bsz": 1, "seq_len": 2, "q": 1}'
+            ),
             "unknown_config_shape",
         ),
         (
