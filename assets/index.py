@@ -1,6 +1,5 @@
 """The index: every file's records folded into a DuckDB/Parquet index, published atomically."""
 
-
 from typing import Any
 
 from dagster import (

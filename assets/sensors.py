@@ -1,7 +1,6 @@
 """Sensors: new object versions under `incoming/` become partitions and runs; automation keeps
 the index current. Both are declared here running by default, so `kindex up` needs no click."""
 
-
 import hashlib
 from collections.abc import Sequence
 

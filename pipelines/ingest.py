@@ -15,6 +15,8 @@ from typing import Any
 import orjson
 from tqdm import tqdm
 
+from pipelines.index.faults import RECORD_FILES_WRITTEN, pause_point
+from pipelines.index.known import known_manifests
 from pipelines.index.layout import IndexLayout
 from pipelines.index.publish import IndexVersion, publish_index
 from pipelines.index.reads import ObjectRead
@@ -112,7 +114,7 @@ def process_snapshot(store: ObjectStore, settings: Any, snapshot: Any) -> Snapsh
     The read (key, ETag) is registered every time, so the same bytes under a new key count."""
     layout = IndexLayout.of(settings)
     data = snapshot_data(store, settings, snapshot)
-    result = normalize_object(snapshot.key, data)
+    result = normalize_object(snapshot.key, data, known_digest=known_manifests(store, settings))
     prefix = layout.record_set_prefix(result.parser_version, snapshot.digest)
     read = object_read(snapshot, layout.bucket, result.parser_version, result.source)
     existing = store.head(prefix + SUMMARY_FILE)
@@ -147,6 +149,7 @@ def write_record_set(
             parquet_bytes(tables[name]),
             content_type="application/vnd.apache.parquet",
         )
+    pause_point(RECORD_FILES_WRITTEN)
     summary = {
         "snapshot_digest": snapshot.digest,
         "parser_version": parser_version,

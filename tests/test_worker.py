@@ -2,24 +2,28 @@
 
 from __future__ import annotations
 
+import json
 import math
 import random
-from collections.abc import Iterator, Mapping
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from index_support import index_settings, query
 
 from pipelines.bundles.normalize import normalize_bundle_bytes
 from pipelines.bundles.reader import read_documents
 from pipelines.bundles.validate import check_manifest
+from pipelines.index.publish import publish_index
+from pipelines.ingest import process_snapshot
+from pipelines.snapshots import take_snapshot
 from pipelines.sources import normalize_object
-from pipelines.storage.base import NoSuchKey, ObjectInfo
 from pipelines.worker import BundleWriter, InvalidBundle, capture_environment, summarize_ns
 from pipelines.worker.environment import parse_nvidia_smi, sm_architecture
 from pipelines.worker.stats import median_rank_interval
+
+__all__ = ["index_settings"]
 
 FIXTURE = Path(__file__).parent / "data" / "kernelindex" / "submissions" / "example-fixture.yaml"
 
@@ -108,50 +112,6 @@ def test_environment_is_a_valid_manifest_and_says_when_there_is_no_gpu() -> None
     assert environment["spec"]["software"]["operatingSystem"]
 
 
-class MemoryStore:
-    """An in-process ObjectStore for the writer's upload step (the S3 store is tested with
-    SeaweedFS elsewhere); it records what the writer put."""
-
-    def __init__(self) -> None:
-        self.bucket = "test"
-        self.objects: dict[str, bytes] = {}
-
-    def put_bytes(
-        self,
-        key: str,
-        data: bytes,
-        *,
-        content_type: str | None = None,
-        metadata: Mapping[str, str] | None = None,
-    ) -> ObjectInfo:
-        self.objects[key] = data
-        return self._info(key)
-
-    def _info(self, key: str) -> ObjectInfo:
-        import hashlib
-
-        data = self.objects[key]
-        return ObjectInfo(key, hashlib.md5(data).hexdigest(), len(data), datetime.now(UTC))
-
-    def get_bytes(self, key: str) -> bytes:
-        try:
-            return self.objects[key]
-        except KeyError:
-            raise NoSuchKey(key) from None
-
-    def get_object(self, key: str) -> tuple[bytes, ObjectInfo]:
-        return self.get_bytes(key), self._info(key)
-
-    def head(self, key: str) -> ObjectInfo | None:
-        return self._info(key) if key in self.objects else None
-
-    def list(self, prefix: str) -> Iterator[ObjectInfo]:
-        return (self._info(k) for k in sorted(self.objects) if k.startswith(prefix))
-
-    def delete(self, key: str) -> None:
-        self.objects.pop(key, None)
-
-
 def fixture() -> dict[str, Any]:
     return read_documents(FIXTURE.read_bytes()).documents[0].value
 
@@ -179,30 +139,64 @@ def writer_with_two_runs() -> tuple[BundleWriter, list[list[float]]]:
 
 
 @pytest.mark.parametrize("fmt", ["yaml", "json"])
-def test_writer_bundle_ingests_with_software_and_numpy_statistics(fmt: str) -> None:
+def test_writer_uploads_to_s3_and_the_index_has_software_and_numpy_statistics(
+    fmt: str, s3_store: Any, index_settings: Any
+) -> None:
     writer, all_samples = writer_with_two_runs()
-    store = MemoryStore()
-    info = writer.upload(store, format=fmt)  # type: ignore[arg-type]
+    info = writer.upload(s3_store, format=fmt)  # type: ignore[arg-type]
     assert info.key.startswith("incoming/worker-bundles/") and info.key.endswith("." + fmt)
-    result = normalize_object(info.key, store.get_bytes(info.key))
+    data = s3_store.get_bytes(info.key)
+    result = normalize_object(info.key, data)
     assert result.source == "worker-bundle"
     outcomes = list(result.outcomes)
     assert [o.status for o in outcomes] == ["ok", "ok"]
-    for outcome, samples in zip(outcomes, all_samples, strict=True):
-        facts = outcome.facts
-        assert facts is not None and facts.origin == "measured"
-        assert facts.median == round_half_up(np.median(samples))
-        assert facts.extra["p95"] == round_half_up(np.percentile(samples, 95))
-        assert facts.extra["samples"] == 200
-        assert facts.extra["software"] == capture_environment()["spec"]["software"]
-        assert facts.kernel == "rmsnorm" and facts.provider == "meridian-kernels"
+    for outcome in outcomes:
+        assert outcome.facts is not None and outcome.facts.origin == "measured"
+        assert outcome.facts.kernel == "rmsnorm" and outcome.facts.provider == "meridian-kernels"
     # Shared manifests are written once.
-    bundle = read_documents(store.get_bytes(info.key)).documents[0].value
+    bundle = read_documents(data).documents[0].value
     assert [
         len(bundle[s]) for s in ("projects", "operations", "workloads", "implementations", "runs")
     ] == [1, 1, 2, 1, 2]
     # Re-uploading the same bytes writes the same key.
-    assert writer.upload(store, format=fmt).key == info.key  # type: ignore[arg-type]
+    assert writer.upload(s3_store, format=fmt).key == info.key  # type: ignore[arg-type]
+
+    # The uploaded object through snapshot, records and a published index.
+    snapshot = take_snapshot(s3_store, index_settings, info.key, etag=info.etag)
+    process_snapshot(s3_store, index_settings, snapshot)
+    publish_index(s3_store, index_settings)
+    columns = "samples, median, mean, p05, p95, minimum, maximum, mad, ci95_low, ci95_high"
+    indexed = query(
+        index_settings,
+        f"SELECT {columns}, origin, software, driver, framework_version FROM runs ORDER BY median",
+    )
+    software = capture_environment()["spec"]["software"]
+    for row, samples in zip(indexed, all_samples, strict=True):
+        assert row[:10] == numpy_statistics(samples)
+        assert row[10] == "measured"
+        assert json.loads(row[11]) == software
+        assert row[12] == software.get("driver")
+        assert row[13] == software.get("framework", {}).get("version")
+
+
+def numpy_statistics(samples: list[float]) -> tuple[int, ...]:
+    """(samples, median, mean, p05, p95, min, max, MAD, CI95 low, CI95 high) by numpy."""
+    x = np.sort(np.array(samples))
+    median = np.median(x)
+    ranks = median_rank_interval(len(x))
+    assert ranks is not None
+    return (
+        len(x),
+        round_half_up(median),
+        round_half_up(x.mean()),
+        round_half_up(np.percentile(x, 5)),
+        round_half_up(np.percentile(x, 95)),
+        round_half_up(x.min()),
+        round_half_up(x.max()),
+        round_half_up(np.median(np.abs(x - median))),
+        round_half_up(x[ranks[0] - 1]),
+        round_half_up(x[ranks[1] - 1]),
+    )
 
 
 def test_writer_refuses_to_write_a_bundle_kindex_would_quarantine(tmp_path: Path) -> None:

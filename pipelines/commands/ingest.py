@@ -28,8 +28,14 @@ def run(args: argparse.Namespace) -> int:
     if missing:
         print(f"kindex ingest: no such file: {', '.join(missing)}", file=sys.stderr)
         return 2
+    from pipelines.storage.errors import StorageError
+
     settings = Settings.from_env()
-    summary = ingest_paths(args.files, settings, progress=not args.no_progress)
+    try:
+        summary = ingest_paths(args.files, settings, progress=not args.no_progress)
+    except StorageError as error:  # unreachable endpoint, refused credentials: no traceback
+        print(f"kindex ingest: {error}", file=sys.stderr)
+        return 1
     print(format_summary(summary))
     return 0
 

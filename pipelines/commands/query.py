@@ -40,10 +40,15 @@ def run(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     if args.sync:
         from pipelines.index.local import sync_local
+        from pipelines.storage.errors import StorageError
         from pipelines.storage.s3 import store_session
 
-        with store_session(settings) as store:
-            sync_local(store, settings)
+        try:
+            with store_session(settings) as store:
+                sync_local(store, settings)
+        except StorageError as error:
+            print(f"kindex query: {error}", file=sys.stderr)
+            return 1
     try:
         con = open_index(settings)
     except IndexNotFound as error:

@@ -29,6 +29,7 @@ import duckdb
 import orjson
 import pyarrow as pa
 
+from pipelines.index.faults import INDEX_FILES_WRITTEN, pause_point
 from pipelines.index.layout import IndexLayout, snapshot_hex
 from pipelines.index.local import fetch, install_local, load_current, put_file
 from pipelines.index.reads import ObjectRead
@@ -111,10 +112,12 @@ def publish_index(store: ObjectStore, settings: Any) -> IndexVersion:
         summaries, read_keys = list_record_sets(store, layout)
         included_sets = set(current["record_sets"])
         included_reads = set(current["reads"])
+        # A record set counts once it has a read too: a process killed between the summary and
+        # the read object leaves a set whose runs have no source key yet (its rerun adds it).
         pending_sets = [
             RecordSet(prefix, orjson.loads(store.get_bytes(key)))
             for prefix, key in sorted(summaries.items())
-            if prefix not in included_sets
+            if prefix not in included_sets and prefix in read_keys
         ]
         pending_read_keys = sorted(
             key
@@ -139,6 +142,7 @@ def publish_index(store: ObjectStore, settings: Any) -> IndexVersion:
         manifest["reads"] = sorted(included_reads | set(pending_read_keys))
         manifest_key = layout.manifest_key(version)
         store.put_bytes(manifest_key, orjson.dumps(manifest), content_type="application/json")
+        pause_point(INDEX_FILES_WRITTEN)
         pointer = {"version": version, "manifest": manifest_key}
         store.put_bytes(layout.pointer_key, orjson.dumps(pointer), content_type="application/json")
         install_local(store, layout, manifest)

@@ -25,7 +25,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipelines.records import Record, RowOutcome
+from pipelines.records import Record, RowOutcome, RunFacts
 
 RECORD_FILES = ("runs", "manifests", "quarantine", "lineage")
 SUMMARY_FILE = "summary.json"
@@ -37,6 +37,35 @@ UTC_MS = pa.timestamp("ms", tz="UTC")
 # The supersession series of a run: the same case measured again (kernel, provider, mode, metric,
 # GPU, case key). Stored as a 64-bit hash so the index can find a series by scanning one column.
 SERIES_FIELDS = ("kernel", "provider", "mode", "metric", "gpu", "case_key")
+
+# What worker bundles carry and Liger's CSV does not (NULL for reported runs): statistics in
+# the run's unit, the environment's software and device settings (JSON text), correctness.
+MEASURED_FIELDS: list[tuple[str, pa.DataType]] = [
+    ("samples", pa.int64()),
+    ("mean", pa.int64()),
+    ("p05", pa.int64()),
+    ("p95", pa.int64()),
+    ("minimum", pa.int64()),
+    ("maximum", pa.int64()),
+    ("mad", pa.int64()),
+    ("ci95_low", pa.int64()),
+    ("ci95_high", pa.int64()),
+    ("correctness_comparator", pa.string()),
+    ("matched_ratio", pa.float64()),
+    ("correctness", pa.string()),
+    ("driver", pa.string()),
+    ("cuda_toolkit", pa.string()),
+    ("framework", pa.string()),
+    ("framework_version", pa.string()),
+    ("software", pa.string()),
+    ("device_settings", pa.string()),
+    ("gpu_count", pa.int64()),
+    ("gpu_memory_bytes", pa.int64()),
+    ("protocol_family", pa.string()),
+    ("project", pa.string()),
+    ("implementation_version", pa.string()),
+    ("bundle_pointer", pa.string()),
+]
 
 RUN_SCHEMA = pa.schema(
     [
@@ -63,6 +92,7 @@ RUN_SCHEMA = pa.schema(
         ("p80", pa.int64()),
         ("liger_version", pa.string()),
         ("origin", pa.string()),
+        *MEASURED_FIELDS,
         ("series_key", pa.int64()),
         ("parser_version", pa.string()),
         ("snapshot_digest", pa.string()),
@@ -239,8 +269,53 @@ def run_columns(record: Record, outcome: RowOutcome) -> dict[str, Any]:
         "environment_digest": spec.get("environmentDigest"),
         "status": spec.get("status"),
         **readable,
-        "series_key": series_key(readable[f] for f in SERIES_FIELDS),
+        **measured_columns(facts),
+        "series_key": run_series_key(readable, spec),
         "manifest": json_text(record.manifest),
+    }
+
+
+def run_series_key(readable: Mapping[str, Any], spec: Mapping[str, Any]) -> int:
+    """A measured run is re-measured only under the same protocol and environment: a worker's
+    run never supersedes a reported (CSV) run, nor one measured another way or elsewhere."""
+    values = [readable[f] for f in SERIES_FIELDS]
+    if readable["origin"] == "measured":
+        values += ["measured", spec.get("protocolDigest"), spec.get("environmentDigest")]
+    return series_key(values)
+
+
+def measured_columns(facts: RunFacts | None) -> dict[str, Any]:
+    """The MEASURED_FIELDS of a run, from `RunFacts.extra` (see pipelines/bundles/facts.py)."""
+    extra: dict[str, Any] = facts.extra if facts else {}
+    software = extra.get("software") or {}
+    framework = software.get("framework") or {}
+    correctness = extra.get("correctness") or {}
+    ratio = correctness.get("matchedRatio")
+    return {
+        "samples": extra.get("samples"),
+        "mean": extra.get("mean"),
+        "p05": extra.get("p05"),
+        "p95": extra.get("p95"),
+        "minimum": extra.get("min"),
+        "maximum": extra.get("max"),
+        "mad": extra.get("mad"),
+        "ci95_low": extra.get("ci95_low"),
+        "ci95_high": extra.get("ci95_high"),
+        "correctness_comparator": correctness.get("comparator"),
+        "matched_ratio": float(ratio) if isinstance(ratio, int | float) else None,
+        "correctness": json_text(correctness) if correctness else None,
+        "driver": software.get("driver"),
+        "cuda_toolkit": software.get("cudaToolkit"),
+        "framework": framework.get("name"),
+        "framework_version": framework.get("version"),
+        "software": json_text(software) if software else None,
+        "device_settings": json_text(extra["settings"]) if extra.get("settings") else None,
+        "gpu_count": extra.get("gpu_count"),
+        "gpu_memory_bytes": extra.get("memory_bytes"),
+        "protocol_family": extra.get("protocol_family"),
+        "project": extra.get("project"),
+        "implementation_version": extra.get("implementation_version"),
+        "bundle_pointer": extra.get("pointer"),
     }
 
 

@@ -51,7 +51,10 @@ def connect_remote(
     """An in-memory DuckDB whose index views read the current version's Parquet from S3."""
     layout = IndexLayout.of(settings)
     manifest = load_current(store, layout)
-    con = duckdb.connect()
+    # Nothing is ever downloaded: httpfs comes from the pinned package, by path.
+    con = duckdb.connect(
+        config={"autoinstall_known_extensions": False, "autoload_known_extensions": False}
+    )
     load_httpfs(con, access)
     files = {
         name: [f"s3://{layout.bucket}/{key}" for key in keys]

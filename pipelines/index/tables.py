@@ -77,6 +77,7 @@ VIEWS = ("cohorts", "latest_runs", "speedups", "version_changes", "regressions")
 DUCKDB_TYPES = {
     pa.string(): "VARCHAR",
     pa.int64(): "BIGINT",
+    pa.float64(): "DOUBLE",
     pa.bool_(): "BOOLEAN",
     UTC_MS: "TIMESTAMPTZ",
 }
@@ -104,7 +105,11 @@ KIND_VIEWS: dict[str, tuple[str, str]] = {
         "ExecutionEnvironment",
         "manifest->>'$.spec.hardware.vendor' AS vendor, "
         "manifest->>'$.spec.hardware.product' AS product, "
-        "manifest->>'$.spec.hardware.architecture' AS architecture",
+        "manifest->>'$.spec.hardware.architecture' AS architecture, "
+        "manifest->>'$.spec.software.driver' AS driver, "
+        "manifest->>'$.spec.software.cudaToolkit' AS cuda_toolkit, "
+        "manifest->>'$.spec.software.framework.name' AS framework, "
+        "manifest->>'$.spec.software.framework.version' AS framework_version",
     ),
 }
 

@@ -1,0 +1,96 @@
+"""The Dagster assets for real: sensor tick, partition runs, index, checks, against a real
+SeaweedFS bucket and a temporary Dagster instance, in-process."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from dagster import AssetKey, DagsterInstance
+from dagster_support import (
+    SensorDriver,
+    check_evaluations,
+    execute,
+    latest_metadata,
+    materialize_index,
+)
+from index_support import LIGER_CSV, query
+
+from pipelines.cli import main as kindex
+from pipelines.settings import Settings
+
+LIGER_RUNS = 2448
+
+
+@pytest.fixture
+def instance() -> Iterator[DagsterInstance]:
+    with DagsterInstance.ephemeral() as ephemeral:
+        yield ephemeral
+
+
+def test_liger_csv_and_garbage_become_partitions_and_the_index(
+    s3_store: Any, instance: DagsterInstance, capsys: pytest.CaptureFixture[str]
+) -> None:
+    liger = s3_store.put_bytes("incoming/liger/all_benchmark_data.csv", LIGER_CSV.read_bytes())
+    garbage = s3_store.put_bytes("incoming/garbage.bin", os.urandom(4096) + b"\0\xff" * 64)
+    driver = SensorDriver(instance)
+
+    tick = driver.tick()
+
+    keys = driver.partition_keys()
+    liger_key = f"incoming/liger/all_benchmark_data.csv@{liger.etag[:8]}"
+    garbage_key = f"incoming/garbage.bin@{garbage.etag[:8]}"
+    assert sorted(keys) == sorted([liger_key, garbage_key])
+    assert len(tick.run_requests or []) == 1  # both files in one run
+
+    run = execute(instance, (tick.run_requests or [])[0])
+
+    assert run.success  # the garbage file does not fail the run of the good one
+    liger_meta = latest_metadata(instance, "records", liger_key)
+    assert liger_meta["runs"] == LIGER_RUNS
+    assert liger_meta["source_key"] == "incoming/liger/all_benchmark_data.csv"
+    assert str(liger_meta["snapshot_digest"]).startswith("sha256:")
+    assert "speedups" in liger_meta and "data:image/png;base64," in str(liger_meta["speedups"])
+    assert "| kernel |" in str(liger_meta["runs_preview"])
+    garbage_meta = latest_metadata(instance, "records", garbage_key)
+    assert garbage_meta["runs"] == 0 and garbage_meta["quarantined_rows"] == 1
+    # The check says which file and why.
+    quarantine_check = check_evaluations(run)["no_quarantined_rows"]
+    assert not quarantine_check.passed
+    per_file = str(quarantine_check.metadata["per_file"].value)
+    garbage_line = next(line for line in per_file.splitlines() if garbage_key in line)
+    assert "unrecognized" in garbage_line
+    assert check_evaluations(run)["unique_external_ids"].passed
+    assert check_evaluations(run)["records_match_schemas"].passed
+
+    index_run = materialize_index(instance)
+
+    settings = Settings.from_env()
+    assert query(settings, "select count(*) from runs") == [(LIGER_RUNS,)]
+    assert query(settings, "select count(*) from quarantine") == [(1,)]
+    assert check_evaluations(index_run)["row_counts_match_snapshots"].passed
+    capsys.readouterr()
+    assert kindex(["query", "select count(*) as n from runs", "--format", "csv"]) == 0
+    assert capsys.readouterr().out.split() == ["n", str(LIGER_RUNS)]
+
+
+def test_a_second_tick_without_new_objects_requests_nothing(
+    s3_store: Any, instance: DagsterInstance
+) -> None:
+    s3_store.put_bytes("incoming/a.csv", b"not,a\nliger,file\n")
+    driver = SensorDriver(instance)
+    assert len(driver.tick().run_requests or []) == 1
+
+    again = driver.tick()
+
+    assert not again.run_requests and not again.dynamic_partitions_requests
+    assert len(driver.partition_keys()) == 1
+
+
+def test_index_materializes_with_no_files(s3_store: Any, instance: DagsterInstance) -> None:
+    materialize_index(instance)
+
+    assert query(Settings.from_env(), "select count(*) from runs") == [(0,)]
+    assert instance.get_latest_materialization_event(AssetKey("index")) is not None

@@ -1,0 +1,355 @@
+"""Faults with real processes: the S3 server killed in the middle of an ingest, the `kindex ingest`
+process SIGKILLed in the middle of writing records or publishing. After a rerun the index equals
+that of an undisturbed ingest of the same files, and a reader polling the bucket and the local
+database throughout only ever saw complete versions. Also: retries, and the message a person gets
+when the endpoint is unreachable.
+
+A test stops the ingest at an exact step with the pause points of pipelines/index/faults.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow.parquet as pq
+import pytest
+from index_support import LIGER_CSV, csv_bytes, liger_rows
+
+from pipelines.cli import main
+from pipelines.index.faults import DIR_ENV, INDEX_FILES_WRITTEN, PAUSE_ENV, RECORD_FILES_WRITTEN
+from pipelines.index.layout import IndexLayout
+from pipelines.index.local import IndexNotFound, load_current, open_index
+from pipelines.index.tables import table_fingerprints
+from pipelines.ingest import ingest_paths
+from pipelines.settings import Settings
+from pipelines.storage.credentials import S3Credentials
+from pipelines.storage.embedded import EmbeddedS3, find_free_port_block, start_on_free_ports
+from pipelines.storage.errors import StorageError, StorageUnreachable
+from pipelines.storage.s3 import S3Store
+
+ROOT = Path(__file__).resolve().parents[1]
+WAIT_SECONDS = 120.0  # generous: shared, slow CI machines
+FIRST_FILE_LINES = range(2, 302)
+
+
+@dataclass(frozen=True)
+class Target:
+    """One kindex home and bucket on one S3 server, as a child process would see it."""
+
+    endpoint_url: str
+    credentials: Any
+    bucket: str
+    home: Path
+
+    @property
+    def settings(self) -> Settings:
+        return Settings(home=self.home, s3_endpoint=self.endpoint_url, bucket=self.bucket)
+
+    def store(self, max_attempts: int = 4) -> S3Store:
+        return S3Store(
+            self.bucket,
+            endpoint_url=self.endpoint_url,
+            credentials=self.credentials,
+            max_attempts=max_attempts,
+        )
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("KINDEX_", "AWS_"))}
+        return (
+            env
+            | {
+                "KINDEX_HOME": str(self.home),
+                "KINDEX_S3_ENDPOINT": self.endpoint_url,
+                "KINDEX_BUCKET": self.bucket,
+                "AWS_ACCESS_KEY_ID": self.credentials.access_key,
+                "AWS_SECRET_ACCESS_KEY": self.credentials.secret_key,
+            }
+            | extra
+        )
+
+
+def target_on(server: EmbeddedS3, home: Path) -> Target:
+    target = Target(server.endpoint_url, server.credentials, f"t-{uuid.uuid4().hex[:12]}", home)
+    target.store().ensure_bucket()
+    return target
+
+
+@pytest.fixture(scope="module")
+def input_files(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """A first, small file (the index before the fault) and the shared CSV (the one disturbed)."""
+    first = tmp_path_factory.mktemp("inputs") / "first.csv"
+    first.write_bytes(csv_bytes(*liger_rows(FIRST_FILE_LINES)))
+    return [first, LIGER_CSV]
+
+
+def fingerprints(settings: Settings) -> dict[str, str]:
+    con = open_index(settings)
+    try:
+        return table_fingerprints(con)
+    finally:
+        con.close()
+
+
+@pytest.fixture(scope="module")
+def undisturbed(
+    embedded_s3: EmbeddedS3, tmp_path_factory: pytest.TempPathFactory, input_files: list[Path]
+) -> dict[str, str]:
+    """Fingerprints of every table after ingesting the inputs one after the other, no fault."""
+    target = target_on(embedded_s3, tmp_path_factory.mktemp("undisturbed"))
+    store = target.store()
+    for path in input_files:
+        ingest_paths([path], target.settings, progress=False, store=store)
+    return fingerprints(target.settings)
+
+
+def kindex(target: Target, *args: str, **env: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "pipelines.cli", *args],
+        cwd=ROOT,
+        env=target.env(**env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finish(process: subprocess.Popen[str]) -> tuple[int, str, str]:
+    try:
+        out, err = process.communicate(timeout=WAIT_SECONDS)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        out, err = process.communicate()
+    return process.returncode, out, err
+
+
+def ingest_ok(target: Target, path: Path) -> str:
+    code, out, err = finish(kindex(target, "ingest", "--no-progress", str(path)))
+    assert code == 0, err
+    return out
+
+
+def paused_ingest(target: Target, path: Path, point: str, fault_dir: Path) -> subprocess.Popen[str]:
+    """`kindex ingest` in a child process, stopped at the pause point `point`."""
+    process = kindex(
+        target,
+        "ingest",
+        "--no-progress",
+        str(path),
+        **{PAUSE_ENV: point, DIR_ENV: str(fault_dir)},
+    )
+    reached = fault_dir / f"{point}.reached"
+    deadline = time.monotonic() + WAIT_SECONDS
+    while not reached.exists():
+        if process.poll() is not None or time.monotonic() > deadline:
+            _, _, err = finish(process)
+            pytest.fail(f"ingest never reached {point}: {err}")
+        time.sleep(0.05)
+    return process
+
+
+def resume(point: str, fault_dir: Path) -> None:
+    (fault_dir / f"{point}.resume").touch()
+
+
+@dataclass
+class IndexWatcher:
+    """Polls, until stopped, what a reader sees: the bucket's current version (every file it
+    names read back and counted against the manifest's counts) and the local database."""
+
+    target: Target
+    versions: set[str | None] = field(default_factory=set)
+    local_run_counts: set[int] = field(default_factory=set)
+    partial: list[str] = field(default_factory=list)
+    reads: int = 0
+    _rows_by_key: dict[str, int] = field(default_factory=dict)
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        self._store = self.target.store(max_attempts=1)
+        self._layout = IndexLayout.of(self.target.settings)
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def __enter__(self) -> IndexWatcher:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=WAIT_SECONDS)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            # The server is down for a while in one test: nothing to read then.
+            with contextlib.suppress(StorageError):
+                self._read_bucket()
+            self._read_local()
+            self._stop.wait(0.05)
+
+    def _rows(self, key: str) -> int:
+        if key not in self._rows_by_key:  # published files never change
+            data = self._store.get_bytes(key)
+            self._rows_by_key[key] = pq.read_metadata(io.BytesIO(data)).num_rows
+        return self._rows_by_key[key]
+
+    def _read_bucket(self) -> None:
+        manifest = load_current(self._store, self._layout)
+        files, counts = manifest["files"], manifest.get("counts", {})
+        rows = {name: sum(self._rows(k) for k in keys) for name, keys in files.items()}
+        expected = {
+            "run_segments": counts.get("runs", 0),
+            "manifest_segments": counts.get("manifests", 0),
+            "snapshots": counts.get("reads", 0),
+            "lineage_files": counts.get("lineage", 0),
+            "quarantine_files": counts.get("quarantine", 0),
+        }
+        for name, count in expected.items():
+            if rows[name] != count:
+                self.partial.append(f"{manifest['version']}: {name} {rows[name]} != {count}")
+        self.versions.add(manifest["version"])
+        self.reads += 1
+
+    def _read_local(self) -> None:
+        try:
+            con = open_index(self.target.settings)
+        except IndexNotFound:
+            return
+        try:
+            row = con.execute("SELECT count(*) FROM runs").fetchone()
+        except duckdb.Error as error:
+            self.partial.append(f"local index unreadable: {error}")
+            return
+        finally:
+            con.close()
+        assert row is not None
+        self.local_run_counts.add(int(row[0]))
+
+
+def current_version(target: Target) -> str | None:
+    version = load_current(target.store(), IndexLayout.of(target.settings))["version"]
+    return str(version) if version is not None else None
+
+
+def run_count(target: Target) -> int:
+    con = open_index(target.settings)
+    try:
+        row = con.execute("SELECT count(*) FROM runs").fetchone()
+    finally:
+        con.close()
+    assert row is not None
+    return int(row[0])
+
+
+@pytest.fixture
+def own_server(tmp_path: Path) -> Iterator[EmbeddedS3]:
+    """A SeaweedFS of this test's own, which the test kills and restarts."""
+    server = start_on_free_ports(tmp_path / "s3-home")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_s3_server_killed_mid_ingest_then_rerun_gives_the_same_index(
+    own_server: EmbeddedS3, tmp_path: Path, input_files: list[Path], undisturbed: dict[str, str]
+) -> None:
+    target = target_on(own_server, tmp_path / "home")
+    first, disturbed = input_files
+    ingest_ok(target, first)
+    old_version, old_runs = current_version(target), run_count(target)
+    fault_dir = tmp_path / "fault"
+    fault_dir.mkdir()
+    with IndexWatcher(target) as watcher:
+        process = paused_ingest(target, disturbed, RECORD_FILES_WRITTEN, fault_dir)
+        assert own_server.pid is not None
+        os.kill(own_server.pid, signal.SIGKILL)  # the server dies with a record set half written
+        own_server.stop()
+        resume(RECORD_FILES_WRITTEN, fault_dir)
+        code, _, err = finish(process)
+        assert code == 1
+        assert f"cannot reach the S3 endpoint {target.endpoint_url}" in err
+        assert "Traceback" not in err
+        own_server.start()  # the same data directory and ports
+        ingest_ok(target, disturbed)
+        new_version = current_version(target)
+    assert fingerprints(target.settings) == undisturbed
+    assert watcher.partial == []
+    assert watcher.reads > 0
+    assert watcher.versions <= {old_version, new_version}
+    assert watcher.local_run_counts <= {old_runs, run_count(target)}
+
+
+@pytest.mark.parametrize("point", [RECORD_FILES_WRITTEN, INDEX_FILES_WRITTEN])
+def test_ingest_sigkilled_mid_write_then_rerun_gives_the_same_index(
+    point: str,
+    embedded_s3: EmbeddedS3,
+    tmp_path: Path,
+    input_files: list[Path],
+    undisturbed: dict[str, str],
+) -> None:
+    target = target_on(embedded_s3, tmp_path / "home")
+    first, disturbed = input_files
+    ingest_ok(target, first)
+    old_version, old_runs = current_version(target), run_count(target)
+    layout = IndexLayout.of(target.settings)
+    fault_dir = tmp_path / "fault"
+    fault_dir.mkdir()
+    with IndexWatcher(target) as watcher:
+        process = paused_ingest(target, disturbed, point, fault_dir)
+        manifests_before_kill = {
+            o.key
+            for o in target.store().list(layout.index_prefix)
+            if o.key.endswith("/manifest.json")
+        }
+        process.send_signal(signal.SIGKILL)
+        assert finish(process)[0] == -signal.SIGKILL
+        assert current_version(target) == old_version  # nothing of the killed run is visible
+        assert run_count(target) == old_runs
+        ingest_ok(target, disturbed)
+        new_version = current_version(target)
+    if point == INDEX_FILES_WRITTEN:  # the killed run had written all of a version but CURRENT
+        assert len(manifests_before_kill) == 2  # the first version's and the orphan's
+    assert new_version != old_version
+    assert fingerprints(target.settings) == undisturbed
+    assert watcher.partial == []
+    assert watcher.reads > 0
+    assert watcher.versions <= {old_version, new_version}
+    assert watcher.local_run_counts <= {old_runs, run_count(target)}
+
+
+def test_an_unreachable_endpoint_is_retried_then_named_in_a_clear_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    endpoint = f"http://127.0.0.1:{find_free_port_block()}"  # nothing listens there
+    attempts: list[str] = []
+    credentials = S3Credentials("kindex-test", "kindex-test-secret")
+    store = S3Store("kindex", endpoint_url=endpoint, credentials=credentials, max_attempts=3)
+    store.client.meta.events.register("before-send.s3", lambda **kw: attempts.append("sent"))
+    with pytest.raises(StorageUnreachable, match=f"cannot reach the S3 endpoint {endpoint}"):
+        store.get_bytes("index/CURRENT")
+    # Retried with backoff, then the clear error. (botocore's legacy `max_attempts` counts the
+    # retries after the first try, so S3Store(max_attempts=3) sends 4 requests today.)
+    assert len(attempts) >= 3
+
+    monkeypatch.setenv("KINDEX_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("KINDEX_S3_ENDPOINT", endpoint)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "kindex-test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "kindex-test-secret")
+    assert main(["ingest", "--no-progress", str(LIGER_CSV)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"kindex ingest: cannot reach the S3 endpoint {endpoint}")
+    assert "kindex-test-secret" not in err
+    assert main(["query", "--sync", "SELECT 1"]) == 1
+    assert f"cannot reach the S3 endpoint {endpoint}" in capsys.readouterr().err
