@@ -75,15 +75,16 @@ def duckdb_rows_per_second(csv_path: Path, workdir: Path) -> float:
 @contextmanager
 def kindex_instance(home: Path) -> Iterator[tuple[Any, Any]]:
     """Settings and a store for one kindex home, with its embedded S3 server running."""
-    from pipelines.settings import Settings
-    from pipelines.storage.embedded import EmbeddedS3
+    from pipelines.storage.embedded import start_on_free_ports
     from pipelines.storage.s3 import S3Store
 
     os.environ["KINDEX_HOME"] = str(home)
-    settings = Settings.from_env()
-    with EmbeddedS3.from_settings(settings) as running:
+    # Free ports, not the default 8333 a running `kindex up` may hold.
+    with start_on_free_ports(home) as running:
         settings = running.settings
-        yield settings, S3Store.from_settings(settings)
+        store = S3Store.from_settings(settings)
+        store.ensure_bucket()
+        yield settings, store
 
 
 def timed_ingest(paths: list[Path], settings: Any, store: Any) -> tuple[float, Any]:

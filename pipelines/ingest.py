@@ -6,18 +6,20 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import orjson
+import pyarrow as pa
 from tqdm import tqdm
 
 from pipelines.index.faults import RECORD_FILES_WRITTEN, pause_point
 from pipelines.index.known import known_manifests
 from pipelines.index.layout import IndexLayout
+from pipelines.index.parallel_records import build_tables_parallel, worth_parallel
 from pipelines.index.publish import IndexVersion, publish_index
 from pipelines.index.reads import ObjectRead
 from pipelines.index.record_objects import (
@@ -122,13 +124,32 @@ def process_snapshot(store: ObjectStore, settings: Any, snapshot: Any) -> Snapsh
         summary = orjson.loads(store.get_bytes(prefix + SUMMARY_FILE))
         records = records_from_summary(summary, snapshot.key, prefix, reused=True)
     else:
+        rows, tables = record_tables(result, data, snapshot.digest)
         records = write_record_set(
-            store, prefix, snapshot, result.parser_version, result.source, result.outcomes
+            store, prefix, snapshot, result.parser_version, result.source, rows, tables
         )
     store.put_bytes(
         f"{prefix}{READS_DIR}/{read.read_id}.json", read.to_json(), content_type="application/json"
     )
     return records
+
+
+def record_tables(
+    result: Any, data: bytes, snapshot_digest: str
+) -> tuple[int, dict[str, pa.Table]]:
+    """(rows read, record tables) of one normalized object; a large Liger CSV on every core."""
+    if result.source == "liger-csv" and worth_parallel(len(data)):
+        return build_tables_parallel(data, snapshot_digest, result.parser_version)
+    builder = RecordSetBuilder(snapshot_digest, result.parser_version)
+    for outcome in result.outcomes:
+        builder.add(outcome)
+    return builder.rows, builder.tables()
+
+
+def value_counts(table: pa.Table, column: str) -> dict[str, int]:
+    """Counts of a column's values (None counted as "unknown"), by value."""
+    counts = Counter("unknown" if v is None else v for v in table.column(column).to_pylist())
+    return dict(sorted(counts.items()))
 
 
 def write_record_set(
@@ -137,12 +158,9 @@ def write_record_set(
     snapshot: Any,
     parser_version: str,
     source: str,
-    outcomes: Iterable[Any],
+    rows: int,
+    tables: dict[str, pa.Table],
 ) -> SnapshotRecords:
-    builder = RecordSetBuilder(snapshot.digest, parser_version)
-    for outcome in outcomes:
-        builder.add(outcome)
-    tables = builder.tables()
     for name in RECORD_FILES:
         store.put_bytes(
             f"{prefix}{name}.parquet",
@@ -154,13 +172,13 @@ def write_record_set(
         "snapshot_digest": snapshot.digest,
         "parser_version": parser_version,
         "source": source,
-        "rows": builder.rows,
+        "rows": rows,
         "runs": tables["runs"].num_rows,
         "lineage": tables["lineage"].num_rows,
-        "runs_by_metric": dict(builder.runs_by_metric),
+        "runs_by_metric": value_counts(tables["runs"], "metric"),
         "quarantined": tables["quarantine"].num_rows,
-        "quarantined_by_reason": dict(builder.quarantined_by_reason),
-        "manifests_by_kind": dict(builder.manifests_by_kind),
+        "quarantined_by_reason": value_counts(tables["quarantine"], "reason"),
+        "manifests_by_kind": value_counts(tables["manifests"], "kind"),
         "run_preview": preview(tables["runs"], RUN_PREVIEW_COLUMNS),
         "quarantine_preview": preview(tables["quarantine"], QUARANTINE_PREVIEW_COLUMNS),
         "written_at": datetime.now(UTC).isoformat().replace("+00:00", "Z"),

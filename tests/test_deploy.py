@@ -34,13 +34,17 @@ def test_yaml_loads(name: str) -> None:
 
 def test_dagster_yaml_accepted_by_dagsters_instance_schema(monkeypatch: pytest.MonkeyPatch) -> None:
     from dagster._config import process_config
-    from dagster._core.instance.config import dagster_instance_config_schema
+    from dagster._core.instance.config import (
+        dagster_instance_config,
+        dagster_instance_config_schema,
+    )
 
     for var in ("DAGSTER_PG_HOST", "DAGSTER_PG_DB", "DAGSTER_PG_USERNAME", "DAGSTER_PG_PASSWORD"):
         monkeypatch.setenv(var, "x")
     config = load_yaml(DEPLOY / "dagster.yaml")
     result = process_config(dagster_instance_config_schema(), config)
     assert result.success, [e.message for e in result.errors or []]
+    dagster_instance_config(str(DEPLOY))  # checks beyond the schema (concurrency vs coordinator)
     assert config["run_coordinator"]["class"] == "QueuedRunCoordinator"  # type: ignore[index]
 
 

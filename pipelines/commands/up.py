@@ -54,9 +54,9 @@ local_artifact_storage:
 run_coordinator:
   module: dagster.core.run_coordinator
   class: QueuedRunCoordinator
-  config:
-    max_concurrent_runs: {MAX_CONCURRENT_RUNS}
 concurrency:
+  runs:
+    max_concurrent_runs: {MAX_CONCURRENT_RUNS}
   pools:
     default_limit: 1
 telemetry:

@@ -1,0 +1,177 @@
+"""`kindex up` end to end with real processes: SeaweedFS, the Dagster webserver and daemon.
+
+A file put into the bucket becomes 2448 runs in the index with no click; `kindex query` answers
+while Dagster writes; a backfill launched through GraphQL succeeds; SIGTERM stops every process
+`kindex up` started."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pipelines.storage.embedded import find_free_port_block
+
+ROOT = Path(__file__).resolve().parents[1]
+LIGER_CSV = ROOT / "tests" / "data" / "liger" / "all_benchmark_data.csv"
+LIGER_RUNS = 2448
+STARTUP_TIMEOUT = 300.0  # slow, shared machines: generous, never asserted as a speed
+INDEX_TIMEOUT = 600.0
+STOP_TIMEOUT = 30.0
+
+pytestmark = pytest.mark.slow
+
+
+def kindex_bin() -> str:
+    return str(Path(sys.executable).parent / "kindex")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process below `pid` (children, grandchildren, ...), from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        parent = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(parent, []).append(int(entry.name))
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+class KindexUp:
+    def __init__(self, home: Path, port: int, s3_port: int) -> None:
+        self.port = port
+        self.env = {
+            k: v for k, v in os.environ.items() if not k.startswith(("KINDEX_", "AWS_", "DAGSTER_"))
+        }
+        self.env.update(KINDEX_HOME=str(home), KINDEX_S3_PORT=str(s3_port))
+        self.output = home.parent / "up.out"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def graphql_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/graphql"
+
+    def start(self) -> None:
+        with self.output.open("wb") as out:
+            self.process = subprocess.Popen(
+                [kindex_bin(), "up", "--port", str(self.port)],
+                env=self.env,
+                cwd=ROOT,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own group: the test can clean up after a failure
+            )
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        while "kindex is up" not in self.text():
+            assert self.process.poll() is None, self.text()
+            assert time.monotonic() < deadline, f"not up after {STARTUP_TIMEOUT} s:\n{self.text()}"
+            time.sleep(1)
+
+    def text(self) -> str:
+        return self.output.read_text(errors="replace")
+
+    def kindex(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [kindex_bin(), *args],
+            env=self.env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def count_runs(self) -> int | None:
+        """`kindex query` of the run count; None before the first index. Any other failure
+        (a lock, a half-written file) fails the test: readers must work while Dagster writes."""
+        result = self.kindex("query", "select count(*) as n from runs", "--format", "csv")
+        if result.returncode == 2 and "no index" in result.stderr:
+            return None
+        assert result.returncode == 0, result.stderr
+        return int(result.stdout.split()[1])
+
+    def kill_group(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+
+@pytest.fixture
+def kindex_up(tmp_path: Path) -> Iterator[KindexUp]:
+    up = KindexUp(tmp_path / "home", free_port(), find_free_port_block())
+    try:
+        yield up
+    finally:
+        up.kill_group()
+
+
+def test_put_to_query_backfill_and_stop(kindex_up: KindexUp) -> None:
+    kindex_up.start()
+
+    put = kindex_up.kindex("put", str(LIGER_CSV))
+    assert put.returncode == 0, put.stderr
+    dropped_at = time.monotonic()
+    counts: list[int | None] = []
+    deadline = dropped_at + INDEX_TIMEOUT
+    while LIGER_RUNS not in counts:
+        assert time.monotonic() < deadline, f"index never reached {LIGER_RUNS}: {counts[-5:]}"
+        counts.append(kindex_up.count_runs())
+        time.sleep(1)
+    print(f"\nput to {LIGER_RUNS} runs in the index: {time.monotonic() - dropped_at:.1f} s")
+    assert {c for c in counts if c is not None} == {LIGER_RUNS}  # never a partial index
+
+    backfill = kindex_up.kindex(
+        "backfill",
+        "incoming/*",
+        "--url",
+        kindex_up.graphql_url,
+        "--wait",
+        "--timeout",
+        "500",
+        timeout=600,
+    )
+    assert backfill.returncode == 0, backfill.stdout + backfill.stderr
+    assert "COMPLETED_SUCCESS" in backfill.stdout
+    assert kindex_up.count_runs() == LIGER_RUNS
+
+    assert kindex_up.process is not None
+    started = descendants(kindex_up.process.pid)
+    assert len(started) >= 3  # SeaweedFS, webserver, daemon (and their code servers)
+    kindex_up.process.send_signal(signal.SIGTERM)
+    assert kindex_up.process.wait(timeout=STOP_TIMEOUT) == 0
+    deadline = time.monotonic() + STOP_TIMEOUT
+    while (left := {pid for pid in started if alive(pid)}) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not left, f"still running after SIGTERM: {left}"
