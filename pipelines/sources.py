@@ -36,10 +36,10 @@ def normalize_object(
     from pipelines.liger import normalize as liger
 
     try:
-        return SourceResult("liger-csv", liger.PARSER_VERSION, liger.normalize_bytes(data))
+        return SourceResult("liger-csv", liger.parser_version(), liger.normalize_bytes(data))
     except liger.NotLigerCsv as error:
         return SourceResult(
-            "unrecognized", liger.PARSER_VERSION, iter([unrecognized(data, str(error))])
+            "unrecognized", liger.parser_version(), iter([unrecognized(data, str(error))])
         )
 
 

@@ -1,14 +1,22 @@
 """Curated knowledge (kernels, providers, GPUs, protocols) loaded from the YAML files beside this
-module. A maintainer edits those files; nothing here names a kernel, provider or GPU."""
+module, or from the folder `KINDEX_CURATION_DIR` names. A maintainer edits those files; nothing
+here names a kernel, provider or GPU.
+
+The curation's fingerprint (a hash of the files) is part of the Liger parser version, so records
+made under an older curation are rebuilt, not reused, when a backfill re-processes a file."""
 
 from __future__ import annotations
 
 import ast
+import hashlib
 import operator
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
+from importlib.resources.abc import Traversable
+from pathlib import Path
 from typing import Any
 
 from ruamel.yaml import YAML
@@ -135,11 +143,24 @@ class Curation:
     metrics: dict[str, dict[str, str]]  # speed|memory -> timer, family, notes
     passes: dict[str, Pass]
     dtypes: dict[str, str]  # torch dtype name -> kernelindex dtype
+    fingerprint: str  # 12 hex digits of the sha256 over the curation files
 
 
-def _load_yaml(name: str) -> Any:
-    text = resources.files("pipelines.curation").joinpath(name).read_text(encoding="utf-8")
-    return YAML(typ="safe", pure=True).load(text)
+CURATION_FILES = ("kernels.yaml", "providers.yaml", "gpus.yaml", "protocols.yaml")
+CURATION_DIR_VARIABLE = "KINDEX_CURATION_DIR"
+
+
+def curation_dir() -> Traversable:
+    override = os.environ.get(CURATION_DIR_VARIABLE)
+    return Path(override) if override else resources.files("pipelines.curation")
+
+
+def _read_files(folder: Traversable) -> tuple[tuple[str, str], ...]:
+    return tuple((name, folder.joinpath(name).read_text(encoding="utf-8")) for name in CURATION_FILES)
+
+
+def _load_yaml(files: dict[str, str], name: str) -> Any:
+    return YAML(typ="safe", pure=True).load(files[name])
 
 
 def _kernel(name: str, entry: Mapping[str, Any]) -> Kernel:
@@ -201,17 +222,26 @@ def _gpus(document: Mapping[str, Any]) -> dict[str, Gpu]:
     return gpus
 
 
-@cache
 def load() -> Curation:
-    """The curation, loaded once per process."""
-    kernels_doc = _load_yaml("kernels.yaml")
-    protocols = _load_yaml("protocols.yaml")
+    """The curation as the files say now; parsed once per distinct content."""
+    return _parse(_read_files(curation_dir()))
+
+
+@cache
+def _parse(contents: tuple[tuple[str, str], ...]) -> Curation:
+    files = dict(contents)
+    digest = hashlib.sha256()
+    for name, text in contents:
+        digest.update(name.encode() + b"\0" + text.encode() + b"\0")
+    kernels_doc = _load_yaml(files, "kernels.yaml")
+    protocols = _load_yaml(files, "protocols.yaml")
     return Curation(
         kernels={name: _kernel(name, entry) for name, entry in kernels_doc["kernels"].items()},
-        providers=_providers(_load_yaml("providers.yaml")),
-        gpus=_gpus(_load_yaml("gpus.yaml")),
+        providers=_providers(_load_yaml(files, "providers.yaml")),
+        gpus=_gpus(_load_yaml(files, "gpus.yaml")),
         harness=dict(protocols["harness"]),
         metrics={"speed": dict(protocols["speed"]), "memory": dict(protocols["memory"])},
         passes={name: Pass(**entry) for name, entry in protocols["passes"].items()},
         dtypes=dict(kernels_doc.get("dtypes") or {}),
+        fingerprint=digest.hexdigest()[:12],
     )

@@ -25,9 +25,9 @@ from pipelines.liger.read import CsvRecord, open_liger_csv
 
 BATCH_ROWS = 4000
 PARALLEL_MIN_BYTES = 8 * 2**20  # below this, starting workers costs more than it saves
-# Measured on 2 shared cores, 100k rows: serial 11-17k rows/s, 2 workers 11-12k rows/s (the
-# parent's reading, pickling and merging take a core's share). Workers pay off from 4 cores.
-PARALLEL_MIN_CPUS = 4
+# Measured on 2 cores, 100k rows: quiet, 2 workers 25k rows/s against 18.5k serial; with the
+# cores busy with other work, 11k against 11k (the parent's reading and merging take a share).
+PARALLEL_MIN_CPUS = 2
 
 # Records cross process boundaries as plain tuples: pickling dataclasses costs more than the work.
 RecordTuple = tuple[int, str, list[str] | None, str | None]

@@ -32,12 +32,18 @@ from pipelines.curation import Curation, ExpressionError, Kernel, load
 from pipelines.liger.read import CsvRecord, LigerCsv, NotLigerCsv, open_liger_csv
 from pipelines.records import Record, RowOutcome, RunFacts
 
-PARSER_VERSION = "liger-csv/1"
+PARSER_VERSION = "liger-csv/1"  # the code's version; see parser_version() for the full one
 SOURCE = "liger-kernel-bench"
 MIB = 2**20
 NAME_LIMIT = 100  # metadata.name length the reference importer cuts at
 
-__all__ = ["PARSER_VERSION", "NotLigerCsv", "normalize_bytes", "normalize_lines"]
+__all__ = ["PARSER_VERSION", "NotLigerCsv", "normalize_bytes", "normalize_lines", "parser_version"]
+
+
+def parser_version(curation: Curation | None = None) -> str:
+    """The code's version plus the curation's fingerprint: records made by another curation (a
+    GPU added since, say) are rebuilt by a backfill, not reused."""
+    return f"{PARSER_VERSION}+{(curation or load()).fingerprint}"
 
 # JavaScript's Number() grammar for decimal literals, without its leniencies Python adds
 # (underscores, "nan", "infinity").
