@@ -106,6 +106,7 @@ def object_read(snapshot: Any, bucket: str, parser_version: str, source: str) ->
         taken_at=getattr(snapshot, "taken_at", None) or datetime.now(UTC),
         parser_version=parser_version,
         source=source,
+        processed_at=datetime.now(UTC),
     )
 
 

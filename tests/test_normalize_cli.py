@@ -63,20 +63,3 @@ def test_not_a_liger_csv_is_a_clear_error_without_traceback(tmp_path: Path) -> N
     assert "Traceback" not in result.stderr
     missing = kindex("normalize", str(tmp_path / "absent.csv"))
     assert missing.returncode == 2 and "cannot read" in missing.stderr
-
-
-def test_parallel_output_is_identical_to_serial(tmp_path: Path) -> None:
-    # Two copies of the CSV (the second all duplicates) plus bad rows, across several batches.
-    lines = LIGER_CSV.read_text(encoding="utf-8").splitlines()
-    body = lines[1:] + ["not,a,row"] + lines[1:1500] + ['x,"unterminated']
-    big = tmp_path / "big.csv"
-    big.write_text("\n".join([lines[0], *body]) + "\n")
-    serial = kindex("normalize", "--workers", "1", str(big))
-    parallel = kindex("normalize", "--workers", "2", str(big))
-    assert serial.returncode == parallel.returncode == 0, parallel.stderr
-    assert serial.stdout == parallel.stdout
-    statuses = [json.loads(line)["reason"] for line in serial.stdout.splitlines()]
-    assert statuses.count("duplicate_external_id") == 1499
-    summary_serial = kindex("normalize", "--summary", "--workers", "1", str(big))
-    summary_parallel = kindex("normalize", "--summary", "--workers", "2", str(big))
-    assert summary_serial.stdout == summary_parallel.stdout

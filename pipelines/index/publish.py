@@ -180,6 +180,7 @@ def reads_table(
                 "last_modified": read.last_modified,
                 "taken_at": read.taken_at,
                 "parser_version": read.parser_version,
+                "processed_at": read.processed_at,
                 "source": summary.get("source", read.source),
                 "rows": summary.get("rows", 0),
                 "runs": summary.get("runs", 0),

@@ -27,6 +27,7 @@ class ObjectRead:
     taken_at: datetime  # when kindex read it
     parser_version: str
     source: str
+    processed_at: datetime | None = None  # when this parser version made the record set
 
     @property
     def read_id(self) -> str:
@@ -41,6 +42,7 @@ class ObjectRead:
     def from_json(cls, data: bytes) -> ObjectRead:
         fields: dict[str, Any] = orjson.loads(data)
         fields.pop("read_id", None)
-        for name in ("last_modified", "taken_at"):
-            fields[name] = datetime.fromisoformat(fields[name])
+        for name in ("last_modified", "taken_at", "processed_at"):
+            if fields.get(name) is not None:
+                fields[name] = datetime.fromisoformat(fields[name])
         return cls(**fields)

@@ -116,6 +116,7 @@ MANIFEST_SCHEMA = pa.schema(
 QUARANTINE_SCHEMA = pa.schema(
     [
         ("snapshot_digest", pa.string()),
+        ("parser_version", pa.string()),
         ("source_line", pa.int64()),
         ("reason", pa.string()),
         ("detail", pa.string()),
@@ -127,6 +128,7 @@ QUARANTINE_SCHEMA = pa.schema(
 LINEAGE_SCHEMA = pa.schema(
     [
         ("snapshot_digest", pa.string()),
+        ("parser_version", pa.string()),
         ("source_line", pa.int64()),
         ("run_digest", pa.string()),
     ]
@@ -191,6 +193,7 @@ class RecordSetBuilder:
         self.quarantined_by_reason[reason] += 1
         q = self.quarantine
         q["snapshot_digest"].append(self.snapshot_digest)
+        q["parser_version"].append(self.parser_version)
         q["source_line"].append(outcome.source_line)
         q["reason"].append(reason)
         q["detail"].append(outcome.detail)
@@ -211,6 +214,7 @@ class RecordSetBuilder:
 
     def _add_run(self, record: Record, outcome: RowOutcome) -> None:
         self.lineage["snapshot_digest"].append(self.snapshot_digest)
+        self.lineage["parser_version"].append(self.parser_version)
         self.lineage["source_line"].append(outcome.source_line)
         self.lineage["run_digest"].append(record.digest)
         if record.digest in self.seen_runs:

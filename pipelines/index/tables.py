@@ -42,6 +42,7 @@ SNAPSHOT_SCHEMA = pa.schema(
         ("last_modified", UTC_MS),
         ("taken_at", UTC_MS),
         ("parser_version", pa.string()),
+        ("processed_at", UTC_MS),
         ("source", pa.string()),
         ("rows", pa.int64()),
         ("runs", pa.int64()),
@@ -148,13 +149,24 @@ def view_statements(files: Mapping[str, Sequence[str]]) -> list[str]:
         """CREATE OR REPLACE VIEW first_reads AS
            SELECT snapshot_digest, arg_min(source_key, taken_at) AS source_key
            FROM snapshots GROUP BY snapshot_digest""",
+        # A snapshot re-processed by a newer parser (a backfill after the curation grew) is
+        # described by its newest record set: older sets' lineage and quarantine stay in the
+        # bucket but leave these views.
+        """CREATE OR REPLACE VIEW current_record_sets AS
+           SELECT snapshot_digest,
+                  arg_max(parser_version, coalesce(processed_at, taken_at)) AS parser_version
+           FROM snapshots GROUP BY snapshot_digest""",
         """CREATE OR REPLACE VIEW lineage AS
            SELECT l.snapshot_digest, f.source_key, l.source_line, l.run_digest
-           FROM lineage_files l LEFT JOIN first_reads f USING (snapshot_digest)""",
+           FROM lineage_files l
+           SEMI JOIN current_record_sets c USING (snapshot_digest, parser_version)
+           LEFT JOIN first_reads f USING (snapshot_digest)""",
         """CREATE OR REPLACE VIEW quarantine AS
            SELECT q.snapshot_digest, f.source_key, q.source_line, q.reason, q.detail,
-                  q.pointer, q.raw
-           FROM quarantine_files q LEFT JOIN first_reads f USING (snapshot_digest)""",
+                  q.pointer, q.raw, q.parser_version
+           FROM quarantine_files q
+           SEMI JOIN current_record_sets c USING (snapshot_digest, parser_version)
+           LEFT JOIN first_reads f USING (snapshot_digest)""",
     ]
     for view, (kind, readable) in KIND_VIEWS.items():
         statements.append(
@@ -177,7 +189,14 @@ def create_views(con: duckdb.DuckDBPyConnection, files: Mapping[str, Sequence[st
 
 # Columns that differ between two undisturbed ingests of the same files: clocks, the bucket and
 # version ids. Everything else must be equal for "the same index".
-VOLATILE_COLUMNS = ("read_id", "bucket", "version_id", "last_modified", "taken_at")
+VOLATILE_COLUMNS = (
+    "read_id",
+    "bucket",
+    "version_id",
+    "last_modified",
+    "taken_at",
+    "processed_at",
+)
 
 
 def table_fingerprints(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
