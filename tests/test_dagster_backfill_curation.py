@@ -72,7 +72,8 @@ def test_backfill_after_a_new_gpu_turns_quarantine_into_runs(
     gpus = curation / "gpus.yaml"
     gpus.write_text(
         gpus.read_text()
-        + f"  {NEW_GPU}: {{vendor: nvidia, product: NVIDIA H200, architecture: sm_90, title: H200}}\n"
+        + f"  {NEW_GPU}: {{vendor: nvidia, product: NVIDIA H200, architecture: sm_90,"
+        + " title: H200}\n"
     )
     (partition,) = driver.partition_keys()
     assert execute(instance, backfill_request(partition)).success

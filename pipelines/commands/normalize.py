@@ -46,7 +46,8 @@ def run(args: argparse.Namespace) -> int:
     except BrokenPipeError:
         raise  # `kindex normalize FILE | head`: handled quietly by the CLI
     except OSError as error:
-        print(f"kindex normalize: cannot read {args.file}: {error.strerror or error}", file=sys.stderr)
+        reason = error.strerror or error
+        print(f"kindex normalize: cannot read {args.file}: {reason}", file=sys.stderr)
         return 2
     return 0
 

@@ -156,7 +156,9 @@ def curation_dir() -> Traversable:
 
 
 def _read_files(folder: Traversable) -> tuple[tuple[str, str], ...]:
-    return tuple((name, folder.joinpath(name).read_text(encoding="utf-8")) for name in CURATION_FILES)
+    return tuple(
+        (name, folder.joinpath(name).read_text(encoding="utf-8")) for name in CURATION_FILES
+    )
 
 
 def _load_yaml(files: dict[str, str], name: str) -> Any:
