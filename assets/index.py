@@ -22,8 +22,10 @@ INDEX_POOL = "kindex_index"
 
 # `eager()` waits while any partition of `records` is missing or failed, so one bad file would
 # hold the index back forever. This fires after any file's records update, once none is running.
+# The update is remembered until the index is next *requested* (not materialized): records that
+# land while an index run is already going (it started before them) still get a run of their own.
 INDEX_CONDITION = (
-    AutomationCondition.any_deps_updated().since_last_handled()
+    AutomationCondition.any_deps_updated().since(AutomationCondition.newly_requested())
     & ~AutomationCondition.any_deps_in_progress()
     & ~AutomationCondition.in_progress()
 ).with_label("after any file's records, not waiting on failed or missing files")

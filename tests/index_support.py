@@ -11,6 +11,7 @@ import pytest
 
 from pipelines.index.local import open_index
 from pipelines.index.publish import publish_index
+from pipelines.index.tables import table_fingerprints
 from pipelines.ingest import IngestSummary, process_snapshot
 
 DATA = Path(__file__).parent / "data"
@@ -60,5 +61,14 @@ def query(settings: Any, sql: str) -> list[tuple[Any, ...]]:
     con = open_index(settings)
     try:
         return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+def fingerprints(settings: Any) -> dict[str, str]:
+    """A content hash of every table and view of the local index."""
+    con = open_index(settings)
+    try:
+        return table_fingerprints(con)
     finally:
         con.close()

@@ -19,11 +19,10 @@ from bundle_support import (
     ten_thousand_deep,
     yaml_bytes,
 )
-from index_support import index_settings, query
+from index_support import fingerprints, index_settings, query
 
 from pipelines.bundles import reasons
 from pipelines.index.local import open_index
-from pipelines.index.tables import table_fingerprints
 from pipelines.ingest import IngestSummary, ingest_paths
 from pipelines.worker import BundleWriter, manifest
 
@@ -40,14 +39,6 @@ def ingest(settings: Any, store: Any, files: dict[str, bytes]) -> IngestSummary:
         path.write_bytes(data)
         paths.append(path)
     return ingest_paths(paths, settings, progress=False, store=store)
-
-
-def fingerprints(settings: Any) -> dict[str, str]:
-    con = open_index(settings)
-    try:
-        return table_fingerprints(con)
-    finally:
-        con.close()
 
 
 def rows(settings: Any, sql: str) -> list[dict[str, Any]]:

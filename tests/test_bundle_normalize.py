@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bundle_support import ten_run_bundle
 
 from pipelines.bundles import reasons
 from pipelines.bundles.canonicalize import AmbiguousDuration, canonicalize, duration_ns
@@ -159,21 +160,6 @@ def test_examples_as_one_stream_resolve_each_other() -> None:
     }
     # The project is not tied to the run by a digest: it comes as its own outcome.
     assert [o.records[0].kind for o in outcomes if o.facts is None] == ["SoftwareProject"]
-
-
-def ten_run_bundle() -> dict[str, Any]:
-    bundle = fixture()
-    template = bundle["runs"][0]
-    runs = []
-    for index in range(10):
-        item = copy.deepcopy(template)
-        item["run"]["metadata"]["name"] = f"run-{index}"
-        item["run"]["spec"]["timing"]["latencyNs"]["median"] = 8000 + index
-        runs.append(item)
-    runs[3]["run"]["spec"]["workloadDigest"] = "sha256:" + "0" * 64
-    runs[7]["run"]["spec"]["speedup"] = 2
-    bundle["runs"] = runs
-    return bundle
 
 
 @pytest.mark.parametrize("encode", [as_json, None], ids=["json", "yaml"])

@@ -26,13 +26,12 @@ from typing import Any
 import duckdb
 import pyarrow.parquet as pq
 import pytest
-from index_support import LIGER_CSV, csv_bytes, liger_rows
+from index_support import LIGER_CSV, csv_bytes, fingerprints, liger_rows
 
 from pipelines.cli import main
 from pipelines.index.faults import DIR_ENV, INDEX_FILES_WRITTEN, PAUSE_ENV, RECORD_FILES_WRITTEN
 from pipelines.index.layout import IndexLayout
 from pipelines.index.local import IndexNotFound, load_current, open_index
-from pipelines.index.tables import table_fingerprints
 from pipelines.ingest import ingest_paths
 from pipelines.settings import Settings
 from pipelines.storage.credentials import S3Credentials
@@ -93,14 +92,6 @@ def input_files(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     first = tmp_path_factory.mktemp("inputs") / "first.csv"
     first.write_bytes(csv_bytes(*liger_rows(FIRST_FILE_LINES)))
     return [first, LIGER_CSV]
-
-
-def fingerprints(settings: Settings) -> dict[str, str]:
-    con = open_index(settings)
-    try:
-        return table_fingerprints(con)
-    finally:
-        con.close()
 
 
 @pytest.fixture(scope="module")

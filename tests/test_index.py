@@ -7,12 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from index_support import DATA, LIGER_CSV, index_settings, query
+from index_support import DATA, LIGER_CSV, fingerprints, index_settings, query
 
 from pipelines.canonical import manifest_digest
 from pipelines.cli import main
-from pipelines.index.local import open_index
-from pipelines.index.tables import TABLES, VIEWS, table_fingerprints
+from pipelines.index.tables import TABLES, VIEWS
 from pipelines.ingest import ingest_paths
 
 __all__ = ["index_settings"]
@@ -28,14 +27,6 @@ def seed_records(path: Path) -> dict[str, dict[str, Any]]:
 def ingested(s3_store: Any, index_settings: Any) -> Any:
     summary = ingest_paths([LIGER_CSV], index_settings, progress=False, store=s3_store)
     return summary
-
-
-def fingerprints(settings: Any) -> dict[str, str]:
-    con = open_index(settings)
-    try:
-        return table_fingerprints(con)
-    finally:
-        con.close()
 
 
 def test_the_shared_csv_indexes_every_row(ingested: Any, index_settings: Any) -> None:

@@ -6,13 +6,18 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from index_support import LIGER_CSV, csv_bytes, index_settings, ingest_bytes, liger_rows
+from index_support import (
+    LIGER_CSV,
+    csv_bytes,
+    fingerprints,
+    index_settings,
+    ingest_bytes,
+    liger_rows,
+)
 
 from pipelines import ingest as ingest_module
 from pipelines.index import parallel_records
-from pipelines.index.local import open_index
 from pipelines.index.record_objects import RecordSetBuilder
-from pipelines.index.tables import table_fingerprints
 from pipelines.liger.normalize import PARSER_VERSION, normalize_bytes
 
 __all__ = ["index_settings"]
@@ -67,11 +72,3 @@ def test_an_ingest_through_the_parallel_path_gives_the_same_index(
     monkeypatch.setattr(parallel_records, "BATCH_ROWS", 200)
     ingest_bytes(s3_store, parallel_settings, [("incoming/messy.csv", data)])
     assert fingerprints(parallel_settings) == serial
-
-
-def fingerprints(settings: Any) -> dict[str, str]:
-    con = open_index(settings)
-    try:
-        return table_fingerprints(con)
-    finally:
-        con.close()

@@ -6,6 +6,7 @@ while Dagster writes; a backfill launched through GraphQL succeeds; SIGTERM stop
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -16,8 +17,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from bundle_support import billion_laughs
+from test_worker import numpy_statistics, writer_with_two_runs
 
 from pipelines.storage.embedded import find_free_port_block
+from pipelines.worker import capture_environment
 
 ROOT = Path(__file__).resolve().parents[1]
 LIGER_CSV = ROOT / "tests" / "data" / "liger" / "all_benchmark_data.csv"
@@ -137,7 +141,39 @@ def kindex_up(tmp_path: Path) -> Iterator[KindexUp]:
         up.kill_group()
 
 
-def test_put_to_query_backfill_and_stop(kindex_up: KindexUp) -> None:
+def check_worker_bundle_lands(kindex_up: KindexUp, tmp_path: Path) -> None:
+    """A GPU worker's bundle dropped next to a hostile file: the bundle's runs reach the index
+    with their software versions and numpy-equal statistics; the hostile file is quarantined."""
+    writer, all_samples = writer_with_two_runs()
+    bundle = tmp_path / "worker-results.yaml"
+    writer.write(str(bundle))
+    hostile = tmp_path / "laughs.yaml"
+    hostile.write_bytes(billion_laughs())
+    put = kindex_up.kindex("put", str(bundle), str(hostile))
+    assert put.returncode == 0, put.stderr
+    columns = "samples, median, mean, p05, p95, minimum, maximum, mad, ci95_low, ci95_high"
+    sql = f"SELECT {columns}, software FROM runs WHERE origin = 'measured' ORDER BY median"
+    deadline = time.monotonic() + INDEX_TIMEOUT
+    while True:
+        result = kindex_up.kindex("query", sql, "--format", "json")
+        assert result.returncode == 0, result.stderr
+        rows = json.loads(result.stdout)
+        if len(rows) == len(all_samples):
+            break
+        assert time.monotonic() < deadline, f"worker runs never indexed: {rows}"
+        time.sleep(1)
+    names = columns.split(", ")
+    for row, samples in zip(rows, all_samples, strict=True):
+        assert tuple(row[name] for name in names) == numpy_statistics(samples)
+        assert json.loads(row["software"]) == capture_environment()["spec"]["software"]
+    quarantine = kindex_up.kindex(
+        "query", "SELECT source_key, reason FROM quarantine", "--format", "csv"
+    )
+    assert "incoming/laughs.yaml,too_many_aliases" in quarantine.stdout
+    assert kindex_up.count_runs() == LIGER_RUNS + len(all_samples)
+
+
+def test_put_to_query_backfill_and_stop(kindex_up: KindexUp, tmp_path: Path) -> None:
     kindex_up.start()
 
     put = kindex_up.kindex("put", str(LIGER_CSV))
@@ -165,6 +201,8 @@ def test_put_to_query_backfill_and_stop(kindex_up: KindexUp) -> None:
     assert backfill.returncode == 0, backfill.stdout + backfill.stderr
     assert "COMPLETED_SUCCESS" in backfill.stdout
     assert kindex_up.count_runs() == LIGER_RUNS
+
+    check_worker_bundle_lands(kindex_up, tmp_path)
 
     assert kindex_up.process is not None
     started = descendants(kindex_up.process.pid)
