@@ -33,7 +33,7 @@ def test_definitions_load_and_validate() -> None:
         "row_counts_match_snapshots",
     }
     sensors = {s.name: s for s in repo.sensor_defs}
-    assert set(sensors) == {"incoming_files_sensor", "kindex_automation"}
+    assert set(sensors) == {"incoming_files_sensor", "index_catchup_sensor", "kindex_automation"}
     for sensor in sensors.values():
         assert sensor.default_status == DefaultSensorStatus.RUNNING
 

@@ -126,10 +126,22 @@ class KindexUp:
         assert result.returncode == 0, result.stderr
         return int(result.stdout.split()[1])
 
-    def kill_group(self) -> None:
-        if self.process is not None and self.process.poll() is None:
+    def stop(self) -> None:
+        """After a failed test: SIGTERM (kindex up stops what it started), then SIGKILL for
+        anything left, including children that a killed parent would orphan (SeaweedFS runs
+        in a session of its own)."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        started = descendants(self.process.pid)
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
+        for pid in started:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
 
 
 @pytest.fixture
@@ -138,7 +150,7 @@ def kindex_up(tmp_path: Path) -> Iterator[KindexUp]:
     try:
         yield up
     finally:
-        up.kill_group()
+        up.stop()
 
 
 def check_worker_bundle_lands(kindex_up: KindexUp, tmp_path: Path) -> None:

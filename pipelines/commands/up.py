@@ -197,6 +197,18 @@ def _object_store(settings: Any, log_dir: Path) -> Iterator[tuple[dict[str, str]
         yield dict(server.client_env()), server.endpoint_url
 
 
+def prepare_instance(env: Mapping[str, str], log_dir: Path) -> None:
+    """Create the instance's SQLite storages once, before the webserver, the daemon and their code
+    servers open them together: concurrent first opens can stamp a schema twice, after which
+    nothing loads (alembic: "more than one head")."""
+    with (log_dir / "dagster-instance.log").open("ab") as log:
+        done = subprocess.run(
+            [_bin("dagster"), "instance", "migrate"], env=dict(env), stdout=log, stderr=log
+        )
+    if done.returncode != 0:
+        raise RuntimeError(f"preparing the Dagster instance failed (exit {done.returncode})")
+
+
 def run(args: argparse.Namespace) -> int:
     from pipelines.settings import Settings
 
@@ -213,6 +225,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             s3_env, endpoint = stack.enter_context(_object_store(settings, log_dir))
             env = dagster_env(os.environ, dagster_home, s3_env)
+            prepare_instance(env, log_dir)
             module = ["-m", "definitions"]
             supervisor.start(
                 "dagster-webserver",

@@ -104,6 +104,21 @@ def list_record_sets(
     return summaries, reads
 
 
+def unpublished_record_sets(store: ObjectStore, settings: Any) -> list[str]:
+    """Prefixes of complete record sets (summary and read written) the current index lacks, and
+    of read objects it has not folded in: what the next publish would add."""
+    layout = IndexLayout.of(settings)
+    current = load_current(store, layout)
+    summaries, read_keys = list_record_sets(store, layout)
+    included_sets, included_reads = set(current["record_sets"]), set(current["reads"])
+    return sorted(
+        prefix
+        for prefix, keys in read_keys.items()
+        if prefix in summaries
+        and (prefix not in included_sets or any(k not in included_reads for k in keys))
+    )
+
+
 def publish_index(store: ObjectStore, settings: Any) -> IndexVersion:
     """Fold every complete record set not yet indexed into a new version and publish it."""
     layout = IndexLayout.of(settings)
