@@ -16,6 +16,7 @@ import orjson
 import pyarrow as pa
 from tqdm import tqdm
 
+from pipelines.incoming import upload_incoming
 from pipelines.index.faults import RECORD_FILES_WRITTEN, pause_point
 from pipelines.index.known import known_manifests
 from pipelines.index.layout import IndexLayout
@@ -208,11 +209,6 @@ def records_from_summary(
     )
 
 
-def incoming_key(settings: Any, path: Path) -> str:
-    prefix = getattr(settings, "incoming_prefix", "incoming/")
-    return f"{prefix.rstrip('/')}/{path.name}"
-
-
 def ingest_paths(
     paths: Sequence[Path | str],
     settings: Any,
@@ -232,9 +228,8 @@ def ingest_paths(
     with bar:
         for path in map(Path, paths):
             bar.set_description(path.name)
-            key = incoming_key(settings, path)
-            info = store.put_bytes(key, path.read_bytes())
-            snapshot = take_snapshot(store, settings, key, etag=info.etag)
+            info = upload_incoming(store, settings, path)
+            snapshot = take_snapshot(store, settings, info.key, etag=info.etag)
             files.append(process_snapshot(store, settings, snapshot))
             bar.update()
         bar.set_description("publishing index")
@@ -242,9 +237,3 @@ def ingest_paths(
         bar.update()
     return IngestSummary(files, index)
 
-
-def open_store(settings: Any) -> ObjectStore:
-    from pipelines.storage.s3 import S3Store
-
-    store: ObjectStore = S3Store.from_settings(settings)
-    return store

@@ -7,10 +7,10 @@ the one `kindex up` runs, or one started for this command and stopped after it.
 from __future__ import annotations
 
 import argparse
-import mimetypes
 import sys
 from pathlib import Path
 
+from pipelines.incoming import upload_incoming
 from pipelines.storage.base import ObjectInfo
 
 
@@ -41,9 +41,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         with store_session(settings) as store:
             for path in args.files:
-                key = args.key or settings.incoming_prefix + path.name
-                content_type = mimetypes.guess_type(path.name)[0]
-                info = store.upload_file(path, key, content_type=content_type)
+                info = upload_incoming(store, settings, path, args.key)
                 print(describe(store.bucket, info), flush=True)
     except StorageError as error:
         print(f"kindex put: {error}", file=sys.stderr)

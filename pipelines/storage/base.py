@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Protocol
 
 
@@ -28,6 +29,15 @@ class ObjectStore(Protocol):
         self,
         key: str,
         data: bytes,
+        *,
+        content_type: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> ObjectInfo: ...
+
+    def upload_file(
+        self,
+        path: Path | str,
+        key: str,
         *,
         content_type: str | None = None,
         metadata: Mapping[str, str] | None = None,
