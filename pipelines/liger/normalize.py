@@ -19,14 +19,12 @@ from functools import lru_cache
 from typing import Any, BinaryIO
 
 from pipelines import API_VERSION
-from pipelines.canonical import FAST_FLOAT_MAX as _FAST_MAX
-from pipelines.canonical import FAST_FLOAT_MIN as _FAST_MIN
 from pipelines.canonical import (
-    MAX_SAFE_INTEGER,
     canonical_json_prechecked,
     digest_of_canonical,
     identity,
     manifest_digest,
+    numbers_print_alike,
 )
 from pipelines.curation import Curation, ExpressionError, Kernel, load
 from pipelines.liger.read import CsvRecord, LigerCsv, NotLigerCsv, open_liger_csv
@@ -44,6 +42,7 @@ def parser_version(curation: Curation | None = None) -> str:
     """The code's version plus the curation's fingerprint: records made by another curation (a
     GPU added since, say) are rebuilt by a backfill, not reused."""
     return f"{PARSER_VERSION}+{(curation or load()).fingerprint}"
+
 
 # JavaScript's Number() grammar for decimal literals, without its leniencies Python adds
 # (underscores, "nan", "infinity").
@@ -131,6 +130,7 @@ class Normalizer:
         self.environment = lru_cache(maxsize=None)(self._environment)
         self.protocol = lru_cache(maxsize=None)(self._protocol)
         self.workload = lru_cache(maxsize=4096)(self._workload)
+        self.series = lru_cache(maxsize=1024)(self._series)
 
     # --- shared manifests -------------------------------------------------------------------
     def operation(self, kernel: str) -> Record:
@@ -277,8 +277,7 @@ class Normalizer:
             environment,
         ], facts
 
-    @lru_cache(maxsize=1024)  # noqa: B019 - one Normalizer per file; the cache dies with it
-    def series(self, kernel: str, provider: str, mode: str, gpu: str, metric: str) -> Series:
+    def _series(self, kernel: str, provider: str, mode: str, gpu: str, metric: str) -> Series:
         """What every run of one kernel, provider, pass, GPU and metric shares."""
         self._check_known(kernel, provider, mode, gpu)
         return Series(
@@ -401,9 +400,7 @@ class Series:
 def _run_record(manifest: dict[str, Any], floats: list[float], integers: list[int]) -> Record:
     """A run's record. Its keys are ASCII literals and its strings print alike in both
     serializers, so only its numbers decide whether the fast canonical path applies."""
-    if all(_FAST_MIN <= f < _FAST_MAX and not f.is_integer() for f in floats) and all(
-        i <= MAX_SAFE_INTEGER for i in integers
-    ):
+    if numbers_print_alike(*floats, *integers):
         digest = digest_of_canonical(canonical_json_prechecked(identity(manifest)))
         return Record("BenchmarkRun", digest, manifest)
     return _record(manifest)
