@@ -51,6 +51,20 @@ def numbers_print_alike(*numbers: int | float) -> bool:
     return all(_fast_path_safe(n) for n in numbers)
 
 
+def number_text(value: int | float) -> str:
+    """A number as RFC 8785 prints it (ECMAScript's Number::toString), for templates that splice
+    numbers into canonical JSON. Python's repr has ECMAScript's shortest round-trip digits and,
+    for magnitudes in [1e-4, 1e16), its positional form too; other numbers take the reference."""
+    if type(value) is float:
+        if 1e-4 <= abs(value) < 1e16 and not value.is_integer():
+            return repr(value)
+        if value.is_integer() and abs(value) <= MAX_SAFE_INTEGER:
+            return str(int(value))
+    elif type(value) is int and abs(value) <= MAX_SAFE_INTEGER:
+        return str(value)
+    return rfc8785.dumps(value).decode()
+
+
 def canonical_json_prechecked(value: Any) -> bytes:
     """Canonical bytes of a document the caller has proven fast-path safe: ASCII keys, and every
     number passed through `numbers_print_alike`."""

@@ -236,4 +236,3 @@ def ingest_paths(
         index = publish_index(store, settings)
         bar.update()
     return IngestSummary(files, index)
-

@@ -7,7 +7,6 @@ downstream (record objects in the bucket, the index, `kindex normalize`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any, Literal
 
 import orjson
@@ -15,22 +14,74 @@ import orjson
 Status = Literal["ok", "quarantined"]
 
 
-@dataclass(frozen=True)
 class Record:
     """One manifest and its content address. Treat the manifest as immutable: records are shared
-    by every row that references them, and their JSON is serialized once."""
+    by every row that references them, and their JSON is serialized once.
 
-    kind: str
-    digest: str
-    manifest: dict[str, Any]
+    A record is made from a manifest dict, or from the manifest's JSON text (keys sorted) when a
+    template wrote it (Liger runs): then the dict is parsed only if somebody asks for it.
+    """
+
+    __slots__ = ("kind", "digest", "_manifest", "_text", "_json")
+
+    def __init__(
+        self,
+        kind: str,
+        digest: str,
+        manifest: dict[str, Any] | None = None,
+        *,
+        manifest_json: str | None = None,
+    ) -> None:
+        if manifest is None and manifest_json is None:
+            raise ValueError("a record needs its manifest or the manifest's JSON")
+        self.kind = kind
+        self.digest = digest
+        self._manifest = manifest
+        self._text = manifest_json
+        self._json: bytes | None = None
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        if self._manifest is None:
+            assert self._text is not None
+            self._manifest = orjson.loads(self._text)
+        return self._manifest
+
+    @property
+    def manifest_json(self) -> str:
+        """The manifest as JSON text with sorted keys (what the record tables store)."""
+        if self._text is None:
+            self._text = orjson.dumps(self.manifest, option=orjson.OPT_SORT_KEYS).decode()
+        return self._text
 
     def as_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "digest": self.digest, "manifest": self.manifest}
 
-    @cached_property
-    def json_fragment(self) -> orjson.Fragment:
+    @property
+    def json_bytes(self) -> bytes:
         """`as_json()` serialized once, for writers that emit the same record many times."""
-        return orjson.Fragment(orjson.dumps(self.as_json()))
+        if self._json is None:
+            if self._text is not None and self._manifest is None:
+                head = orjson.dumps({"kind": self.kind, "digest": self.digest})[:-1]
+                self._json = b'%s,"manifest":%s}' % (head, self._text.encode())
+            else:
+                self._json = orjson.dumps(self.as_json())
+        return self._json
+
+    @property
+    def json_fragment(self) -> orjson.Fragment:
+        return orjson.Fragment(self.json_bytes)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Record):
+            return NotImplemented
+        return (self.kind, self.digest, self.manifest) == (other.kind, other.digest, other.manifest)
+
+    def __hash__(self) -> int:
+        return hash((self.kind, self.digest))
+
+    def __repr__(self) -> str:
+        return f"Record({self.kind!r}, {self.digest!r})"
 
 
 @dataclass(slots=True)
@@ -91,7 +142,8 @@ class RowOutcome:
         }
 
     def json_line(self) -> bytes:
-        """`as_json()` as one line of JSON, reusing each shared record's serialized form."""
+        """`as_json()` as one line of JSON, reusing each shared record's serialized form
+        (pipelines/liger/columnar.py writes the same bytes for its runs)."""
         document = {
             "source_line": self.source_line,
             "status": self.status,

@@ -65,9 +65,7 @@ class ListingCursor:
         if data.get("v") != CURSOR_VERSION:
             raise ValueError(f"unsupported sensor cursor version {data.get('v')!r}")
         watermark = datetime.fromisoformat(data["watermark"]) if data["watermark"] else None
-        seen = frozenset(
-            (key, etag) for key, etags in data["seen"].items() for etag in etags
-        )
+        seen = frozenset((key, etag) for key, etags in data["seen"].items() for etag in etags)
         return cls(watermark=watermark, seen=seen)
 
 
@@ -110,8 +108,7 @@ def advance(
     seen = frozenset(
         (o.key, o.etag)
         for o in in_window
-        if (new_floor is None or o.last_modified >= new_floor)
-        and (o.key, o.etag) not in skipped
+        if (new_floor is None or o.last_modified >= new_floor) and (o.key, o.etag) not in skipped
     )
     return CursorAdvance(
         new_objects=emitted,

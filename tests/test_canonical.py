@@ -14,6 +14,7 @@ from pipelines.canonical import (
     canonical_json_reference,
     identity_json,
     manifest_digest,
+    number_text,
 )
 
 json_scalars = (
@@ -47,6 +48,22 @@ def test_fast_path_equals_reference_on_generated_documents(document: object) -> 
 )
 def test_fast_path_equals_reference_near_the_float_boundaries(document: dict[str, float]) -> None:
     assert canonical_json(document) == canonical_json_reference(document)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(
+    st.floats(allow_nan=False, allow_infinity=False)
+    | latency_like
+    | st.integers(min_value=-(2**53) + 1, max_value=2**53 - 1)
+)
+def test_number_text_equals_reference(number: float | int) -> None:
+    """The numbers the run templates splice into canonical JSON print as RFC 8785 prints them."""
+    assert number_text(number) == rfc8785.dumps(number).decode()
+
+
+def test_number_text_at_the_edges_of_its_fast_forms() -> None:
+    for number in (1e-4, 9.999e-5, 1e16, 9999999999999998.0, 2.0**53, -(2.0**53), 5.0, -0.0):
+        assert number_text(number) == rfc8785.dumps(number).decode(), number
 
 
 def test_ecmascript_number_forms() -> None:

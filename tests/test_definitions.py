@@ -19,7 +19,9 @@ def test_definitions_load_and_validate() -> None:
     repo = definitions.defs.get_repository_def()
     graph = repo.asset_graph
     assert {k.to_user_string() for k in graph.get_all_asset_keys()} >= {
-        "snapshot", "records", "index"
+        "snapshot",
+        "records",
+        "index",
     }
     index = graph.get(AssetKey("index"))
     assert index.automation_condition is not None
@@ -29,7 +31,9 @@ def test_definitions_load_and_validate() -> None:
     assert policy is not None and policy.max_partitions_per_run is None  # single run
     checks = {k.name for k in graph.asset_check_keys}
     assert checks >= {
-        "no_quarantined_rows", "unique_external_ids", "records_match_schemas",
+        "no_quarantined_rows",
+        "unique_external_ids",
+        "records_match_schemas",
         "row_counts_match_snapshots",
     }
     sensors = {s.name: s for s in repo.sensor_defs}
@@ -42,7 +46,11 @@ def test_dg_check_defs_passes() -> None:
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     result = subprocess.run(
         [str(Path(sys.executable).parent / "dg"), "check", "defs"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "All definitions loaded successfully" in result.stdout + result.stderr

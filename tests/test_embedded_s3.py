@@ -52,9 +52,7 @@ def test_identity_files_are_private(embedded_s3: EmbeddedS3) -> None:
 def test_restart_keeps_data_and_identity(tmp_path: Path) -> None:
     server = start_on_free_ports(tmp_path / "home")
     try:
-        store = S3Store(
-            "persist", endpoint_url=server.endpoint_url, credentials=server.credentials
-        )
+        store = S3Store("persist", endpoint_url=server.endpoint_url, credentials=server.credentials)
         store.ensure_bucket()
         store.put_bytes("kept.bin", b"survives a restart")
         pid, access_key = server.pid, server.credentials.access_key

@@ -167,8 +167,12 @@ def test_every_visible_version_reported_exactly_once(
         cursor = roundtrip(step.cursor)
         reported += [(o.key, o.etag) for o in step.new_objects]
     for _ in range(20):  # drain what `limit` deferred
-        step = advance(cursor, sorted(bucket.values(), key=lambda o: o.key), limit=2,
-                       overlap=timedelta(seconds=10))
+        step = advance(
+            cursor,
+            sorted(bucket.values(), key=lambda o: o.key),
+            limit=2,
+            overlap=timedelta(seconds=10),
+        )
         cursor = roundtrip(step.cursor)
         reported += [(o.key, o.etag) for o in step.new_objects]
     # A version that was deleted while deferred may go unreported; everything still in the

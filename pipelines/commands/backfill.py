@@ -94,8 +94,11 @@ def partitions_with_quarantine(url: str, keys: Sequence[str]) -> list[str]:
     latest: dict[str, tuple[float, int]] = {}
     for event in data["assetNodeOrError"].get("assetMaterializations", []):
         count = next(
-            (e.get("intValue") or 0 for e in event["metadataEntries"]
-             if e["label"] == "quarantined_rows"),
+            (
+                e.get("intValue") or 0
+                for e in event["metadataEntries"]
+                if e["label"] == "quarantined_rows"
+            ),
             0,
         )
         timestamp = float(event["timestamp"])
@@ -151,8 +154,11 @@ def register(subparsers: Any) -> None:
         description=__doc__,
     )
     parser.add_argument("glob", nargs="?", help="partition key glob, e.g. 'incoming/liger*'")
-    parser.add_argument("--quarantined", action="store_true",
-                        help="only files whose last processing quarantined rows")
+    parser.add_argument(
+        "--quarantined",
+        action="store_true",
+        help="only files whose last processing quarantined rows",
+    )
     parser.add_argument("--url", default=DEFAULT_URL, help=f"Dagster GraphQL URL ({DEFAULT_URL})")
     parser.add_argument("--wait", action="store_true", help="wait until the backfill finishes")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds --wait waits")
@@ -167,8 +173,10 @@ def run(args: argparse.Namespace) -> int:
             return 1
         backfill_id = launch_backfill(args.url, keys, title=f"kindex backfill of {len(keys)} files")
         print(backfill_id, flush=True)
-        print(f"{len(keys)} files; see {args.url.removesuffix('/graphql')}/runs/b/{backfill_id}",
-              file=sys.stderr)
+        print(
+            f"{len(keys)} files; see {args.url.removesuffix('/graphql')}/runs/b/{backfill_id}",
+            file=sys.stderr,
+        )
         if not args.wait:
             return 0
         status = wait_for(args.url, backfill_id, args.timeout)

@@ -20,7 +20,7 @@ from itertools import islice
 import pyarrow as pa
 
 from pipelines.index.record_objects import RecordSetBuilder
-from pipelines.liger.normalize import Normalizer, duplicate_outcome, outcome_of
+from pipelines.liger.normalize import Layout, Normalizer, duplicate_outcome, outcome_of
 from pipelines.liger.read import CsvRecord, open_liger_csv
 
 BATCH_ROWS = 4000
@@ -54,8 +54,9 @@ def _build_batch(records: list[RecordTuple]) -> BatchTables:
     assert _normalizer is not None
     builder = RecordSetBuilder(*_job)
     external_ids = []
+    layout = Layout.of(_columns)
     for values in records:
-        outcome = outcome_of(CsvRecord(*values), _columns, _normalizer)
+        outcome = outcome_of(CsvRecord(*values), layout, _normalizer)
         if outcome.facts is not None:
             external_ids.append(outcome.facts.external_id)
         builder.add(outcome)
@@ -106,9 +107,10 @@ class FileState:
         builder = RecordSetBuilder(self.snapshot_digest, self.parser_version)
         builder.seen_runs, builder.seen_manifests = set(self.runs), set(self.manifests)
         seen = set(self.external_ids)
+        layout = Layout.of(columns)
         for values in records:
             record = CsvRecord(*values)
-            outcome = outcome_of(record, columns, normalizer)
+            outcome = outcome_of(record, layout, normalizer)
             external_id = outcome.facts.external_id if outcome.facts is not None else None
             if external_id is not None:
                 if external_id in seen:

@@ -12,19 +12,23 @@ import io
 import json
 import math
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from functools import lru_cache
+from functools import cached_property, lru_cache
+from operator import itemgetter
 from typing import Any, BinaryIO
+
+import orjson
 
 from pipelines import API_VERSION
 from pipelines.canonical import (
-    canonical_json_prechecked,
+    MAX_SAFE_INTEGER,
+    canonical_json_reference,
     digest_of_canonical,
     identity,
     manifest_digest,
-    numbers_print_alike,
+    number_text,
 )
 from pipelines.curation import Curation, ExpressionError, Kernel, load
 from pipelines.liger.read import CsvRecord, LigerCsv, NotLigerCsv, open_liger_csv
@@ -49,6 +53,37 @@ def parser_version(curation: Curation | None = None) -> str:
 _NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 _TIMESTAMP = re.compile(r"(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})")
 _SLUG_BREAK = re.compile(r"[^a-z0-9]+")
+
+
+# The columns the normalizer reads, in the order `Normalizer.normalize_fields` takes them.
+ROW_COLUMNS = (
+    "kernel_name",
+    "kernel_provider",
+    "kernel_operation_mode",
+    "metric_name",
+    "metric_unit",
+    "x_name",
+    "x_value",
+    "y_value_50",
+    "y_value_20",
+    "y_value_80",
+    "extra_benchmark_config_str",
+    "gpu_name",
+    "timestamp",
+    "liger_version",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """Where a file's header puts ROW_COLUMNS in each record's fields."""
+
+    width: int  # fields a well-formed record has
+    pick: Callable[[list[str]], tuple[str, ...]]  # its ROW_COLUMNS texts, in order
+
+    @classmethod
+    def of(cls, columns: tuple[str, ...]) -> Layout:
+        return cls(len(columns), itemgetter(*(columns.index(c) for c in ROW_COLUMNS)))
 
 
 class RowRejected(Exception):
@@ -79,6 +114,12 @@ def js_round(value: float) -> int:
 
 
 def parse_positive(text: str, column: str) -> float:
+    # The common form (ASCII digits and one point) first: cheaper than the full grammar.
+    if text.isascii() and text.replace(".", "", 1).isdigit():
+        value = float(text)
+        if value > 0:
+            return value
+        raise RowRejected("non_positive_value", f"{column} must be positive, got {text!r}")
     if not _NUMBER.fullmatch(text.strip()):
         raise RowRejected("bad_number", f"{column} is not a number: {text[:80]!r}")
     value = float(text)
@@ -117,13 +158,18 @@ class Workload:
     case_key: str
     dtype: str
     record: Record
+    digest_json: str  # the record's digest as a JSON string, for run templates
+    case_slug: str  # slug(case_key), for run names
 
 
 class Normalizer:
     """Builds records from rows; manifests shared by many rows are built once and cached."""
 
-    def __init__(self, curation: Curation | None = None) -> None:
+    def __init__(self, curation: Curation | None = None, *, reference: bool = False) -> None:
+        """`reference=True` builds every run the plain, slow way (Series.reference_run): the
+        tests hold the templated runs against it."""
         self.curation = curation or load()
+        self.reference = reference
         self._operations = {k.name: _record(k.operation) for k in self.curation.kernels.values()}
         self.project = lru_cache(maxsize=None)(self._project)
         self.implementation = lru_cache(maxsize=None)(self._implementation)
@@ -211,7 +257,8 @@ class Normalizer:
             "name": f"{kernel.slug}-{slug(case_key)}"[:NAME_LIMIT],
             "title": f"{kernel.title} · {bound} · {dtype}",
         }
-        return Workload(case_key, dtype, _record(_manifest("WorkloadCase", metadata, spec)))
+        record = _record(_manifest("WorkloadCase", metadata, spec))
+        return Workload(case_key, dtype, record, json_string(record.digest), slug(case_key))
 
     def _bind(
         self, kernel: Kernel, x_name: str, x_text: str, config: dict[str, Any]
@@ -253,19 +300,27 @@ class Normalizer:
 
     # --- one row ----------------------------------------------------------------------------
     def normalize(self, row: dict[str, str]) -> tuple[list[Record], RunFacts]:
-        series = self.series(
-            row["kernel_name"],
-            row["kernel_provider"],
-            row["kernel_operation_mode"],
-            row["gpu_name"],
-            _metric(row["metric_name"], row["metric_unit"]),
-        )
-        stats = [parse_positive(row[c], c) for c in ("y_value_50", "y_value_20", "y_value_80")]
-        observed_at, stamp = parse_timestamp(row["timestamp"])
-        workload = self.workload(
-            series.kernel, row["x_name"], row["x_value"], row["extra_benchmark_config_str"]
-        )
-        run, facts = series.run(stats, observed_at, stamp, workload, row["liger_version"].strip())
+        """A row given as {column: text}."""
+        return self.normalize_fields(tuple(row[c] for c in ROW_COLUMNS))
+
+    def normalize_fields(self, fields: tuple[str, ...]) -> tuple[list[Record], RunFacts]:
+        """A row given as the texts of ROW_COLUMNS, in that order (see `Layout`)."""
+        (kernel, provider, mode, metric, unit, x_name, x_value, median, p20, p80,
+         config, gpu, timestamp, version) = fields  # fmt: skip
+        series = self.series(kernel, provider, mode, gpu, _metric(metric, unit))
+        stats = [
+            parse_positive(median, "y_value_50"),
+            parse_positive(p20, "y_value_20"),
+            parse_positive(p80, "y_value_80"),
+        ]
+        observed_at, stamp = parse_timestamp(timestamp)
+        workload = self.workload(series.kernel, x_name, x_value, config)
+        version = version.strip()
+        if self.reference:
+            run = series.reference_run(stats, observed_at, stamp, workload, version)
+            facts = series.run(stats, observed_at, stamp, workload, version)[1]
+        else:
+            run, facts = series.run(stats, observed_at, stamp, workload, version)
         operation, project, implementation, protocol, environment = series.references
         return [
             run,
@@ -316,9 +371,15 @@ class Normalizer:
             raise RowRejected("unknown_gpu", f"gpu_name {gpu!r} is not curated")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Series:
-    """A kernel × provider × pass × GPU × metric: the shared part of its runs."""
+    """A kernel × provider × pass × GPU × metric: the shared part of its runs.
+
+    A run's canonical JSON differs from its series' other runs only in a few values, so it is
+    written by filling the holes of a template the reference serializer made once per series
+    (`run_template`). `reference_run` builds the same record the plain way; the tests prove the
+    two equal byte for byte.
+    """
 
     kernel: str
     provider: str
@@ -333,19 +394,99 @@ class Series:
     def run(
         self, stats: list[float], observed_at: str, stamp: str, workload: Workload, version: str
     ) -> tuple[Record, RunFacts]:
-        kernel, provider, mode, memory = self.kernel, self.provider, self.mode, self.memory
-        values = [js_round(v * (MIB if memory else 1e6)) for v in stats]
-        external_id = f"{kernel}/{mode}/{provider}/{slug(self.gpu)}/{workload.case_key}/{stamp}"
+        values = self._values(stats)
+        template = self.run_template
+        external_id = (
+            f"{template.external_id_head}{workload.case_key}/{stamp}{template.external_id_tail}"
+        )
+        spec = template.spec % {
+            "v0": values[0],
+            "v1": values[1],
+            "v2": values[2],
+            "s0": number_text(stats[0]),
+            "s1": number_text(stats[1]),
+            "s2": number_text(stats[2]),
+            "observed_at": json_string(observed_at),
+            "external_id": json_string(external_id),
+            "workload": workload.digest_json,
+        }
+        metadata = (template.labelled if version else template.unlabelled) % {
+            "name": json_string(self._name(workload, stamp)),
+            "version": version_json(version),
+        }
+        digest = digest_of_canonical((template.identity % {"spec": spec}).encode())
+        text = template.manifest % {"metadata": metadata, "spec": spec}
+        run = Record("BenchmarkRun", digest, manifest_json=text)
+        return run, self._facts(values, observed_at, external_id, workload, version)
+
+    def reference_run(
+        self, stats: list[float], observed_at: str, stamp: str, workload: Workload, version: str
+    ) -> Record:
+        """The run built as a dict and digested by the reference serializer (for the tests)."""
+        values = self._values(stats)
+        external_id = self._external_id(workload, stamp)
+        spec = self._spec(values, stats, observed_at, external_id, workload.record.digest)
+        return _record(_manifest("BenchmarkRun", self._metadata(workload, stamp, version), spec))
+
+    @cached_property
+    def run_template(self) -> RunTemplate:
+        holes = {name: _hole(name) for name in RUN_HOLES}
+        spec = self._spec(
+            [holes["v0"], holes["v1"], holes["v2"]],
+            [holes["s0"], holes["s1"], holes["s2"]],
+            holes["observed_at"],
+            holes["external_id"],
+            holes["workload"],
+        )
+        title = self._title()
+        labels = {"liger_version": holes["version"]}
+        head, tail = self._external_id_of("\0", "\0").split("\0/\0")
+        parts = [slug(part) for part in self._name_parts()]
+        return RunTemplate(
+            name_head="-".join(parts) if all(parts) else "",
+            external_id_head=head,
+            external_id_tail=tail,
+            spec=_template(spec),
+            identity=_template(identity(_manifest("BenchmarkRun", {}, holes["spec"]))),  # type: ignore[arg-type]
+            manifest=_template(_manifest("BenchmarkRun", holes["metadata"], holes["spec"])),  # type: ignore[arg-type]
+            labelled=_template({"name": holes["name"], "title": title, "labels": labels}),
+            unlabelled=_template({"name": holes["name"], "title": title}),
+        )
+
+    def _values(self, stats: list[float]) -> list[int]:
+        values = [js_round(v * (MIB if self.memory else 1e6)) for v in stats]
+        if max(values) > MAX_SAFE_INTEGER:
+            # JSON's safe integers end at 2**53 (104 days in ns, 8 PiB): a value past that is
+            # garbage, and RFC 8785 has no exact form for it.
+            raise RowRejected("bad_number", f"value out of range: {max(stats)!r}")
+        return values
+
+    def _external_id(self, workload: Workload, stamp: str) -> str:
+        return self._external_id_of(workload.case_key, stamp)
+
+    def _external_id_of(self, case_key: str, stamp: str) -> str:
+        gpu = slug(self.gpu)
+        external_id = f"{self.kernel}/{self.mode}/{self.provider}/{gpu}/{case_key}/{stamp}"
+        return external_id + "/memory" if self.memory else external_id
+
+    def _spec(
+        self,
+        values: list[Any],
+        stats: list[Any],
+        observed_at: str,
+        external_id: str,
+        workload_digest: str,
+    ) -> dict[str, Any]:
+        kernel, mode = self.kernel, self.mode
         _, _, implementation, protocol, environment = self.references
         spec: dict[str, Any] = {
             "implementationDigest": implementation.digest,
-            "workloadDigest": workload.record.digest,
+            "workloadDigest": workload_digest,
             "protocolDigest": protocol.digest,
             "environmentDigest": environment.digest,
             "status": "passed",
         }
-        if memory:
-            external_id += "/memory"
+        if self.memory:
             spec["measurements"] = [
                 {"metric": "memory", "unit": "bytes", "statistic": s, "value": v}
                 for s, v in zip(("median", "p20", "p80"), values, strict=True)
@@ -365,22 +506,44 @@ class Series:
             "metrics": native,
         }
         spec["observedAt"] = observed_at
-        name_mode = f"{mode}-memory" if memory else mode
-        metadata: dict[str, Any] = {
-            "name": joined_slug(
-                "liger", kernel, name_mode, provider, self.gpu, workload.case_key, stamp
-            )[:NAME_LIMIT],
-            "title": f"{self.kernel_title} · {provider} · {mode}" + (" · memory" if memory else ""),
-        }
+        return spec
+
+    def _title(self) -> str:
+        memory = " · memory" if self.memory else ""
+        return f"{self.kernel_title} · {self.provider} · {self.mode}{memory}"
+
+    def _name(self, workload: Workload, stamp: str) -> str:
+        prefix, stamp_slug = self.run_template.name_head, slug(stamp)
+        if prefix and workload.case_slug and stamp_slug:  # what joined_slug would give, cheaper
+            return f"{prefix}-{workload.case_slug}-{stamp_slug}"[:NAME_LIMIT]
+        return joined_slug(*self._name_parts(), workload.case_key, stamp)[:NAME_LIMIT]
+
+    def _name_parts(self) -> tuple[str, ...]:
+        name_mode = f"{self.mode}-memory" if self.memory else self.mode
+        return ("liger", self.kernel, name_mode, self.provider, self.gpu)
+
+    def _metadata(self, workload: Workload, stamp: str, version: str) -> dict[str, Any]:
+        name = joined_slug(*self._name_parts(), workload.case_key, stamp)[:NAME_LIMIT]
+        metadata: dict[str, Any] = {"name": name, "title": self._title()}
         if version:
             metadata["labels"] = {"liger_version": version}
-        run = _run_record(_manifest("BenchmarkRun", metadata, spec), stats, values)
-        facts = RunFacts(
+        return metadata
+
+    def _facts(
+        self,
+        values: list[int],
+        observed_at: str,
+        external_id: str,
+        workload: Workload,
+        version: str,
+    ) -> RunFacts:
+        memory = self.memory
+        return RunFacts(
             metric="memory" if memory else "latency",
             unit="bytes" if memory else "ns",
-            kernel=kernel,
-            provider=provider,
-            mode=mode,
+            kernel=self.kernel,
+            provider=self.provider,
+            mode=self.mode,
             gpu=self.gpu,
             architecture=self.architecture,
             dtype=workload.dtype,
@@ -394,16 +557,53 @@ class Series:
             origin="reported",
             extra={"baseline": self.baseline},
         )
-        return run, facts
 
 
-def _run_record(manifest: dict[str, Any], floats: list[float], integers: list[int]) -> Record:
-    """A run's record. Its keys are ASCII literals and its strings print alike in both
-    serializers, so only its numbers decide whether the fast canonical path applies."""
-    if numbers_print_alike(*floats, *integers):
-        digest = digest_of_canonical(canonical_json_prechecked(identity(manifest)))
-        return Record("BenchmarkRun", digest, manifest)
-    return _record(manifest)
+@dataclass(frozen=True, slots=True)
+class RunTemplate:
+    """%-format templates of a series' run: canonical spec and identity, manifest, metadata;
+    and the constant parts of its runs' externalIds and names."""
+
+    name_head: str  # the slugs of the name's constant parts, joined; "" when one is empty
+    external_id_head: str
+    external_id_tail: str
+    spec: str
+    identity: str
+    manifest: str
+    labelled: str
+    unlabelled: str
+
+
+RUN_HOLES = (
+    "v0", "v1", "v2", "s0", "s1", "s2", "observed_at", "external_id", "workload",
+    "spec", "metadata", "name", "version",
+)  # fmt: skip
+
+
+def _hole(name: str) -> str:
+    return f"@@kindex-hole:{name}@@"
+
+
+def _template(document: Any) -> str:
+    """The reference serializer's canonical JSON of `document` as a %-format template: each
+    `_hole(name)` string (quotes included) becomes `%(name)s`, to be filled with JSON text."""
+    text = canonical_json_reference(document).decode().replace("%", "%%")
+    for name in RUN_HOLES:
+        quoted = json_string(_hole(name))
+        if text.count(quoted) > 1:
+            raise AssertionError(f"hole {name} appears twice")
+        text = text.replace(quoted, f"%({name})s")
+    return text
+
+
+@lru_cache(maxsize=256)
+def version_json(version: str) -> str:
+    return json_string(version)
+
+
+def json_string(text: str) -> str:
+    """A string as JSON text; RFC 8785 and orjson escape strings alike (tests/test_canonical.py)."""
+    return orjson.dumps(text).decode()
 
 
 # --- helpers over config values -------------------------------------------------------------
@@ -502,10 +702,10 @@ def _tensors(kernel: Kernel, axes: dict[str, int], dtype: str) -> dict[str, Any]
 
 # --- the file ---------------------------------------------------------------------------------
 def _outcomes(csv_file: LigerCsv, normalizer: Normalizer) -> Iterator[RowOutcome]:
-    columns = csv_file.columns
+    layout = Layout.of(csv_file.columns)
     seen: set[str] = set()
     for record in csv_file.records:
-        outcome = outcome_of(record, columns, normalizer)
+        outcome = outcome_of(record, layout, normalizer)
         if outcome.facts is not None:
             external_id = outcome.facts.external_id
             if external_id in seen:
@@ -520,17 +720,17 @@ def duplicate_outcome(line: int, raw: str, external_id: str) -> RowOutcome:
     return RowOutcome(line, "quarantined", raw, "duplicate_external_id", detail)
 
 
-def outcome_of(record: CsvRecord, columns: tuple[str, ...], normalizer: Normalizer) -> RowOutcome:
+def outcome_of(record: CsvRecord, layout: Layout, normalizer: Normalizer) -> RowOutcome:
     """One record's outcome, judged alone (duplicates across the file are the caller's rule)."""
-    if record.fields is None or record.error is not None:
+    fields = record.fields
+    if fields is None or record.error is not None:
         reason = (record.error or "unparseable_row").split(":", 1)[0]
         return RowOutcome(record.line, "quarantined", record.raw, reason, record.error)
-    if len(record.fields) != len(columns):
-        detail = f"expected {len(columns)} fields, found {len(record.fields)}"
+    if len(fields) != layout.width:
+        detail = f"expected {layout.width} fields, found {len(fields)}"
         return RowOutcome(record.line, "quarantined", record.raw, "wrong_column_count", detail)
-    row = dict(zip(columns, record.fields, strict=True))
     try:
-        records, facts = normalizer.normalize(row)
+        records, facts = normalizer.normalize_fields(layout.pick(fields))
     except RowRejected as rejected:
         return RowOutcome(record.line, "quarantined", record.raw, rejected.reason, rejected.detail)
     return RowOutcome(record.line, "ok", record.raw, records=records, facts=facts)

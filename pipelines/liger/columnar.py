@@ -1,0 +1,475 @@
+"""Step 3, batched: a batch of Liger CSV records normalized column by column, equal to the row path.
+
+The row path (`normalize.outcome_of`) costs ~15 µs of Python per row. Here Python runs once per
+distinct series, workload, timestamp and version of a batch, and Arrow's C++ kernels do the
+per-row work: checking the numbers, rounding, and splicing each run's canonical JSON from its
+series' template (the one `Series.run` fills). Only hashing stays a per-row Python call.
+
+A row takes this path when it is plain: well-formed, numbers in plain decimal form, a known
+series, workload and timestamp. Every other row goes through the row path unchanged, so each
+row's outcome is the row path's (tests/test_liger_columnar.py holds the two to the same bytes).
+Duplicate externalIds are left to the caller, as `outcome_of` leaves them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from itertools import islice
+from typing import Any, BinaryIO, TypeVar
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pipelines.canonical import MAX_SAFE_INTEGER, number_text
+from pipelines.liger.normalize import (
+    MIB,
+    NAME_LIMIT,
+    Layout,
+    Normalizer,
+    RowRejected,
+    Series,
+    Workload,
+    _metric,
+    duplicate_outcome,
+    json_string,
+    outcome_of,
+    parse_timestamp,
+    slug,
+    version_json,
+)
+from pipelines.liger.read import CsvRecord, open_liger_csv
+from pipelines.records import Record, RowOutcome
+from pipelines.seen_keys import SeenKeys
+
+# What the vectorized number check accepts: digits with an optional fraction. Anything else
+# ("1e-05", " 1", "+1", "nan") goes through the row path and its full grammar.
+PLAIN_DECIMAL = r"^[0-9]+(\.[0-9]+)?$"
+# Where Arrow's float formatting is ECMAScript's (tests/test_liger_columnar.py); numbers outside
+# it are formatted by canonical.number_text.
+ARROW_FLOAT_TEXT = (1e-6, 1e10)
+
+Key = TypeVar("Key", bound=Hashable)
+Value = TypeVar("Value")
+
+
+@dataclass(slots=True)
+class PlainRuns:
+    """The runs of a batch's plain rows, column by column (row order kept)."""
+
+    positions: list[int]  # each run's index in the batch
+    lines: pa.Array  # int64 source lines
+    external_ids: pa.Array
+    digests: pa.Array  # "sha256:<hex>"
+    manifests: pa.Array  # each run's manifest as JSON (sorted keys)
+    values: np.ndarray  # int64 median, p20, p80 (rows × 3)
+    series: list[Series]  # each run's series, by index in series_ids
+    series_ids: np.ndarray
+    workloads: list[Workload]
+    workload_ids: np.ndarray
+    observed_at: pa.Array
+    versions: pa.Array  # stripped liger_version, null when empty
+
+
+@dataclass(slots=True)
+class Batch:
+    """A batch's outcomes: its plain rows as columns, every other row as a RowOutcome."""
+
+    size: int
+    runs: PlainRuns | None
+    others: dict[int, RowOutcome]  # by index in the batch
+
+
+def normalize_batch(records: Sequence[CsvRecord], layout: Layout, normalizer: Normalizer) -> Batch:
+    candidates = [
+        i
+        for i, r in enumerate(records)
+        if r.error is None and r.fields is not None and len(r.fields) == layout.width
+    ]
+    plain, runs = _plain_runs(records, candidates, layout, normalizer)
+    others = {
+        i: outcome_of(record, layout, normalizer)
+        for i, record in enumerate(records)
+        if i not in plain
+    }
+    return Batch(len(records), runs, others)
+
+
+def _encode(
+    keys: Sequence[Key], build: Callable[[Key], Value | None]
+) -> tuple[list[Value | None], np.ndarray]:
+    """Dictionary-encode `keys`: the value built once per distinct key, and each row's index."""
+    ids: dict[Key, int] = {}
+    codes = [ids.setdefault(k, len(ids)) for k in keys]
+    return [build(k) for k in ids], np.array(codes, dtype=np.int64)
+
+
+def _plain_runs(
+    records: Sequence[CsvRecord], candidates: list[int], layout: Layout, normalizer: Normalizer
+) -> tuple[set[int], PlainRuns | None]:
+    if not candidates:
+        return set(), None
+    picked = [layout.pick(records[i].fields or []) for i in candidates]
+    (kernel, provider, mode, metric, unit, x_name, x_value, median, p20, p80,
+     config, gpu, timestamp, version) = zip(*picked, strict=True)  # fmt: skip
+
+    series, series_ids = _encode(
+        list(zip(kernel, provider, mode, gpu, metric, unit, strict=True)),
+        lambda k: _known(lambda: normalizer.series(k[0], k[1], k[2], k[3], _metric(k[4], k[5]))),
+    )
+    kernels = normalizer.curation.kernels
+    workloads, workload_ids = _encode(
+        list(zip(kernel, x_name, x_value, config, strict=True)),
+        lambda k: _known(lambda: normalizer.workload(*k)) if k[0] in kernels else None,
+    )
+    stamps, stamp_ids = _encode(timestamp, lambda t: _known(lambda: parse_timestamp(t)))
+    versions, version_ids = _encode(version, lambda v: v.strip())
+    texts = [pa.array(column, pa.string()) for column in (median, p20, p80)]
+    numeric = _all(pc.match_substring_regex(t, PLAIN_DECIMAL) for t in texts)
+    stats = [pc.cast(pc.if_else(numeric, t, "1"), pa.float64()).to_numpy() for t in texts]
+
+    good_series = np.array([s is not None and _nameable(s) for s in series])[series_ids]
+    good_workload = np.array([w is not None and bool(w.case_slug) for w in workloads])[workload_ids]
+    good_stamp = np.array([s is not None and bool(slug(s[1])) for s in stamps])[stamp_ids]
+    memory_of = np.array([s is not None and s.memory for s in series])[series_ids]
+    scale = np.where(memory_of, float(MIB), 1e6)
+    rounded = np.stack([_js_round(s * scale) for s in stats], axis=1)
+    keep = (
+        numeric.to_numpy(zero_copy_only=False)
+        & good_series
+        & good_workload
+        & good_stamp
+        & (np.stack(stats, axis=1) > 0).all(axis=1)
+        & (rounded <= MAX_SAFE_INTEGER).all(axis=1)
+    )
+    rows = np.flatnonzero(keep)
+    if not len(rows):
+        return set(), None
+    positions = [candidates[i] for i in rows]
+    return set(positions), _assemble(
+        _Rows(
+            positions=positions,
+            lines=pa.array([records[p].line for p in positions], pa.int64()),
+            series=[s for s in series],  # type: ignore[misc]
+            series_ids=series_ids[rows],
+            workloads=[w for w in workloads],  # type: ignore[misc]
+            workload_ids=workload_ids[rows],
+            stamps=stamps,  # type: ignore[arg-type]
+            stamp_ids=stamp_ids[rows],
+            stats=[s[rows] for s in stats],
+            values=rounded[rows].astype(np.int64),
+            versions=versions,  # type: ignore[arg-type]
+            version_ids=version_ids[rows],
+        )
+    )
+
+
+@dataclass(slots=True)
+class _Rows:
+    positions: list[int]
+    lines: pa.Array
+    series: list[Series]
+    series_ids: np.ndarray
+    workloads: list[Workload]
+    workload_ids: np.ndarray
+    stamps: list[tuple[str, str]]
+    stamp_ids: np.ndarray
+    stats: list[np.ndarray]
+    values: np.ndarray
+    versions: list[str]  # stripped
+    version_ids: np.ndarray
+
+
+def _assemble(rows: _Rows) -> PlainRuns:
+    """Fill each run's template holes column by column, then digest every identity."""
+    by_series = _Lookup(rows.series_ids)
+    by_workload = _Lookup(rows.workload_ids)
+    by_stamp = _Lookup(rows.stamp_ids)
+    by_version = _Lookup(rows.version_ids)
+    templates = [s.run_template if s is not None else None for s in rows.series]
+
+    stamp = by_stamp([s[1] if s else "" for s in rows.stamps])
+    case_key = by_workload([w.case_key if w else "" for w in rows.workloads])
+    external_ids = pc.binary_join_element_wise(
+        by_series([t.external_id_head if t else "" for t in templates]),
+        case_key,
+        "/",
+        stamp,
+        by_series([t.external_id_tail if t else "" for t in templates]),
+        "",
+    )
+    versions = by_version(rows.versions)
+    holes: dict[str, pa.Array] = {
+        "v0": pa.array(rows.values[:, 0]).cast(pa.string()),
+        "v1": pa.array(rows.values[:, 1]).cast(pa.string()),
+        "v2": pa.array(rows.values[:, 2]).cast(pa.string()),
+        "s0": _number_texts(rows.stats[0]),
+        "s1": _number_texts(rows.stats[1]),
+        "s2": _number_texts(rows.stats[2]),
+        "observed_at": by_stamp([json_string(s[0]) if s else "" for s in rows.stamps]),
+        "external_id": _json_strings(external_ids),
+        "workload": by_workload([w.digest_json if w else "" for w in rows.workloads]),
+        "name": _name_json(by_series, by_workload, by_stamp, templates, rows),
+        "version": by_version([version_json(v) for v in rows.versions]),
+    }
+    spec = _fill(by_series, [t.spec if t else "" for t in templates], holes)
+    holes["spec"] = spec
+    labelled = by_version([bool(v) for v in rows.versions])
+    holes["metadata"] = pc.if_else(
+        labelled,
+        _fill(by_series, [t.labelled if t else "" for t in templates], holes),
+        _fill(by_series, [t.unlabelled if t else "" for t in templates], holes),
+    )
+    identity = _fill(by_series, [t.identity if t else "" for t in templates], holes)
+    manifests = _fill(by_series, [t.manifest if t else "" for t in templates], holes)
+    return PlainRuns(
+        positions=rows.positions,
+        lines=rows.lines,
+        external_ids=external_ids,
+        digests=_digests(identity),
+        manifests=manifests,
+        values=rows.values,
+        series=rows.series,
+        series_ids=rows.series_ids,
+        workloads=rows.workloads,
+        workload_ids=rows.workload_ids,
+        observed_at=by_stamp([s[0] if s else "" for s in rows.stamps]),
+        versions=pc.if_else(labelled, versions, pa.scalar(None, pa.string())),
+    )
+
+
+class _Lookup:
+    """Per-row values from per-distinct values, by the rows' dictionary codes."""
+
+    def __init__(self, codes: np.ndarray) -> None:
+        self.codes = pa.array(codes)
+
+    def __call__(self, values: Sequence[Any]) -> pa.Array:
+        return pc.take(pa.array(values), self.codes)
+
+
+_HOLE = re.compile(r"%\((\w+)\)s")
+
+
+def _fill(by_series: _Lookup, templates: Sequence[str], holes: dict[str, pa.Array]) -> pa.Array:
+    """Each row's template (by its series) with its holes filled. Templates of one kind share
+    their holes' order when their series share a shape (latency or memory); rows are grouped by
+    that order and joined column-wise."""
+    split = [_split(t) for t in templates]
+    orders = [order for _, order in split]
+    result: pa.Array | None = None
+    for order in set(orders):
+        literal_columns = [
+            by_series([pieces[i] if o == order else "" for pieces, o in split])
+            for i in range(len(order) + 1)
+        ]
+        joined_pieces: list[Any] = [literal_columns[0]]
+        for name, literal in zip(order, literal_columns[1:], strict=True):
+            joined_pieces += [holes[name], literal]
+        joined = pc.binary_join_element_wise(*joined_pieces, "")
+        mine = by_series([o == order for o in orders])
+        result = joined if result is None else pc.if_else(mine, joined, result)
+    assert result is not None
+    return result
+
+
+@lru_cache(maxsize=4096)
+def _split(template: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """A %-format template's literal pieces and, between them, its holes' names."""
+    parts = _HOLE.split(template)
+    return tuple(p.replace("%%", "%") for p in parts[0::2]), tuple(parts[1::2])
+
+
+def _number_texts(numbers: np.ndarray) -> pa.Array:
+    texts = pa.array(numbers).cast(pa.string())
+    low, high = ARROW_FLOAT_TEXT
+    odd = np.flatnonzero((numbers < low) | (numbers >= high) | (numbers == np.floor(numbers)))
+    if not len(odd):
+        return texts
+    patched = texts.to_pylist()
+    for i in odd:
+        patched[i] = number_text(float(numbers[i]))
+    return pa.array(patched, pa.string())
+
+
+def _json_strings(texts: pa.Array) -> pa.Array:
+    """JSON string literals; texts that need escaping are escaped one by one (rare)."""
+    plain = pc.match_substring_regex(texts, r'^[^"\\\x00-\x1f]*$')
+    if pc.all(plain).as_py():
+        return pc.binary_join_element_wise('"', texts, '"', "")
+    values = texts.to_pylist()
+    return pa.array([json_string(v) for v in values], pa.string())
+
+
+def _name_json(
+    by_series: _Lookup,
+    by_workload: _Lookup,
+    by_stamp: _Lookup,
+    templates: Sequence[Any],
+    rows: _Rows,
+) -> pa.Array:
+    """'"<name>"': the slugs of the series' constant parts, the case key and the stamp, joined
+    and cut at NAME_LIMIT (slugs are ASCII, so cutting code units is cutting characters)."""
+    name = pc.binary_join_element_wise(
+        by_series([t.name_head if t else "" for t in templates]),
+        by_workload([w.case_slug if w else "" for w in rows.workloads]),
+        by_stamp([slug(s[1]) if s else "" for s in rows.stamps]),
+        "-",
+    )
+    cut = pc.utf8_slice_codeunits(name, 0, NAME_LIMIT)
+    return pc.binary_join_element_wise('"', cut, '"', "")
+
+
+def _offsets(strings: pa.Array) -> list[int]:
+    """Where each string of an Arrow string array starts in its data buffer, and the end."""
+    start = strings.offset
+    return np.frombuffer(strings.buffers()[1], dtype=np.int32)[
+        start : start + len(strings) + 1
+    ].tolist()
+
+
+def _digests(identity: pa.Array) -> pa.Array:
+    offsets = _offsets(identity)
+    data = memoryview(identity.buffers()[2])
+    sha256 = hashlib.sha256
+    hexes = [
+        sha256(data[start:end]).hexdigest()
+        for start, end in zip(offsets[:-1], offsets[1:], strict=True)
+    ]
+    return pc.binary_join_element_wise("sha256:", pa.array(hexes, pa.string()), "")
+
+
+def _js_round(x: np.ndarray) -> np.ndarray:
+    """JavaScript's Math.round, element-wise, as normalize.js_round does it (still floats)."""
+    floor = np.floor(x)
+    return floor + (x - floor >= 0.5)
+
+
+def _all(masks: Any) -> pa.Array:
+    result = None
+    for mask in masks:
+        result = mask if result is None else pc.and_(result, mask)
+    return result
+
+
+def _known(build: Callable[[], Value]) -> Value | None:
+    try:
+        return build()
+    except RowRejected:
+        return None
+
+
+def _nameable(series: Series) -> bool:
+    return bool(series.run_template.name_head)
+
+
+# --- a whole file, batch by batch -----------------------------------------------------------
+BATCH_ROWS = 4096
+
+
+def normalized_batches(
+    stream: BinaryIO, normalizer: Normalizer | None = None, rows: int = BATCH_ROWS
+) -> Iterator[Batch]:
+    """The batches of a Liger CSV, in order, with the file's rule applied: a later row with an
+    externalId already seen is quarantined (first one wins). Raises NotLigerCsv first."""
+    csv_file = open_liger_csv(stream)
+    layout = Layout.of(csv_file.columns)
+    normalizer = normalizer or Normalizer()
+    seen = SeenKeys()
+    while records := list(islice(csv_file.records, rows)):
+        batch = normalize_batch(records, layout, normalizer)
+        quarantine_duplicates(batch, records, seen)
+        yield batch
+
+
+def quarantine_duplicates(batch: Batch, records: Sequence[CsvRecord], seen: SeenKeys) -> None:
+    """Quarantine each run whose externalId an earlier row of the file had."""
+    runs = batch.runs
+    ids: dict[int, str] = {}
+    if runs is not None:
+        ids = dict(zip(runs.positions, runs.external_ids.to_pylist(), strict=True))
+    for position, outcome in batch.others.items():
+        if outcome.facts is not None:
+            ids[position] = outcome.facts.external_id
+    positions = sorted(ids) if batch.others else list(ids)
+    first = seen.first_times([ids[p] for p in positions])
+    for i in np.flatnonzero(~first):
+        record = records[positions[i]]
+        batch.others[positions[i]] = duplicate_outcome(record.line, record.raw, ids[positions[i]])
+
+
+def write_json_lines(batch: Batch, out: BinaryIO) -> None:
+    """Write a batch's `kindex normalize` lines, in input order, as RowOutcome.json_line writes
+    them. A plain run's line is its own part (line number, digest, run manifest) and then its
+    series' and workload's shared records, written from the same bytes every time: os.writev
+    gathers them, so the ~5 KB of shared records per line are never copied in this process."""
+    parts = _line_parts(batch)
+    try:
+        fd = out.fileno()
+    except (AttributeError, OSError, ValueError):  # io.BytesIO and the like
+        out.write(b"".join(parts))
+        return
+    out.flush()
+    for start in range(0, len(parts), IOV_MAX):
+        _writev_all(fd, parts[start : start + IOV_MAX])
+
+
+IOV_MAX = 1024  # os.writev's limit on Linux
+
+
+def _line_parts(batch: Batch) -> list[bytes | memoryview]:
+    runs = batch.runs
+    if runs is None:
+        return [batch.others[p].json_line() for p in range(batch.size)]
+    heads = pc.binary_join_element_wise(
+        '{"source_line":',
+        runs.lines.cast(pa.string()),
+        ',"status":"ok","reason":null,"records":[{"kind":"BenchmarkRun","digest":"',
+        runs.digests,
+        '","manifest":',
+        runs.manifests,
+        "},",
+        "",
+    )
+    offsets = _offsets(heads)
+    data = memoryview(heads.buffers()[2])
+    shared_head = [_joined(s.references[:3]) + b"," if s else b"" for s in runs.series]
+    shared_tail = [_joined(s.references[3:]) + b"]}\n" if s else b"" for s in runs.series]
+    workload = [w.record.json_bytes + b"," if w else b"" for w in runs.workloads]
+    series_ids, workload_ids = runs.series_ids.tolist(), runs.workload_ids.tolist()
+    parts: list[bytes | memoryview] = []
+    run = 0
+    plain = runs.positions
+    for position in range(batch.size):
+        other = batch.others.get(position)
+        if other is not None:
+            parts.append(other.json_line())
+        if run < len(plain) and plain[run] == position:
+            if other is None:
+                s = series_ids[run]
+                parts += (
+                    data[offsets[run] : offsets[run + 1]],
+                    shared_head[s],
+                    workload[workload_ids[run]],
+                    shared_tail[s],
+                )
+            run += 1
+    return parts
+
+
+def _joined(records: Sequence[Record]) -> bytes:
+    return b",".join(r.json_bytes for r in records)
+
+
+def _writev_all(fd: int, parts: Sequence[bytes | memoryview]) -> None:
+    written = os.writev(fd, parts)
+    total = sum(len(p) for p in parts)
+    if written < total:  # a signal or a full pipe cut the write short: finish it plainly
+        rest = b"".join(bytes(p) for p in parts)[written:]
+        while rest:
+            rest = rest[os.write(fd, rest) :]

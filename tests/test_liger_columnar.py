@@ -1,0 +1,135 @@
+"""The batched, column-by-column Liger normalizer (pipelines/liger/columnar.py) writes exactly the
+bytes the row path writes (`RowOutcome.json_line` of each outcome of `normalize_bytes`): on the
+shared CSV, on the bad-CSV corpus and on generated files mixing good rows with damaged ones."""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+
+import pyarrow as pa
+import rfc8785
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from liger_support import HEADER, LIGER_CSV, csv_lines
+from test_liger_bad_inputs import GOOD_FIELDS, row_with
+
+from pipelines.liger.columnar import ARROW_FLOAT_TEXT, normalized_batches, write_json_lines
+from pipelines.liger.normalize import Normalizer, normalize_bytes
+from pipelines.seen_keys import SeenKeys
+
+NORMALIZER = Normalizer()
+
+
+def row_path(data: bytes) -> bytes:
+    return b"".join(o.json_line() for o in normalize_bytes(data, NORMALIZER))
+
+
+def batch_path(data: bytes, rows: int) -> bytes:
+    out = io.BytesIO()
+    for batch in normalized_batches(io.BytesIO(data), NORMALIZER, rows):
+        write_json_lines(batch, out)
+    return out.getvalue()
+
+
+def test_shared_csv_same_bytes_for_several_batch_sizes() -> None:
+    data = LIGER_CSV.read_bytes()
+    expected = row_path(data)
+    for rows in (1, 7, 1000, 4096):
+        assert batch_path(data, rows) == expected, rows
+
+
+def test_file_with_repeated_rows_same_bytes() -> None:
+    """Rows repeated across batches: the duplicates are quarantined in both paths."""
+    lines = csv_lines(list(range(2, 300)))
+    data = ("\n".join([HEADER, *lines, *lines[:50], *lines]) + "\n").encode()
+    assert batch_path(data, 64) == row_path(data)
+
+
+def test_written_to_a_real_file_with_writev(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    data = LIGER_CSV.read_bytes()
+    target = tmp_path / "lines.jsonl"
+    with target.open("wb") as out:
+        for batch in normalized_batches(io.BytesIO(data), NORMALIZER, 500):
+            write_json_lines(batch, out)
+    assert target.read_bytes() == row_path(data)
+
+
+DAMAGES = [
+    {"y_value_50": "1e-05"},
+    {"y_value_50": " 0.5"},
+    {"y_value_20": "0"},
+    {"y_value_80": "nan"},
+    {"y_value_50": "1e300"},
+    {"y_value_50": "12345678901"},
+    {"y_value_20": "0.00001234"},
+    {"y_value_20": "5"},
+    {"y_value_20": "000.5000"},
+    {"kernel_name": "no_such_kernel"},
+    {"gpu_name": "NVIDIA H200"},
+    {"timestamp": "2026-02-30 10:00:00"},
+    {"timestamp": "2026-01-01T10:00:00"},
+    {"liger_version": ""},
+    {"liger_version": "  0.6.1 \t"},
+    {"liger_version": 've"r\\s\u00e9\u2028'},
+    {"x_value": "1024.5"},
+    {"extra_benchmark_config_str": "{"},
+    {"metric_name": "memory", "metric_unit": "MB"},
+]
+good_rows = st.sampled_from(csv_lines(list(range(2, 2450, 37))))
+damaged_rows = (
+    st.builds(lambda damage: row_with(**damage), st.sampled_from(DAMAGES))
+    | st.sampled_from(
+        [
+            ",".join(GOOD_FIELDS[:-1]),  # a column short
+            "",  # a blank line
+            "garbage",
+            '"an open quote,' + ",".join(GOOD_FIELDS[1:]),  # runs into the next lines
+        ]
+    )
+)
+
+
+@settings(max_examples=int(os.environ.get("KINDEX_EXAMPLES", "150")), deadline=None)
+@given(
+    rows=st.lists(good_rows | damaged_rows, min_size=1, max_size=40),
+    batch_rows=st.integers(min_value=1, max_value=16),
+    newline=st.sampled_from(["\n", "\r\n"]),
+)
+def test_generated_files_same_bytes(rows: list[str], batch_rows: int, newline: str) -> None:
+    data = (newline.join([HEADER, *rows]) + newline).encode()
+    assert batch_path(data, batch_rows) == row_path(data)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(
+    st.floats(
+        min_value=ARROW_FLOAT_TEXT[0], max_value=ARROW_FLOAT_TEXT[1], exclude_max=True
+    ).filter(lambda v: not v.is_integer())
+)
+def test_arrow_prints_floats_as_rfc8785_in_its_range(number: float) -> None:
+    assert pa.array([number]).cast(pa.string())[0].as_py() == rfc8785.dumps(number).decode()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.lists(st.integers(min_value=0, max_value=300).map(str), max_size=60), max_size=12)
+)
+def test_seen_keys_is_a_set_that_remembers_order(batches: list[list[str]]) -> None:
+    seen, reference = SeenKeys(), set()
+    for texts in batches:
+        expected = []
+        for text in texts:
+            expected.append(text not in reference)
+            reference.add(text)
+        assert list(seen.first_times(texts)) == expected
+    assert len(seen) == len(reference)
+
+
+def test_parsed_number_texts_agree_with_python() -> None:
+    """Arrow parses the plain decimals the batch path takes exactly as float() does."""
+    texts = [row[8] for row in csv.reader(io.StringIO(LIGER_CSV.read_text()))][1:]
+    texts += ["0.1", "000.5000", "123456789012345678901234567890.5", "0.30000000000000004"]
+    parsed = pa.array(texts).cast(pa.float64()).to_pylist()
+    assert parsed == [float(t) for t in texts]
