@@ -56,6 +56,11 @@ class SeenKeys:
         self.add(high[first], low[first])
         return first
 
+    def add_digests(self, digests: bytes) -> None:
+        """Remember keys given as their digests, concatenated (known to be new)."""
+        halves = np.frombuffer(digests, dtype=np.uint64).reshape(-1, 2)
+        self.add(halves[:, 0], halves[:, 1])
+
     def add(self, high: np.ndarray, low: np.ndarray) -> None:
         if not len(high):
             return

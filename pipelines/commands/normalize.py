@@ -10,12 +10,12 @@ import argparse
 import gc
 import sys
 from collections import Counter
-from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
-from pipelines.liger.columnar import Batch, normalized_batches, write_json_lines
+from pipelines.liger.columnar import count_outcomes, normalized_batches, write_json_lines
 from pipelines.liger.normalize import NotLigerCsv
+from pipelines.liger.relay import normalize_file, worth_relay
 
 
 def register(subparsers: Any) -> None:
@@ -36,12 +36,7 @@ def run(args: argparse.Namespace) -> int:
     gc.freeze()
     gc.set_threshold(50_000, 50, 100)
     try:
-        with args.file.open("rb") as stream:
-            batches = normalized_batches(stream)
-            if args.summary:
-                _print_summary(batches)
-            else:
-                _print_lines(batches)
+        counts = _normalize(args.file, None if args.summary else sys.stdout.buffer)
     except NotLigerCsv as error:
         print(
             f"kindex normalize: {args.file} is not a Liger benchmark CSV: {error}", file=sys.stderr
@@ -53,36 +48,34 @@ def run(args: argparse.Namespace) -> int:
         reason = error.strerror or error
         print(f"kindex normalize: cannot read {args.file}: {reason}", file=sys.stderr)
         return 2
+    if args.summary:
+        _print_summary(counts)
     return 0
 
 
-def _print_lines(batches: Iterable[Batch]) -> None:
-    out = sys.stdout.buffer
-    for batch in batches:
-        write_json_lines(batch, out)
-    out.flush()
+def _normalize(path: Path, out: BinaryIO | None) -> Counter[str]:
+    """Write the lines to `out` (unless None); the counts by status and reason."""
+    if worth_relay(path):
+        return normalize_file(path, out)
+    counts: Counter[str] = Counter()
+    with path.open("rb") as stream:
+        for batch in normalized_batches(stream):
+            if out is not None:
+                write_json_lines(batch, out)
+            count_outcomes(batch, counts)
+    if out is not None:
+        out.flush()
+    return counts
 
 
-def _print_summary(batches: Iterable[Batch]) -> None:
-    counts: Counter[tuple[str, str]] = Counter()
-    metrics: Counter[str] = Counter()
-    for batch in batches:
-        runs = batch.runs
-        if runs is not None:
-            kept = [i for i, p in enumerate(runs.positions) if p not in batch.others]
-            memory = [runs.series[runs.series_ids[i]].memory for i in kept]
-            counts[("ok", "")] += len(kept)
-            metrics["memory"] += sum(memory)
-            metrics["latency"] += len(kept) - sum(memory)
-        for outcome in batch.others.values():
-            counts[(outcome.status, outcome.reason or "")] += 1
-            if outcome.facts is not None and outcome.status == "ok":
-                metrics[outcome.facts.metric] += 1
-    ok = sum(n for (status, _), n in counts.items() if status == "ok")
-    quarantined = sum(counts.values()) - ok
+def _print_summary(counts: Counter[str]) -> None:
+    ok = {k.split(":", 1)[1]: n for k, n in counts.items() if k.startswith("ok:")}
+    quarantined = {k.split(":", 1)[1]: n for k, n in counts.items() if k.startswith("quarantined:")}
     print(f"rows: {sum(counts.values())}")
-    print(f"ok: {ok} (latency runs: {metrics['latency']}, memory runs: {metrics['memory']})")
-    print(f"quarantined: {quarantined}")
-    for (status, reason), n in sorted(counts.items(), key=lambda item: -item[1]):
-        if status == "quarantined":
-            print(f"  {reason}: {n}")
+    print(
+        f"ok: {sum(ok.values())} (latency runs: {ok.get('latency', 0)},"
+        f" memory runs: {ok.get('memory', 0)})"
+    )
+    print(f"quarantined: {sum(quarantined.values())}")
+    for reason, n in sorted(quarantined.items(), key=lambda item: -item[1]):
+        print(f"  {reason}: {n}")

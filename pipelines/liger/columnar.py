@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from collections import Counter
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -45,7 +46,7 @@ from pipelines.liger.normalize import (
 )
 from pipelines.liger.read import CsvRecord, open_liger_csv
 from pipelines.records import Record, RowOutcome
-from pipelines.seen_keys import SeenKeys
+from pipelines.seen_keys import SeenKeys, digest_of
 
 # What the vectorized number check accepts: digits with an optional fraction. Anything else
 # ("1e-05", " 1", "+1", "nan") goes through the row path and its full grammar.
@@ -389,6 +390,13 @@ def normalized_batches(
 
 def quarantine_duplicates(batch: Batch, records: Sequence[CsvRecord], seen: SeenKeys) -> None:
     """Quarantine each run whose externalId an earlier row of the file had."""
+    positions, ids = external_ids(batch)
+    first = seen.first_times_of_digests([digest_of(i) for i in ids])
+    quarantine_repeats(batch, records, positions, ids, first)
+
+
+def external_ids(batch: Batch) -> tuple[list[int], list[str]]:
+    """The batch's runs' positions and externalIds, in input order."""
     runs = batch.runs
     ids: dict[int, str] = {}
     if runs is not None:
@@ -397,10 +405,19 @@ def quarantine_duplicates(batch: Batch, records: Sequence[CsvRecord], seen: Seen
         if outcome.facts is not None:
             ids[position] = outcome.facts.external_id
     positions = sorted(ids) if batch.others else list(ids)
-    first = seen.first_times([ids[p] for p in positions])
+    return positions, [ids[p] for p in positions]
+
+
+def quarantine_repeats(
+    batch: Batch,
+    records: Sequence[CsvRecord],
+    positions: list[int],
+    ids: list[str],
+    first: np.ndarray,
+) -> None:
     for i in np.flatnonzero(~first):
         record = records[positions[i]]
-        batch.others[positions[i]] = duplicate_outcome(record.line, record.raw, ids[positions[i]])
+        batch.others[positions[i]] = duplicate_outcome(record.line, record.raw, ids[i])
 
 
 def write_json_lines(batch: Batch, out: BinaryIO) -> None:
@@ -408,13 +425,17 @@ def write_json_lines(batch: Batch, out: BinaryIO) -> None:
     them. A plain run's line is its own part (line number, digest, run manifest) and then its
     series' and workload's shared records, written from the same bytes every time: os.writev
     gathers them, so the ~5 KB of shared records per line are never copied in this process."""
-    parts = _line_parts(batch)
     try:
         fd = out.fileno()
     except (AttributeError, OSError, ValueError):  # io.BytesIO and the like
-        out.write(b"".join(parts))
+        out.write(b"".join(_line_parts(batch)))
         return
     out.flush()
+    write_json_lines_to(fd, batch)
+
+
+def write_json_lines_to(fd: int, batch: Batch) -> None:
+    parts = _line_parts(batch)
     for start in range(0, len(parts), IOV_MAX):
         _writev_all(fd, parts[start : start + IOV_MAX])
 
@@ -473,3 +494,18 @@ def _writev_all(fd: int, parts: Sequence[bytes | memoryview]) -> None:
         rest = b"".join(bytes(p) for p in parts)[written:]
         while rest:
             rest = rest[os.write(fd, rest) :]
+
+
+def count_outcomes(batch: Batch, counts: Counter[str]) -> None:
+    """Add a batch's outcomes to counts by "ok:<metric>" and "quarantined:<reason>"."""
+    runs = batch.runs
+    if runs is not None:
+        memory = np.array([s is not None and s.memory for s in runs.series])[runs.series_ids]
+        kept = np.array([p not in batch.others for p in runs.positions], dtype=bool)
+        counts["ok:memory"] += int((memory & kept).sum())
+        counts["ok:latency"] += int((~memory & kept).sum())
+    for outcome in batch.others.values():
+        if outcome.status == "ok" and outcome.facts is not None:
+            counts[f"ok:{outcome.facts.metric}"] += 1
+        else:
+            counts[f"quarantined:{outcome.reason}"] += 1

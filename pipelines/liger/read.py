@@ -55,10 +55,10 @@ class LigerCsv:
 
 
 def _decoded_lines(
-    lines: Iterable[bytes], bad_lines: set[int], consumed: list[str]
+    lines: Iterable[bytes], bad_lines: set[int], consumed: list[str], first_line: int
 ) -> Iterator[str]:
     """Decode lines, remembering which were not UTF-8 and the text the csv reader consumed."""
-    for number, line in enumerate(lines, start=2):
+    for number, line in enumerate(lines, start=first_line):
         try:
             text = line.decode("utf-8")
         except UnicodeDecodeError:
@@ -95,12 +95,36 @@ def open_liger_csv(lines: Iterable[bytes]) -> LigerCsv:
     return LigerCsv(columns, _records(iterator))
 
 
-def _records(lines: Iterator[bytes]) -> Iterator[CsvRecord]:
+def segment_records(
+    lines: Iterable[bytes], first_line: int, after: Iterable[bytes]
+) -> tuple[list[CsvRecord], list[bytes]]:
+    """The records that start in a segment of a file's data lines (the segment starting with a
+    record, on line `first_line`). A record still open at the segment's end (a quoted field
+    across lines) goes on into `after`, the lines that follow: returns the records and the lines
+    of `after` they took, so that whoever reads on knows where the next record starts."""
+    consumed: list[str] = []
+    taken: list[bytes] = []
+
+    def source() -> Iterator[bytes]:
+        yield from lines
+        for line in after:
+            if not consumed:  # the last record is complete: the rest is not ours
+                return
+            taken.append(line)
+            yield line
+
+    records = list(_records(source(), first_line, consumed))
+    return records, taken
+
+
+def _records(
+    lines: Iterable[bytes], first_line: int = 2, consumed: list[str] | None = None
+) -> Iterator[CsvRecord]:
     csv.field_size_limit(FIELD_SIZE_LIMIT)
     bad_lines: set[int] = set()
-    consumed: list[str] = []
-    reader = csv.reader(_decoded_lines(lines, bad_lines, consumed), strict=False)
-    next_line = 2
+    consumed = [] if consumed is None else consumed
+    reader = csv.reader(_decoded_lines(lines, bad_lines, consumed, first_line), strict=False)
+    next_line = first_line
     while True:
         try:
             fields: list[str] | None = next(reader)
@@ -111,7 +135,7 @@ def _records(lines: Iterator[bytes]) -> Iterator[CsvRecord]:
             fields, error = None, f"unparseable_row: {failure}"
         raw = "".join(consumed).rstrip("\r\n")
         consumed.clear()
-        start, next_line = next_line, reader.line_num + 2  # the header is line 1
+        start, next_line = next_line, reader.line_num + first_line
         if fields == [] or (fields is not None and not raw.strip()):
             continue  # blank line: no data, nothing to lose
         if bad_lines and error is None and any(n in bad_lines for n in range(start, next_line)):

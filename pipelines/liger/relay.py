@@ -1,0 +1,259 @@
+"""`kindex normalize` of a large file on every core, its lines still in input order.
+
+The file's data lines are cut into segments of about SEGMENT_BYTES at line ends. Worker w of N
+(forked processes) normalizes segments w, w+N, w+2N… (pipelines/liger/columnar.py), reading them
+from the file itself. Then a token goes round the ring of workers in segment order; whoever holds
+it:
+
+- learns where its segment really starts: a record of the previous segment may run past the cut
+  (a quoted field across lines), and then the segment is read again from where that record ended;
+- learns which externalIds the segments since its own last one showed first (16-byte digests),
+  so a duplicate is judged against the whole file so far, as the serial path judges it;
+- writes its lines to the shared output (or counts them), and passes the token on.
+
+Nothing but the token crosses processes: the lines go straight from each worker to the output.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import io
+import multiprocessing
+import os
+import queue
+import traceback
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from pipelines.liger.columnar import (
+    Batch,
+    count_outcomes,
+    external_ids,
+    normalize_batch,
+    quarantine_repeats,
+    write_json_lines_to,
+)
+from pipelines.liger.normalize import Layout, Normalizer
+from pipelines.liger.read import CsvRecord, open_liger_csv, segment_records
+from pipelines.seen_keys import SeenKeys, digest_of
+
+SEGMENT_BYTES = 1 << 20  # ~4,000 Liger rows
+PARALLEL_MIN_BYTES = 8 << 20  # below this, forking costs more than it saves
+PIPE_BYTES = 1 << 20  # a token must not block its sender (F_SETPIPE_SZ)
+BROKEN_PIPE = 3  # a worker's exit status when the output was closed (`| head`)
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    start: int  # byte offset of its first line
+    end: int  # byte offset after its last line
+    line: int  # the file line number of its first line
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    start: int  # where the segment's first record really starts
+    line: int
+    recent: tuple[bytes, ...]  # first-seen externalId digests of the last N-1 segments
+
+
+def usable_cpus() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+
+
+def worth_relay(path: Path) -> bool:
+    return usable_cpus() >= 2 and path.stat().st_size >= PARALLEL_MIN_BYTES
+
+
+def segments_of(
+    path: Path, segment_bytes: int = SEGMENT_BYTES
+) -> tuple[tuple[str, ...], list[Segment]]:
+    """The header's columns and the data segments. Raises NotLigerCsv."""
+    with path.open("rb") as stream:
+        header = stream.readline()
+        columns = open_liger_csv([header]).columns
+        segments = []
+        start, line = len(header), 2
+        while True:
+            stream.seek(start + segment_bytes)
+            stream.readline()  # on to the next line end
+            end = min(stream.tell(), path.stat().st_size)
+            if end <= start:
+                break
+            stream.seek(start)
+            segments.append(Segment(start, end, line))
+            line += stream.read(end - start).count(b"\n")
+            start = end
+    return columns, segments
+
+
+def normalize_file(
+    path: Path,
+    out: BinaryIO | None,
+    workers: int | None = None,
+    segment_bytes: int = SEGMENT_BYTES,
+) -> Counter[str]:
+    """Write the file's `kindex normalize` lines to `out` (or, when None, only count them):
+    returns counts by "ok:<metric>" and "quarantined:<reason>"."""
+    columns, segments = segments_of(path, segment_bytes)
+    count = min(workers or usable_cpus(), max(len(segments), 1))
+    if out is not None:
+        out.flush()
+    fd = out.fileno() if out is not None else None
+    Normalizer()  # load the curation once, before forking
+    context = multiprocessing.get_context("fork")
+    pipes = [context.Pipe(duplex=False) for _ in range(count)]
+    for _, sender in pipes:
+        if hasattr(fcntl, "F_SETPIPE_SZ"):  # Linux; elsewhere a token may wait for its reader
+            fcntl.fcntl(sender.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+    results = context.Queue()
+    processes = [
+        context.Process(
+            target=_worker,
+            args=(
+                w,
+                count,
+                path,
+                columns,
+                segments,
+                fd,
+                pipes[w][0],
+                pipes[(w + 1) % count][1],
+                results,
+            ),
+        )
+        for w in range(count)
+    ]
+    for process in processes:
+        process.start()
+    if segments:
+        pipes[0][1].send(Token(segments[0].start, segments[0].line, ()))
+    try:
+        return _collect(results, processes)
+    finally:
+        for process in processes:
+            if process.is_alive():
+                process.terminate()
+            process.join(timeout=5)
+
+
+def _collect(results: Any, processes: list[Any]) -> Counter[str]:
+    counts: Counter[str] = Counter()
+    reported = 0
+    while reported < len(processes):
+        try:
+            status, partial = results.get(timeout=1)
+        except queue.Empty:
+            if any(p.exitcode not in (None, 0) for p in processes):
+                raise RuntimeError("a normalize worker died") from None
+            continue
+        reported += 1
+        if status == BROKEN_PIPE:
+            raise BrokenPipeError
+        if status != 0:
+            raise RuntimeError(f"a normalize worker failed:\n{partial}")
+        counts.update(partial)
+    return counts
+
+
+def _worker(
+    w: int,
+    count: int,
+    path: Path,
+    columns: tuple[str, ...],
+    segments: list[Segment],
+    fd: int | None,
+    receive: Connection,
+    send: Connection,
+    results: Any,
+) -> None:
+    counts: Counter[str] = Counter()
+    try:
+        with path.open("rb") as stream:
+            _relay(w, count, stream, Layout.of(columns), segments, fd, receive, send, counts)
+        results.put((0, counts))
+    except BrokenPipeError:
+        results.put((BROKEN_PIPE, None))
+    except BaseException:  # noqa: BLE001 - reported to the parent, which fails the command
+        results.put((1, traceback.format_exc()))
+    finally:
+        results.close()
+        results.join_thread()
+        os._exit(0)  # no atexit handlers or stdio flushes of the parent's state
+
+
+def _relay(
+    w: int,
+    count: int,
+    stream: BinaryIO,
+    layout: Layout,
+    segments: list[Segment],
+    fd: int | None,
+    receive: Connection,
+    send: Connection,
+    counts: Counter[str],
+) -> None:
+    normalizer = Normalizer()
+    seen = SeenKeys()
+    for index in range(w, len(segments), count):
+        segment = segments[index]
+        prepared = _prepare(stream, segment.start, segment.end, segment.line, layout, normalizer)
+        token: Token = receive.recv()
+        for digests in token.recent:
+            seen.add_digests(digests)
+        if token.start != segment.start:  # the previous segment's last record ran into this one
+            start = max(token.start, segment.start)
+            prepared = _prepare(
+                stream, start, max(start, segment.end), token.line, layout, normalizer
+            )
+        first = seen.first_times_of_digests(prepared.digests)
+        quarantine_repeats(
+            prepared.batch, prepared.records, prepared.positions, prepared.ids, first
+        )
+        if fd is not None:
+            write_json_lines_to(fd, prepared.batch)
+        count_outcomes(prepared.batch, counts)
+        if index + 1 < len(segments):
+            mine = b"".join(d for d, f in zip(prepared.digests, first, strict=True) if f)
+            recent = (*token.recent, mine)[-(count - 1) :] if count > 1 else ()
+            send.send(Token(prepared.end, prepared.next_line, recent))
+
+
+@dataclass(slots=True)
+class _Prepared:
+    batch: Batch
+    records: list[CsvRecord]
+    positions: list[int]
+    ids: list[str]
+    digests: list[bytes]
+    end: int  # where the next record starts
+    next_line: int
+
+
+def _prepare(
+    stream: BinaryIO, start: int, end: int, line: int, layout: Layout, normalizer: Normalizer
+) -> _Prepared:
+    stream.seek(start)
+    lines = list(io.BytesIO(stream.read(end - start)))  # split at "\n" only, as files are
+    stream.seek(end)
+    records, taken = segment_records(lines, line, _lines_after(stream))
+    batch = normalize_batch(records, layout, normalizer)
+    positions, ids = external_ids(batch)
+    next_line = line + len(lines) + len(taken)
+    return _Prepared(
+        batch,
+        records,
+        positions,
+        ids,
+        [digest_of(i) for i in ids],
+        end + sum(len(t) for t in taken),
+        next_line,
+    )
+
+
+def _lines_after(stream: BinaryIO) -> Iterator[bytes]:
+    yield from iter(stream.readline, b"")
