@@ -42,15 +42,6 @@ def _fast_path_safe(value: Any) -> bool:
     return False
 
 
-def numbers_print_alike(*numbers: int | float) -> bool:
-    """True when orjson prints each number exactly as RFC 8785 does.
-
-    For a document whose keys are ASCII literals, this is the only check the fast path needs:
-    orjson and RFC 8785 escape every string value identically (tests/test_canonical.py).
-    """
-    return all(_fast_path_safe(n) for n in numbers)
-
-
 def number_text(value: int | float) -> str:
     """A number as RFC 8785 prints it (ECMAScript's Number::toString), for templates that splice
     numbers into canonical JSON. Python's repr has ECMAScript's shortest round-trip digits and,
@@ -63,12 +54,6 @@ def number_text(value: int | float) -> str:
     elif type(value) is int and abs(value) <= MAX_SAFE_INTEGER:
         return str(value)
     return rfc8785.dumps(value).decode()
-
-
-def canonical_json_prechecked(value: Any) -> bytes:
-    """Canonical bytes of a document the caller has proven fast-path safe: ASCII keys, and every
-    number passed through `numbers_print_alike`."""
-    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
 
 
 def canonical_json_reference(value: Any) -> bytes:

@@ -22,6 +22,7 @@ import pyarrow as pa
 from pipelines.index.record_objects import RecordSetBuilder
 from pipelines.liger.normalize import Layout, Normalizer, duplicate_outcome, outcome_of
 from pipelines.liger.read import CsvRecord, open_liger_csv
+from pipelines.liger.relay import usable_cpus
 
 BATCH_ROWS = 4000
 PARALLEL_MIN_BYTES = 8 * 2**20  # below this, starting workers costs more than it saves
@@ -61,12 +62,6 @@ def _build_batch(records: list[RecordTuple]) -> BatchTables:
             external_ids.append(outcome.facts.external_id)
         builder.add(outcome)
     return BatchTables(builder.rows, builder.tables(), external_ids)
-
-
-def usable_cpus() -> int:
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 def worth_parallel(size: int) -> bool:

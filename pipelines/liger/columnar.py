@@ -68,13 +68,10 @@ class PlainRuns:
     external_ids: pa.Array
     digests: pa.Array  # "sha256:<hex>"
     manifests: pa.Array  # each run's manifest as JSON (sorted keys)
-    values: np.ndarray  # int64 median, p20, p80 (rows × 3)
-    series: list[Series]  # each run's series, by index in series_ids
+    series: list[Series | None]  # each run's series, by index in series_ids
     series_ids: np.ndarray
-    workloads: list[Workload]
+    workloads: list[Workload | None]
     workload_ids: np.ndarray
-    observed_at: pa.Array
-    versions: pa.Array  # stripped liger_version, null when empty
 
 
 @dataclass(slots=True)
@@ -156,15 +153,15 @@ def _plain_runs(
         _Rows(
             positions=positions,
             lines=pa.array([records[p].line for p in positions], pa.int64()),
-            series=[s for s in series],  # type: ignore[misc]
+            series=series,
             series_ids=series_ids[rows],
-            workloads=[w for w in workloads],  # type: ignore[misc]
+            workloads=workloads,
             workload_ids=workload_ids[rows],
-            stamps=stamps,  # type: ignore[arg-type]
+            stamps=stamps,
             stamp_ids=stamp_ids[rows],
             stats=[s[rows] for s in stats],
             values=rounded[rows].astype(np.int64),
-            versions=versions,  # type: ignore[arg-type]
+            versions=versions,  # type: ignore[arg-type]  # strip() never gives None
             version_ids=version_ids[rows],
         )
     )
@@ -174,11 +171,11 @@ def _plain_runs(
 class _Rows:
     positions: list[int]
     lines: pa.Array
-    series: list[Series]
+    series: list[Series | None]  # None: not a known series (its rows are not plain)
     series_ids: np.ndarray
-    workloads: list[Workload]
+    workloads: list[Workload | None]
     workload_ids: np.ndarray
-    stamps: list[tuple[str, str]]
+    stamps: list[tuple[str, str] | None]
     stamp_ids: np.ndarray
     stats: list[np.ndarray]
     values: np.ndarray
@@ -204,7 +201,6 @@ def _assemble(rows: _Rows) -> PlainRuns:
         by_series([t.external_id_tail if t else "" for t in templates]),
         "",
     )
-    versions = by_version(rows.versions)
     holes: dict[str, pa.Array] = {
         "v0": pa.array(rows.values[:, 0]).cast(pa.string()),
         "v1": pa.array(rows.values[:, 1]).cast(pa.string()),
@@ -234,13 +230,10 @@ def _assemble(rows: _Rows) -> PlainRuns:
         external_ids=external_ids,
         digests=_digests(identity),
         manifests=manifests,
-        values=rows.values,
         series=rows.series,
         series_ids=rows.series_ids,
         workloads=rows.workloads,
         workload_ids=rows.workload_ids,
-        observed_at=by_stamp([s[0] if s else "" for s in rows.stamps]),
-        versions=pc.if_else(labelled, versions, pa.scalar(None, pa.string())),
     )
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property, lru_cache
 from operator import itemgetter
-from typing import Any, BinaryIO
+from typing import Any
 
 import orjson
 
@@ -31,7 +31,7 @@ from pipelines.canonical import (
     number_text,
 )
 from pipelines.curation import Curation, ExpressionError, Kernel, load
-from pipelines.liger.read import CsvRecord, LigerCsv, NotLigerCsv, open_liger_csv
+from pipelines.liger.read import COLUMNS, CsvRecord, LigerCsv, NotLigerCsv, open_liger_csv
 from pipelines.records import Record, RowOutcome, RunFacts
 
 PARSER_VERSION = "liger-csv/1"  # the code's version; see parser_version() for the full one
@@ -56,22 +56,7 @@ _SLUG_BREAK = re.compile(r"[^a-z0-9]+")
 
 
 # The columns the normalizer reads, in the order `Normalizer.normalize_fields` takes them.
-ROW_COLUMNS = (
-    "kernel_name",
-    "kernel_provider",
-    "kernel_operation_mode",
-    "metric_name",
-    "metric_unit",
-    "x_name",
-    "x_value",
-    "y_value_50",
-    "y_value_20",
-    "y_value_80",
-    "extra_benchmark_config_str",
-    "gpu_name",
-    "timestamp",
-    "liger_version",
-)
+ROW_COLUMNS = tuple(c for c in COLUMNS if c != "x_label")  # x_label is only a caption
 
 
 @dataclass(frozen=True, slots=True)
@@ -745,12 +730,6 @@ def normalize_lines(
     """
     csv_file = open_liger_csv(lines)
     return _outcomes(csv_file, normalizer or Normalizer())
-
-
-def normalize_stream(
-    stream: BinaryIO, normalizer: Normalizer | None = None
-) -> Iterator[RowOutcome]:
-    return normalize_lines(stream, normalizer)
 
 
 def normalize_bytes(data: bytes, normalizer: Normalizer | None = None) -> Iterator[RowOutcome]:

@@ -29,6 +29,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from pipelines.curation import load
 from pipelines.liger.columnar import (
     Batch,
     count_outcomes,
@@ -62,7 +63,10 @@ class Token:
 
 
 def usable_cpus() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+    """The CPUs this process may run on (its affinity mask where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def worth_relay(path: Path) -> bool:
@@ -104,7 +108,7 @@ def normalize_file(
     if out is not None:
         out.flush()
     fd = out.fileno() if out is not None else None
-    Normalizer()  # load the curation once, before forking
+    load()  # read the curation once, before forking
     context = multiprocessing.get_context("fork")
     pipes = [context.Pipe(duplex=False) for _ in range(count)]
     for _, sender in pipes:
