@@ -45,6 +45,7 @@ def normalize_text(*rows: str, newline: str = "\n") -> list[RowOutcome]:
         (row_with(y_value_50="nan"), "bad_number"),
         (row_with(y_value_20="inf"), "bad_number"),
         (row_with(y_value_80="1e999"), "bad_number"),
+        (row_with(y_value_80="9" * 400), "bad_number"),  # a plain decimal past float's range
         (row_with(y_value_50="1_000"), "bad_number"),
         (row_with(y_value_50="fast"), "bad_number"),
         (row_with(y_value_50=""), "bad_number"),

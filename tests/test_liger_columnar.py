@@ -66,6 +66,8 @@ DAMAGES = [
     {"y_value_20": "0.00001234"},
     {"y_value_20": "5"},
     {"y_value_20": "000.5000"},
+    {"y_value_50": "9" * 400},  # parses as inf
+    {"y_value_80": "0." + "0" * 400 + "1"},  # parses as 0
     {"kernel_name": "no_such_kernel"},
     {"gpu_name": "NVIDIA H200"},
     {"timestamp": "2026-02-30 10:00:00"},

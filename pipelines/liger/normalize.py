@@ -102,9 +102,10 @@ def parse_positive(text: str, column: str) -> float:
     # The common form (ASCII digits and one point) first: cheaper than the full grammar.
     if text.isascii() and text.replace(".", "", 1).isdigit():
         value = float(text)
-        if value > 0:
+        if value > 0 and value != math.inf:  # 400 digits parse as inf
             return value
-        raise RowRejected("non_positive_value", f"{column} must be positive, got {text!r}")
+        if value == 0:
+            raise RowRejected("non_positive_value", f"{column} must be positive, got {text!r}")
     if not _NUMBER.fullmatch(text.strip()):
         raise RowRejected("bad_number", f"{column} is not a number: {text[:80]!r}")
     value = float(text)
