@@ -5,6 +5,7 @@ Fixtures here are shared by every test module; add new ones below, keep existing
 
 from __future__ import annotations
 
+import multiprocessing
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -65,3 +66,16 @@ def s3_store(
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", embedded_s3.credentials.access_key)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", embedded_s3.credentials.secret_key)
     return store
+
+
+@pytest.fixture(autouse=True)
+def no_child_process_left() -> Iterator[None]:
+    """Fail the test that leaves a multiprocessing child alive. Such a child makes the
+    interpreter wait for it at exit, so the suite would hang after its last test instead of
+    failing here."""
+    yield
+    left = multiprocessing.active_children()
+    for child in left:
+        child.kill()
+        child.join()
+    assert not left, f"child processes left running: {left}"

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import io
 import multiprocessing
-import os
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -19,10 +18,10 @@ from itertools import islice
 
 import pyarrow as pa
 
+from pipelines.forked import default_signals, usable_cpus
 from pipelines.index.record_objects import RecordSetBuilder
 from pipelines.liger.normalize import Layout, Normalizer, duplicate_outcome, outcome_of
 from pipelines.liger.read import CsvRecord, open_liger_csv
-from pipelines.liger.relay import usable_cpus
 
 BATCH_ROWS = 4000
 PARALLEL_MIN_BYTES = 8 * 2**20  # below this, starting workers costs more than it saves
@@ -48,6 +47,7 @@ _job: tuple[str, str] = ("", "")  # snapshot digest, parser version
 
 def _start_worker(columns: tuple[str, ...], job: tuple[str, str]) -> None:
     global _columns, _normalizer, _job
+    default_signals()
     _columns, _normalizer, _job = columns, Normalizer(), job
 
 
@@ -131,6 +131,16 @@ def _not_seen(table: pa.Table, column: str, seen: set[str]) -> pa.Table:
     return table if all(keep) else table.filter(pa.array(keep, pa.bool_()))
 
 
+def _worker_context() -> multiprocessing.context.BaseContext:
+    """Workers come from a forkserver where there is one: this runs inside Dagster runs, whose
+    threads may hold a lock at the moment of a plain fork and leave the child waiting forever."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([__name__])  # workers start with the pipeline imported
+    return context
+
+
 def _has_duplicates(batch: BatchTables, seen: set[str]) -> bool:
     ids = batch.external_ids
     return len(set(ids)) != len(ids) or not seen.isdisjoint(ids)
@@ -155,12 +165,10 @@ def build_tables_parallel(
             pending.append(batch)  # kept until its result is merged, for a rebuild
             yield batch
 
-    context = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
+    context = _worker_context()
     parent_normalizer: Normalizer | None = None
     job = (snapshot_digest, parser_version)
-    with context.Pool(
-        workers or os.cpu_count() or 2, _start_worker, (csv_file.columns, job)
-    ) as pool:
+    with context.Pool(workers or usable_cpus(), _start_worker, (csv_file.columns, job)) as pool:
         for result in pool.imap(_build_batch, submitted()):
             records = pending.popleft()
             if _has_duplicates(result, state.external_ids):

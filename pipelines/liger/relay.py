@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from pipelines.curation import load
+from pipelines.forked import default_signals, stop, usable_cpus
 from pipelines.liger.columnar import (
     Batch,
     count_outcomes,
@@ -60,13 +61,6 @@ class Token:
     start: int  # where the segment's first record really starts
     line: int
     recent: tuple[bytes, ...]  # first-seen externalId digests of the last N-1 segments
-
-
-def usable_cpus() -> int:
-    """The CPUs this process may run on (its affinity mask where the OS has one)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 def worth_relay(path: Path) -> bool:
@@ -139,10 +133,7 @@ def normalize_file(
     try:
         return _collect(results, processes)
     finally:
-        for process in processes:
-            if process.is_alive():
-                process.terminate()
-            process.join(timeout=5)
+        stop(processes)
 
 
 def _collect(results: Any, processes: list[Any]) -> Counter[str]:
@@ -175,6 +166,7 @@ def _worker(
     send: Connection,
     results: Any,
 ) -> None:
+    default_signals()
     counts: Counter[str] = Counter()
     try:
         with path.open("rb") as stream:
