@@ -4,7 +4,9 @@ and files on disk all the way through (`kindex ingest`). Dagster assets call the
 
 from __future__ import annotations
 
+import io
 import sys
+import tempfile
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -20,7 +22,6 @@ from pipelines.incoming import upload_incoming
 from pipelines.index.faults import RECORD_FILES_WRITTEN, pause_point
 from pipelines.index.known import known_manifests
 from pipelines.index.layout import IndexLayout
-from pipelines.index.parallel_records import build_tables_parallel, worth_parallel
 from pipelines.index.publish import IndexVersion, publish_index
 from pipelines.index.reads import ObjectRead
 from pipelines.index.record_objects import (
@@ -31,6 +32,8 @@ from pipelines.index.record_objects import (
     parquet_bytes,
     preview,
 )
+from pipelines.liger.relay import record_tables_file, worth_relay
+from pipelines.liger.tables import record_tables as record_tables_of_csv
 from pipelines.sources import normalize_object
 from pipelines.storage.base import ObjectStore
 
@@ -140,12 +143,24 @@ def record_tables(
     result: Any, data: bytes, snapshot_digest: str
 ) -> tuple[int, dict[str, pa.Table]]:
     """(rows read, record tables) of one normalized object; a large Liger CSV on every core."""
-    if result.source == "liger-csv" and worth_parallel(len(data)):
-        return build_tables_parallel(data, snapshot_digest, result.parser_version)
+    if result.source == "liger-csv":
+        if worth_relay(len(data)):
+            return _record_tables_on_every_core(data, snapshot_digest, result.parser_version)
+        return record_tables_of_csv(io.BytesIO(data), snapshot_digest, result.parser_version)
     builder = RecordSetBuilder(snapshot_digest, result.parser_version)
     for outcome in result.outcomes:
         builder.add(outcome)
     return builder.rows, builder.tables()
+
+
+def _record_tables_on_every_core(
+    data: bytes, snapshot_digest: str, parser_version: str
+) -> tuple[int, dict[str, pa.Table]]:
+    """The relay's workers read their segments from a file, not from this process's memory."""
+    with tempfile.TemporaryDirectory(prefix="kindex-ingest-") as workdir:
+        path = Path(workdir) / "snapshot.csv"
+        path.write_bytes(data)
+        return record_tables_file(path, snapshot_digest, parser_version)
 
 
 def value_counts(table: pa.Table, column: str) -> dict[str, int]:
@@ -224,6 +239,9 @@ def ingest_paths(
         with store_session(settings) as session_store:
             return ingest_paths(paths, settings, progress, session_store)
     files: list[SnapshotRecords] = []
+    # tqdm's monitor thread (it only nudges stalled bars) would make this process fork its
+    # workers from a forkserver (pipelines/forked.py), which costs about half a second per file.
+    tqdm.monitor_interval = 0
     bar = tqdm(total=len(paths) + 1, unit="step", disable=not (progress and sys.stderr.isatty()))
     with bar:
         for path in map(Path, paths):

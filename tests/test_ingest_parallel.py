@@ -1,8 +1,9 @@
-"""The process-parallel record builder gives exactly the serial builder's tables, duplicates and
-bad rows included, and an ingest through it gives the same index."""
+"""The record tables built on every core (pipelines/liger/relay.py) are exactly the row path's,
+duplicates and bad rows included, and an ingest through them gives the same index."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,8 +17,8 @@ from index_support import (
 )
 
 from pipelines import ingest as ingest_module
-from pipelines.index import parallel_records
 from pipelines.index.record_objects import RecordSetBuilder
+from pipelines.liger import relay
 from pipelines.liger.normalize import PARSER_VERSION, normalize_bytes
 
 __all__ = ["index_settings"]
@@ -42,11 +43,14 @@ def messy_csv() -> bytes:
 
 
 @pytest.mark.parametrize("data", [LIGER_CSV.read_bytes(), messy_csv()], ids=["shared", "messy"])
-def test_parallel_tables_equal_the_serial_ones(
-    data: bytes, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(parallel_records, "BATCH_ROWS", 150)  # many batches, duplicates across
-    rows, tables = parallel_records.build_tables_parallel(data, DIGEST, PARSER_VERSION, workers=2)
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_tables_on_every_core_equal_the_row_path(data: bytes, workers: int, tmp_path: Path) -> None:
+    path = tmp_path / "file.csv"
+    path.write_bytes(data)
+    # Segments of ~150 rows: many of them, and duplicates across them.
+    rows, tables = relay.record_tables_file(
+        path, DIGEST, PARSER_VERSION, workers=workers, segment_bytes=40_000
+    )
     serial_rows, serial = serial_tables(data)
     assert rows == serial_rows
     assert set(tables) == set(serial)
@@ -68,7 +72,7 @@ def test_an_ingest_through_the_parallel_path_gives_the_same_index(
         records_prefix="parallel-records/",
         index_prefix="parallel-index/",
     )
-    monkeypatch.setattr(ingest_module, "worth_parallel", lambda size: True)
-    monkeypatch.setattr(parallel_records, "BATCH_ROWS", 200)
+    monkeypatch.setattr(ingest_module, "worth_relay", lambda size: True)
+    monkeypatch.setattr(relay, "SEGMENT_BYTES", 50_000)
     ingest_bytes(s3_store, parallel_settings, [("incoming/messy.csv", data)])
     assert fingerprints(parallel_settings) == serial

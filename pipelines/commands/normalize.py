@@ -7,12 +7,12 @@ Writes one JSON object per data row, in input order (the contract in README.md),
 from __future__ import annotations
 
 import argparse
-import gc
 import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from pipelines.forked import collect_garbage_rarely
 from pipelines.liger.columnar import count_outcomes, normalized_batches, write_json_lines
 from pipelines.liger.normalize import NotLigerCsv
 from pipelines.liger.relay import normalize_file, worth_relay
@@ -32,9 +32,7 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    # Batches make and drop millions of small objects: collect young garbage less often.
-    gc.freeze()
-    gc.set_threshold(50_000, 50, 100)
+    collect_garbage_rarely()
     try:
         counts = _normalize(args.file, None if args.summary else sys.stdout.buffer)
     except NotLigerCsv as error:
@@ -55,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _normalize(path: Path, out: BinaryIO | None) -> Counter[str]:
     """Write the lines to `out` (unless None); the counts by status and reason."""
-    if worth_relay(path):
+    if worth_relay(path.stat().st_size):
         return normalize_file(path, out)
     counts: Counter[str] = Counter()
     with path.open("rb") as stream:

@@ -300,20 +300,33 @@ def add_new_records(
     with the (small) candidate set, so the cost follows the new rows."""
     columns = ", ".join(f"c.{f.name}" for f in schema if f.name != "source_key")
     source = parquet_select(files, schema.remove(schema.get_field_index("source_key")))
-    con.execute(
-        f"""CREATE TEMP TABLE candidate_{name} AS
-            SELECT {columns}, f.source_key FROM ({source}) c
-            JOIN first_reads f USING (snapshot_digest)
-            QUALIFY row_number() OVER (
+    # A record set holds each digest once: with one set, nothing need be picked, and a view
+    # reads only the columns each later step asks for (the last one writes them out).
+    several = len(files) > 1
+    first_only = (
+        f"""QUALIFY row_number() OVER (
                 PARTITION BY c.{digest_column} ORDER BY f.first_seen, c.source_line) = 1"""
+        if several
+        else ""
     )
     con.execute(
-        f"""CREATE TEMP TABLE new_{name} AS
-            SELECT * FROM candidate_{name}
-            WHERE {digest_column} NOT IN (
-                SELECT o.{digest_column} FROM old_{name[:-1]}_segments o
-                SEMI JOIN candidate_{name} c ON o.{digest_column} = c.{digest_column})"""
+        f"""CREATE TEMP {"TABLE" if several else "VIEW"} candidate_{name} AS
+            SELECT {columns}, f.source_key FROM ({source}) c
+            JOIN first_reads f USING (snapshot_digest) {first_only}"""
     )
+    con.execute(
+        f"""CREATE TEMP TABLE known_{name} AS
+            SELECT o.{digest_column} FROM old_{name[:-1]}_segments o
+            SEMI JOIN candidate_{name} c ON o.{digest_column} = c.{digest_column}"""
+    )
+    known = con.execute(f"SELECT count(*) FROM known_{name}").fetchone()
+    if known and known[0]:
+        con.execute(
+            f"""CREATE TEMP TABLE new_{name} AS SELECT * FROM candidate_{name}
+                WHERE {digest_column} NOT IN (SELECT {digest_column} FROM known_{name})"""
+        )
+    else:  # all new (the common case): no second copy of the candidates
+        con.execute(f"CREATE TEMP VIEW new_{name} AS SELECT * FROM candidate_{name}")
     row = con.execute(f"SELECT count(*) FROM new_{name}").fetchone()
     return int(row[0]) if row else 0
 

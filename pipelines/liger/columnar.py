@@ -72,6 +72,11 @@ class PlainRuns:
     series_ids: np.ndarray
     workloads: list[Workload | None]
     workload_ids: np.ndarray
+    values: np.ndarray  # int64 (median, p20, p80) in ns or bytes, one row per run
+    stamps: list[tuple[str, str] | None]  # (observedAt, externalId form), by stamp_ids
+    stamp_ids: np.ndarray
+    versions: list[str]  # liger_version stripped, by version_ids
+    version_ids: np.ndarray
 
 
 @dataclass(slots=True)
@@ -214,16 +219,17 @@ def _assemble(rows: _Rows) -> PlainRuns:
         "name": _name_json(by_series, by_workload, by_stamp, templates, rows),
         "version": by_version([version_json(v) for v in rows.versions]),
     }
-    spec = _fill(by_series, [t.spec if t else "" for t in templates], holes)
+    codes = rows.series_ids
+    spec = _fill(codes, [t.spec if t else "" for t in templates], holes)
     holes["spec"] = spec
-    labelled = by_version([bool(v) for v in rows.versions])
-    holes["metadata"] = pc.if_else(
-        labelled,
-        _fill(by_series, [t.labelled if t else "" for t in templates], holes),
-        _fill(by_series, [t.unlabelled if t else "" for t in templates], holes),
+    labelled = np.array([bool(v) for v in rows.versions])[rows.version_ids]
+    holes["metadata"] = _fill(
+        codes * 2 + labelled,
+        [m for t in templates for m in ((t.unlabelled, t.labelled) if t else ("", ""))],
+        holes,
     )
-    identity = _fill(by_series, [t.identity if t else "" for t in templates], holes)
-    manifests = _fill(by_series, [t.manifest if t else "" for t in templates], holes)
+    identity = _fill(codes, [t.identity if t else "" for t in templates], holes)
+    manifests = _fill(codes, [t.manifest if t else "" for t in templates], holes)
     return PlainRuns(
         positions=rows.positions,
         lines=rows.lines,
@@ -234,6 +240,11 @@ def _assemble(rows: _Rows) -> PlainRuns:
         series_ids=rows.series_ids,
         workloads=rows.workloads,
         workload_ids=rows.workload_ids,
+        values=rows.values,
+        stamps=rows.stamps,
+        stamp_ids=rows.stamp_ids,
+        versions=rows.versions,
+        version_ids=rows.version_ids,
     )
 
 
@@ -250,26 +261,52 @@ class _Lookup:
 _HOLE = re.compile(r"%\((\w+)\)s")
 
 
-def _fill(by_series: _Lookup, templates: Sequence[str], holes: dict[str, pa.Array]) -> pa.Array:
-    """Each row's template (by its series) with its holes filled. Templates of one kind share
-    their holes' order when their series share a shape (latency or memory); rows are grouped by
-    that order and joined column-wise."""
+def _fill(codes: np.ndarray, templates: Sequence[str], holes: dict[str, pa.Array]) -> pa.Array:
+    """Each row's template (`templates[code]`) with its holes filled. Templates that share
+    their holes' order (a latency or a memory run, a labelled or an unlabelled name) are filled
+    together, one column-wise join per order; a literal piece that all of them share is passed
+    once rather than copied to every row."""
     split = [_split(t) for t in templates]
     orders = [order for _, order in split]
-    result: pa.Array | None = None
-    for order in set(orders):
-        literal_columns = [
-            by_series([pieces[i] if o == order else "" for pieces, o in split])
-            for i in range(len(order) + 1)
-        ]
-        joined_pieces: list[Any] = [literal_columns[0]]
-        for name, literal in zip(order, literal_columns[1:], strict=True):
-            joined_pieces += [holes[name], literal]
-        joined = pc.binary_join_element_wise(*joined_pieces, "")
-        mine = by_series([o == order for o in orders])
-        result = joined if result is None else pc.if_else(mine, joined, result)
-    assert result is not None
-    return result
+    order_ids: dict[tuple[str, ...], int] = {}
+    row_orders = np.array([order_ids.setdefault(o, len(order_ids)) for o in orders])[codes]
+    present = np.unique(row_orders).tolist()
+    distinct_orders = list(order_ids)
+    if len(present) == 1:
+        return _join(distinct_orders[present[0]], split, codes, holes, None)
+    parts, rows_of_part = [], []
+    for order_id in present:
+        rows = np.flatnonzero(row_orders == order_id)
+        parts.append(_join(distinct_orders[order_id], split, codes[rows], holes, rows))
+        rows_of_part.append(rows)
+    inverse = np.empty(len(codes), dtype=np.int64)
+    inverse[np.concatenate(rows_of_part)] = np.arange(len(codes))
+    return pa.concat_arrays(parts).take(pa.array(inverse))
+
+
+def _join(
+    order: tuple[str, ...],
+    split: Sequence[tuple[tuple[str, ...], tuple[str, ...]]],
+    codes: np.ndarray,
+    holes: dict[str, pa.Array],
+    rows: np.ndarray | None,
+) -> pa.Array:
+    """Rows (all, or those at `rows`) whose templates have holes in `order`, filled."""
+    mine = [pieces if o == order else None for pieces, o in split]
+    used = [mine[c] for c in np.unique(codes).tolist()]
+    row_codes = pa.array(codes)
+    joined: list[Any] = []
+    for i in range(len(order) + 1):
+        distinct = {pieces[i] for pieces in used if pieces is not None}
+        if len(distinct) == 1:
+            joined.append(distinct.pop())
+        else:
+            literal = [pieces[i] if pieces is not None else "" for pieces in mine]
+            joined.append(pc.take(pa.array(literal, pa.string()), row_codes))
+        if i < len(order):
+            hole = holes[order[i]]
+            joined.append(hole if rows is None else hole.take(pa.array(rows)))
+    return pc.binary_join_element_wise(*joined, "")
 
 
 @lru_cache(maxsize=4096)

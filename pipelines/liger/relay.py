@@ -18,19 +18,26 @@ from __future__ import annotations
 
 import fcntl
 import io
-import multiprocessing
 import os
 import queue
 import traceback
 from collections import Counter
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import pyarrow as pa
+
 from pipelines.curation import load
-from pipelines.forked import default_signals, stop, usable_cpus
+from pipelines.forked import (
+    collect_garbage_rarely,
+    default_signals,
+    stop,
+    usable_cpus,
+    worker_context,
+)
 from pipelines.liger.columnar import (
     Batch,
     count_outcomes,
@@ -41,12 +48,14 @@ from pipelines.liger.columnar import (
 )
 from pipelines.liger.normalize import Layout, Normalizer
 from pipelines.liger.read import CsvRecord, open_liger_csv, segment_records
+from pipelines.liger.tables import BatchTables, FileTables, batch_tables
 from pipelines.seen_keys import SeenKeys, digest_of
 
 SEGMENT_BYTES = 1 << 20  # ~4,000 Liger rows
 PARALLEL_MIN_BYTES = 8 << 20  # below this, forking costs more than it saves
 PIPE_BYTES = 1 << 20  # a token must not block its sender (F_SETPIPE_SZ)
 BROKEN_PIPE = 3  # a worker's exit status when the output was closed (`| head`)
+DONE, TABLES = "done", "tables"  # a worker's messages: its end, or one segment's tables
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,8 +72,9 @@ class Token:
     recent: tuple[bytes, ...]  # first-seen externalId digests of the last N-1 segments
 
 
-def worth_relay(path: Path) -> bool:
-    return usable_cpus() >= 2 and path.stat().st_size >= PARALLEL_MIN_BYTES
+def worth_relay(size: int) -> bool:
+    """Whether a file of `size` bytes is normalized faster on every core than on one."""
+    return usable_cpus() >= 2 and size >= PARALLEL_MIN_BYTES
 
 
 def segments_of(
@@ -93,17 +103,65 @@ def normalize_file(
     path: Path,
     out: BinaryIO | None,
     workers: int | None = None,
-    segment_bytes: int = SEGMENT_BYTES,
+    segment_bytes: int | None = None,
 ) -> Counter[str]:
     """Write the file's `kindex normalize` lines to `out` (or, when None, only count them):
     returns counts by "ok:<metric>" and "quarantined:<reason>"."""
-    columns, segments = segments_of(path, segment_bytes)
-    count = min(workers or usable_cpus(), max(len(segments), 1))
     if out is not None:
         out.flush()
     fd = out.fileno() if out is not None else None
+    return _run(path, Sink(fd, None), workers, segment_bytes, lambda index, tables: None)
+
+
+def record_tables_file(
+    path: Path,
+    snapshot_digest: str,
+    parser_version: str,
+    workers: int | None = None,
+    segment_bytes: int | None = None,
+) -> tuple[int, dict[str, pa.Table]]:
+    """(rows read, record tables) of the file, equal to tables.record_tables on one core: each
+    worker builds its segments' tables and the parent merges them in segment order."""
+    merged = InOrder(FileTables(snapshot_digest, parser_version))
+    _run(path, Sink(None, (snapshot_digest, parser_version)), workers, segment_bytes, merged.add)
+    return merged.tables.rows, merged.tables.tables()
+
+
+@dataclass(slots=True)
+class InOrder:
+    """Segments' tables merged in segment order, whatever order they arrive in."""
+
+    tables: FileTables
+    merged: int = 0
+    waiting: dict[int, BatchTables] = field(default_factory=dict)
+
+    def add(self, index: int, tables: BatchTables) -> None:
+        self.waiting[index] = tables
+        while self.merged in self.waiting:
+            self.tables.merge(self.waiting.pop(self.merged))
+            self.merged += 1
+
+
+@dataclass(frozen=True, slots=True)
+class Sink:
+    """Where a worker's segments go: JSON lines to a file descriptor, in order (fd), or record
+    tables to the parent (job: snapshot digest and parser version); or only counted."""
+
+    fd: int | None
+    job: tuple[str, str] | None
+
+
+def _run(
+    path: Path,
+    sink: Sink,
+    workers: int | None,
+    segment_bytes: int | None,
+    on_tables: Callable[[int, BatchTables], None],
+) -> Counter[str]:
+    columns, segments = segments_of(path, segment_bytes or SEGMENT_BYTES)
+    count = min(workers or usable_cpus(), max(len(segments), 1))
     load()  # read the curation once, before forking
-    context = multiprocessing.get_context("fork")
+    context = worker_context(__name__)
     pipes = [context.Pipe(duplex=False) for _ in range(count)]
     for _, sender in pipes:
         if hasattr(fcntl, "F_SETPIPE_SZ"):  # Linux; elsewhere a token may wait for its reader
@@ -118,7 +176,7 @@ def normalize_file(
                 path,
                 columns,
                 segments,
-                fd,
+                sink,
                 pipes[w][0],
                 pipes[(w + 1) % count][1],
                 results,
@@ -131,20 +189,25 @@ def normalize_file(
     if segments:
         pipes[0][1].send(Token(segments[0].start, segments[0].line, ()))
     try:
-        return _collect(results, processes)
+        return _collect(results, processes, on_tables)
     finally:
         stop(processes)
 
 
-def _collect(results: Any, processes: list[Any]) -> Counter[str]:
+def _collect(
+    results: Any, processes: list[Any], on_tables: Callable[[int, BatchTables], None]
+) -> Counter[str]:
     counts: Counter[str] = Counter()
     reported = 0
     while reported < len(processes):
         try:
-            status, partial = results.get(timeout=1)
+            kind, status, partial = results.get(timeout=1)
         except queue.Empty:
             if any(p.exitcode not in (None, 0) for p in processes):
                 raise RuntimeError("a normalize worker died") from None
+            continue
+        if kind == TABLES:
+            on_tables(status, partial)
             continue
         reported += 1
         if status == BROKEN_PIPE:
@@ -161,21 +224,23 @@ def _worker(
     path: Path,
     columns: tuple[str, ...],
     segments: list[Segment],
-    fd: int | None,
+    sink: Sink,
     receive: Connection,
     send: Connection,
     results: Any,
 ) -> None:
     default_signals()
+    collect_garbage_rarely()
     counts: Counter[str] = Counter()
+    layout = Layout.of(columns)
     try:
         with path.open("rb") as stream:
-            _relay(w, count, stream, Layout.of(columns), segments, fd, receive, send, counts)
-        results.put((0, counts))
+            _relay(w, count, stream, layout, segments, sink, receive, send, results, counts)
+        results.put((DONE, 0, counts))
     except BrokenPipeError:
-        results.put((BROKEN_PIPE, None))
+        results.put((DONE, BROKEN_PIPE, None))
     except BaseException:  # noqa: BLE001 - reported to the parent, which fails the command
-        results.put((1, traceback.format_exc()))
+        results.put((DONE, 1, traceback.format_exc()))
     finally:
         results.close()
         results.join_thread()
@@ -188,9 +253,10 @@ def _relay(
     stream: BinaryIO,
     layout: Layout,
     segments: list[Segment],
-    fd: int | None,
+    sink: Sink,
     receive: Connection,
     send: Connection,
+    results: Any,
     counts: Counter[str],
 ) -> None:
     normalizer = Normalizer()
@@ -210,13 +276,15 @@ def _relay(
         quarantine_repeats(
             prepared.batch, prepared.records, prepared.positions, prepared.ids, first
         )
-        if fd is not None:
-            write_json_lines_to(fd, prepared.batch)
+        if sink.fd is not None:
+            write_json_lines_to(sink.fd, prepared.batch)
         count_outcomes(prepared.batch, counts)
         if index + 1 < len(segments):
             mine = b"".join(d for d, f in zip(prepared.digests, first, strict=True) if f)
             recent = (*token.recent, mine)[-(count - 1) :] if count > 1 else ()
             send.send(Token(prepared.end, prepared.next_line, recent))
+        if sink.job is not None:  # built after the token went on: tables need no order here
+            results.put((TABLES, index, batch_tables(prepared.batch, *sink.job)))
 
 
 @dataclass(slots=True)

@@ -1,0 +1,362 @@
+"""Step 5, batched: a batch's record tables (runs, manifests, quarantine, lineage), equal to
+feeding its outcomes to RecordSetBuilder in input order (tests/test_liger_tables.py).
+
+Plain runs (pipelines/liger/columnar.py) become table columns straight from the batch: Python
+runs once per distinct series and workload, Arrow does the rest. Every other row goes through
+RecordSetBuilder as before. Both parts carry each table row's place in the batch (the row's
+position, then the record's slot in that row), are merged in input order, and a run or manifest
+met twice keeps its first row, as the builder keeps it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pipelines.index.record_objects import (
+    MEASURED_FIELDS,
+    SCHEMAS,
+    SERIES_FIELDS,
+    UTC_MS,
+    RecordSetBuilder,
+)
+from pipelines.liger.columnar import BATCH_ROWS, Batch, PlainRuns, external_ids, normalized_batches
+from pipelines.liger.normalize import Normalizer
+from pipelines.records import Record
+
+NAMES = ("runs", "manifests", "quarantine", "lineage")
+# A plain row's records after its run, in RowOutcome.records order: operation, project,
+# implementation (its series'), its workload, then protocol and environment (its series').
+WORKLOAD_SLOT = 3
+
+
+@dataclass(slots=True)
+class BatchTables:
+    rows: int
+    tables: dict[str, pa.Table]
+    external_ids: list[str]  # of the batch's rows with run facts, in order
+
+
+def record_tables(
+    stream: BinaryIO,
+    snapshot_digest: str,
+    parser_version: str,
+    normalizer: Normalizer | None = None,
+    rows: int = BATCH_ROWS,
+) -> tuple[int, dict[str, pa.Table]]:
+    """(rows read, record tables) of a whole Liger CSV, batch by batch; raises NotLigerCsv."""
+    merged = FileTables(snapshot_digest, parser_version)
+    for batch in normalized_batches(stream, normalizer, rows):
+        merged.merge(batch_tables(batch, snapshot_digest, parser_version))
+    return merged.rows, merged.tables()
+
+
+@dataclass(slots=True)
+class FileTables:
+    """Batch tables merged in file order: a run or manifest that an earlier batch had keeps
+    that batch's row (its lineage rows stay), as RecordSetBuilder keeps the first."""
+
+    snapshot_digest: str
+    parser_version: str
+    rows: int = 0
+    runs: set[str] = field(default_factory=set)
+    manifests: set[str] = field(default_factory=set)
+    parts: dict[str, list[pa.Table]] = field(default_factory=lambda: {n: [] for n in NAMES})
+
+    def merge(self, batch: BatchTables) -> None:
+        self.rows += batch.rows
+        tables = dict(batch.tables)
+        tables["runs"] = _first_seen(tables["runs"], "run_digest", self.runs)
+        tables["manifests"] = _first_seen(tables["manifests"], "digest", self.manifests)
+        for name in NAMES:
+            self.parts[name].append(tables[name])
+
+    def tables(self) -> dict[str, pa.Table]:
+        empty = RecordSetBuilder(self.snapshot_digest, self.parser_version).tables()
+        return {
+            name: pa.concat_tables(parts) if parts else empty[name]
+            for name, parts in self.parts.items()
+        }
+
+
+@dataclass(slots=True)
+class _Part:
+    """Rows of one table with, for each, its row's position in the batch and its slot."""
+
+    table: pa.Table
+    positions: np.ndarray
+    slots: np.ndarray
+
+
+def batch_tables(batch: Batch, snapshot_digest: str, parser_version: str) -> BatchTables:
+    """The batch's record tables, in input order; duplicate externalIds are the caller's."""
+    others = _other_parts(batch, snapshot_digest, parser_version)
+    empty = {name: part.table.schema.empty_table() for name, part in others.items()}
+    plain = (
+        _plain_parts(batch.runs, batch.others, snapshot_digest, parser_version)
+        if batch.runs is not None
+        else {}
+    )
+    tables = {
+        name: _merged(name, [p for p in (plain.get(name), others[name]) if p is not None], empty)
+        for name in NAMES
+    }
+    return BatchTables(batch.size, tables, external_ids(batch)[1])
+
+
+def _other_parts(batch: Batch, snapshot_digest: str, parser_version: str) -> dict[str, _Part]:
+    builder = RecordSetBuilder(snapshot_digest, parser_version)
+    columns = {
+        "runs": builder.runs["run_digest"],
+        "manifests": builder.manifests["digest"],
+        "quarantine": builder.quarantine["source_line"],
+        "lineage": builder.lineage["run_digest"],
+    }
+    places: dict[str, tuple[list[int], list[int]]] = {name: ([], []) for name in NAMES}
+    for position in sorted(batch.others):
+        before = {name: len(column) for name, column in columns.items()}
+        builder.add(batch.others[position])
+        for name, column in columns.items():
+            added = len(column) - before[name]
+            places[name][0].extend([position] * added)
+            places[name][1].extend(range(added))
+    tables = builder.tables()
+    return {
+        name: _Part(tables[name], np.array(places[name][0], np.int64), np.array(places[name][1]))
+        for name in NAMES
+    }
+
+
+@dataclass(slots=True)
+class _PlainRows:
+    """The plain runs that stand (not overridden by a row outcome), as indices into PlainRuns."""
+
+    runs: PlainRuns
+    index: np.ndarray
+    positions: np.ndarray
+    snapshot_digest: str
+    parser_version: str
+    codes: dict[str, pa.Array] = field(default_factory=dict)
+
+    def by(self, ids: np.ndarray, values: Sequence[Any], kind: pa.DataType) -> pa.Array:
+        """Per-row values from per-distinct ones, by each row's dictionary code."""
+        return pa.array(values, kind).take(pa.array(ids[self.index]))
+
+    def column(self, values: pa.Array) -> pa.Array:
+        return values.take(pa.array(self.index))
+
+    def constant(self, value: Any, kind: pa.DataType) -> pa.Array:
+        return pa.array([value] * len(self.index), kind)
+
+
+def _plain_parts(
+    runs: PlainRuns, others: dict[int, Any], snapshot_digest: str, parser_version: str
+) -> dict[str, _Part]:
+    stands = np.array([p not in others for p in runs.positions], dtype=bool)
+    index = np.flatnonzero(stands)
+    positions = np.array(runs.positions, dtype=np.int64)[index]
+    rows = _PlainRows(runs, index, positions, snapshot_digest, parser_version)
+    no_slot = np.zeros(len(index), dtype=np.int64)
+    lineage = pa.Table.from_arrays(
+        [
+            rows.constant(snapshot_digest, pa.string()),
+            rows.constant(parser_version, pa.string()),
+            rows.column(runs.lines),
+            rows.column(runs.digests),
+        ],
+        schema=SCHEMAS["lineage"],
+    )
+    return {
+        "runs": _Part(_run_table(rows), positions, no_slot),
+        "manifests": _manifest_part(rows),
+        "lineage": _Part(lineage, positions, no_slot),
+    }
+
+
+def _run_table(rows: _PlainRows) -> pa.Table:
+    runs = rows.runs
+    series = runs.series
+    workloads = runs.workloads
+    by_series = _series_columns(series)
+    by_workload = _workload_columns(workloads)
+    string = pa.string()
+    columns: dict[str, pa.Array] = {
+        "run_digest": rows.column(runs.digests),
+        "external_id": rows.column(runs.external_ids),
+        "metric": rows.by(runs.series_ids, by_series["metric"], string),
+        "unit": rows.by(runs.series_ids, by_series["unit"], string),
+        "status": rows.constant("passed", string),
+        "observed_at": rows.by(
+            runs.stamp_ids, [s[0] if s else None for s in runs.stamps], string
+        ).cast(UTC_MS),
+        "median": pa.array(runs.values[rows.index, 0]),
+        "p20": pa.array(runs.values[rows.index, 1]),
+        "p80": pa.array(runs.values[rows.index, 2]),
+        "liger_version": rows.by(runs.version_ids, [v or None for v in runs.versions], string),
+        "origin": rows.constant("reported", string),
+        "series_key": _series_keys(rows, by_series, by_workload),
+        "parser_version": rows.constant(rows.parser_version, string),
+        "snapshot_digest": rows.constant(rows.snapshot_digest, string),
+        "source_line": rows.column(runs.lines),
+        "manifest": rows.column(runs.manifests),
+    }
+    for name, values in by_series.items():
+        columns.setdefault(name, rows.by(runs.series_ids, values, string))
+    for name, values in by_workload.items():
+        columns.setdefault(name, rows.by(runs.workload_ids, values, string))
+    for name, kind in MEASURED_FIELDS:  # a worker's statistics: none in a Liger CSV
+        columns[name] = pa.nulls(len(rows.index), kind)
+    schema = SCHEMAS["runs"]
+    return pa.Table.from_arrays([columns[name] for name in schema.names], schema=schema)
+
+
+def _series_columns(series: Sequence[Any]) -> dict[str, list[str | None]]:
+    """The run columns a series decides, one value per distinct series (None: unused)."""
+    columns: dict[str, list[str | None]] = {
+        name: []
+        for name in (
+            "metric",
+            "unit",
+            "kernel",
+            "provider",
+            "mode",
+            "gpu",
+            "architecture",
+            "implementation_digest",
+            "protocol_digest",
+            "environment_digest",
+        )
+    }
+    for s in series:
+        values: tuple[str | None, ...] = (None,) * len(columns)
+        if s is not None:
+            _, _, implementation, protocol, environment = s.references
+            values = (
+                ("memory" if s.memory else "latency", "bytes" if s.memory else "ns")
+                + (s.kernel, s.provider, s.mode, s.gpu, s.architecture)
+                + (implementation.digest, protocol.digest, environment.digest)
+            )
+        for name, value in zip(columns, values, strict=True):
+            columns[name].append(value)
+    return columns
+
+
+def _workload_columns(workloads: Sequence[Any]) -> dict[str, list[str | None]]:
+    columns: dict[str, list[str | None]] = {
+        "operation_digest": [],
+        "workload_digest": [],
+        "dtype": [],
+        "case_key": [],
+    }
+    for w in workloads:
+        columns["operation_digest"].append(
+            w.record.manifest["spec"].get("operationSpecDigest") if w else None
+        )
+        columns["workload_digest"].append(w.record.digest if w else None)
+        columns["dtype"].append(w.dtype if w else None)
+        columns["case_key"].append(w.case_key if w else None)
+    return columns
+
+
+def _series_keys(
+    rows: _PlainRows,
+    by_series: dict[str, list[str | None]],
+    by_workload: dict[str, list[str | None]],
+) -> pa.Array:
+    """record_objects.run_series_key of each reported run: BLAKE2b of its series fields joined
+    by U+001F (none is None in a plain run), read as a signed big-endian 64-bit integer."""
+    runs = rows.runs
+    ids = {"case_key": runs.workload_ids}
+    values = {**by_series, "case_key": by_workload["case_key"]}
+    texts = pc.binary_join_element_wise(
+        *[rows.by(ids.get(f, runs.series_ids), values[f], pa.string()) for f in SERIES_FIELDS],
+        "\x1f",
+    )
+    blake2b = hashlib.blake2b
+    digests = b"".join(blake2b(text, digest_size=8).digest() for text in _utf8_slices(texts))
+    return pa.array(np.frombuffer(digests, dtype=">i8").astype(np.int64))
+
+
+def _utf8_slices(strings: pa.Array) -> Iterator[memoryview]:
+    offsets = np.frombuffer(strings.buffers()[1], dtype=np.int32)[
+        strings.offset : strings.offset + len(strings) + 1
+    ].tolist()
+    data = memoryview(strings.buffers()[2] or b"")
+    return (data[start:end] for start, end in zip(offsets[:-1], offsets[1:], strict=True))
+
+
+def _manifest_part(rows: _PlainRows) -> _Part:
+    """The manifests of the plain rows, each at the first row that references it."""
+    runs = rows.runs
+    entries: list[tuple[int, int, Record, int]] = []  # position, slot, record, source line
+    lines = runs.lines.to_numpy()
+    for ids, records_of in (
+        (runs.series_ids, lambda i: _series_records(runs.series[i])),
+        (runs.workload_ids, lambda i: _workload_records(runs.workloads[i])),
+    ):
+        distinct, first = np.unique(ids[rows.index], return_index=True)
+        for code, row in zip(distinct.tolist(), first.tolist(), strict=True):
+            for slot, record in records_of(code):
+                entries.append(
+                    (int(rows.positions[row]), slot, record, int(lines[rows.index[row]]))
+                )
+    entries.sort(key=lambda e: (e[0], e[1]))
+    table = pa.Table.from_arrays(
+        [
+            pa.array([e[2].digest for e in entries], pa.string()),
+            pa.array([e[2].kind for e in entries], pa.string()),
+            pa.array([e[2].manifest.get("metadata", {}).get("name") for e in entries], pa.string()),
+            pa.array([rows.parser_version] * len(entries), pa.string()),
+            pa.array([rows.snapshot_digest] * len(entries), pa.string()),
+            pa.array([e[3] for e in entries], pa.int64()),
+            pa.array([e[2].manifest_json for e in entries], pa.string()),
+        ],
+        schema=SCHEMAS["manifests"],
+    )
+    return _Part(
+        table,
+        np.array([e[0] for e in entries], dtype=np.int64),
+        np.array([e[1] for e in entries], dtype=np.int64),
+    )
+
+
+def _series_records(series: Any) -> Iterator[tuple[int, Record]]:
+    operation, project, implementation, protocol, environment = series.references
+    yield from ((0, operation), (1, project), (2, implementation))
+    yield from ((WORKLOAD_SLOT + 1, protocol), (WORKLOAD_SLOT + 2, environment))
+
+
+def _workload_records(workload: Any) -> Iterator[tuple[int, Record]]:
+    yield WORKLOAD_SLOT, workload.record
+
+
+def _merged(name: str, parts: list[_Part], empty: dict[str, pa.Table]) -> pa.Table:
+    """The parts in input order; runs and manifests keep the first row of each digest."""
+    parts = [p for p in parts if p.table.num_rows]
+    if not parts:
+        return empty[name]
+    if len(parts) == 1:
+        table, positions, slots = parts[0].table, parts[0].positions, parts[0].slots
+    else:
+        table = pa.concat_tables([p.table for p in parts])
+        positions = np.concatenate([p.positions for p in parts])
+        slots = np.concatenate([p.slots for p in parts])
+        table = table.take(pa.array(np.lexsort((slots, positions))))
+    key = {"runs": "run_digest", "manifests": "digest"}.get(name)
+    return table if key is None else _first_seen(table, key, set())
+
+
+def _first_seen(table: pa.Table, column: str, seen: set[str]) -> pa.Table:
+    """The rows of `table` whose `column` value is not in `seen` nor on an earlier row; adds
+    the values to `seen`."""
+    keep = []
+    for value in table.column(column).to_pylist():
+        keep.append(value not in seen)
+        seen.add(value)
+    return table if all(keep) else table.filter(pa.array(keep, pa.bool_()))

@@ -1,0 +1,70 @@
+"""The batched record tables (pipelines/liger/tables.py) equal the row path's: every outcome of
+`normalize_bytes` fed to RecordSetBuilder in order, table for table and row for row. On the
+shared CSV, on repeated rows, and on generated files mixing good rows with damaged ones."""
+
+from __future__ import annotations
+
+import io
+import os
+
+import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from liger_support import HEADER, LIGER_CSV, csv_lines
+from test_liger_columnar import damaged_rows, good_rows
+
+from pipelines.index.record_objects import RecordSetBuilder
+from pipelines.liger.columnar import normalized_batches
+from pipelines.liger.normalize import PARSER_VERSION, Normalizer, normalize_bytes
+from pipelines.liger.tables import batch_tables, record_tables
+
+NORMALIZER = Normalizer()
+DIGEST = "sha256:" + "cd" * 32
+
+
+def row_path(data: bytes) -> dict[str, pa.Table]:
+    builder = RecordSetBuilder(DIGEST, PARSER_VERSION)
+    for outcome in normalize_bytes(data, NORMALIZER):
+        builder.add(outcome)
+    return builder.tables()
+
+
+def assert_same_tables(data: bytes, rows: int) -> None:
+    expected = row_path(data)
+    got = record_tables(io.BytesIO(data), DIGEST, PARSER_VERSION, NORMALIZER, rows)[1]
+    assert set(got) == set(expected)
+    for name, table in expected.items():
+        assert got[name].equals(table), (name, rows)
+
+
+def test_shared_csv_same_tables_for_several_batch_sizes() -> None:
+    data = LIGER_CSV.read_bytes()
+    for rows in (1, 7, 1000, 4096):
+        assert_same_tables(data, rows)
+
+
+def test_plain_rows_are_built_as_columns() -> None:
+    """The shared CSV is all plain: no row of it goes through the row path's builder."""
+    data = LIGER_CSV.read_bytes()
+    for batch in normalized_batches(io.BytesIO(data), NORMALIZER, 1000):
+        assert not batch.others
+        tables = batch_tables(batch, DIGEST, PARSER_VERSION).tables
+        assert tables["runs"].num_rows == batch.size
+
+
+def test_repeated_rows_same_tables() -> None:
+    """Rows repeated across and within batches: duplicates quarantined, manifests once."""
+    lines = csv_lines(list(range(2, 300)))
+    data = ("\n".join([HEADER, *lines, *lines[:50], *lines[10:20]]) + "\n").encode()
+    assert_same_tables(data, 64)
+
+
+@settings(max_examples=int(os.environ.get("KINDEX_EXAMPLES", "150")), deadline=None)
+@given(
+    rows=st.lists(good_rows | damaged_rows, min_size=1, max_size=40),
+    batch_rows=st.integers(min_value=1, max_value=16),
+    newline=st.sampled_from(["\n", "\r\n"]),
+)
+def test_generated_files_same_tables(rows: list[str], batch_rows: int, newline: str) -> None:
+    data = (newline.join([HEADER, *rows]) + newline).encode()
+    assert_same_tables(data, batch_rows)
