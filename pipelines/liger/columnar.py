@@ -364,14 +364,16 @@ def _offsets(strings: pa.Array) -> list[int]:
     ].tolist()
 
 
+def utf8_slices(strings: pa.Array) -> Iterator[memoryview]:
+    """The UTF-8 bytes of each string of an Arrow string array, without copying them."""
+    offsets = _offsets(strings)
+    data = memoryview(strings.buffers()[2] or b"")
+    return (data[start:end] for start, end in zip(offsets[:-1], offsets[1:], strict=True))
+
+
 def _digests(identity: pa.Array) -> pa.Array:
-    offsets = _offsets(identity)
-    data = memoryview(identity.buffers()[2])
     sha256 = hashlib.sha256
-    hexes = [
-        sha256(data[start:end]).hexdigest()
-        for start, end in zip(offsets[:-1], offsets[1:], strict=True)
-    ]
+    hexes = [sha256(text).hexdigest() for text in utf8_slices(identity)]
     return pc.binary_join_element_wise("sha256:", pa.array(hexes, pa.string()), "")
 
 

@@ -26,9 +26,16 @@ from pipelines.index.record_objects import (
     UTC_MS,
     RecordSetBuilder,
 )
-from pipelines.liger.columnar import BATCH_ROWS, Batch, PlainRuns, external_ids, normalized_batches
-from pipelines.liger.normalize import Normalizer
-from pipelines.records import Record
+from pipelines.liger.columnar import (
+    BATCH_ROWS,
+    Batch,
+    PlainRuns,
+    external_ids,
+    normalized_batches,
+    utf8_slices,
+)
+from pipelines.liger.normalize import Normalizer, Series, Workload
+from pipelines.records import Record, RowOutcome
 
 NAMES = ("runs", "manifests", "quarantine", "lineage")
 # A plain row's records after its run, in RowOutcome.records order: operation, project,
@@ -142,7 +149,6 @@ class _PlainRows:
     positions: np.ndarray
     snapshot_digest: str
     parser_version: str
-    codes: dict[str, pa.Array] = field(default_factory=dict)
 
     def by(self, ids: np.ndarray, values: Sequence[Any], kind: pa.DataType) -> pa.Array:
         """Per-row values from per-distinct ones, by each row's dictionary code."""
@@ -156,7 +162,7 @@ class _PlainRows:
 
 
 def _plain_parts(
-    runs: PlainRuns, others: dict[int, Any], snapshot_digest: str, parser_version: str
+    runs: PlainRuns, others: dict[int, RowOutcome], snapshot_digest: str, parser_version: str
 ) -> dict[str, _Part]:
     stands = np.array([p not in others for p in runs.positions], dtype=bool)
     index = np.flatnonzero(stands)
@@ -216,7 +222,7 @@ def _run_table(rows: _PlainRows) -> pa.Table:
     return pa.Table.from_arrays([columns[name] for name in schema.names], schema=schema)
 
 
-def _series_columns(series: Sequence[Any]) -> dict[str, list[str | None]]:
+def _series_columns(series: Sequence[Series | None]) -> dict[str, list[str | None]]:
     """The run columns a series decides, one value per distinct series (None: unused)."""
     columns: dict[str, list[str | None]] = {
         name: []
@@ -247,7 +253,7 @@ def _series_columns(series: Sequence[Any]) -> dict[str, list[str | None]]:
     return columns
 
 
-def _workload_columns(workloads: Sequence[Any]) -> dict[str, list[str | None]]:
+def _workload_columns(workloads: Sequence[Workload | None]) -> dict[str, list[str | None]]:
     columns: dict[str, list[str | None]] = {
         "operation_digest": [],
         "workload_digest": [],
@@ -279,33 +285,22 @@ def _series_keys(
         "\x1f",
     )
     blake2b = hashlib.blake2b
-    digests = b"".join(blake2b(text, digest_size=8).digest() for text in _utf8_slices(texts))
+    digests = b"".join(blake2b(text, digest_size=8).digest() for text in utf8_slices(texts))
     return pa.array(np.frombuffer(digests, dtype=">i8").astype(np.int64))
-
-
-def _utf8_slices(strings: pa.Array) -> Iterator[memoryview]:
-    offsets = np.frombuffer(strings.buffers()[1], dtype=np.int32)[
-        strings.offset : strings.offset + len(strings) + 1
-    ].tolist()
-    data = memoryview(strings.buffers()[2] or b"")
-    return (data[start:end] for start, end in zip(offsets[:-1], offsets[1:], strict=True))
 
 
 def _manifest_part(rows: _PlainRows) -> _Part:
     """The manifests of the plain rows, each at the first row that references it."""
     runs = rows.runs
     entries: list[tuple[int, int, Record, int]] = []  # position, slot, record, source line
-    lines = runs.lines.to_numpy()
-    for ids, records_of in (
-        (runs.series_ids, lambda i: _series_records(runs.series[i])),
-        (runs.workload_ids, lambda i: _workload_records(runs.workloads[i])),
-    ):
-        distinct, first = np.unique(ids[rows.index], return_index=True)
-        for code, row in zip(distinct.tolist(), first.tolist(), strict=True):
-            for slot, record in records_of(code):
-                entries.append(
-                    (int(rows.positions[row]), slot, record, int(lines[rows.index[row]]))
-                )
+    for code, position, line in _first_rows(rows, runs.series_ids):
+        series = runs.series[code]
+        assert series is not None  # a plain run's series is known
+        entries += [(position, slot, record, line) for slot, record in _series_records(series)]
+    for code, position, line in _first_rows(rows, runs.workload_ids):
+        workload = runs.workloads[code]
+        assert workload is not None
+        entries.append((position, WORKLOAD_SLOT, workload.record, line))
     entries.sort(key=lambda e: (e[0], e[1]))
     table = pa.Table.from_arrays(
         [
@@ -326,14 +321,19 @@ def _manifest_part(rows: _PlainRows) -> _Part:
     )
 
 
-def _series_records(series: Any) -> Iterator[tuple[int, Record]]:
+def _first_rows(rows: _PlainRows, ids: np.ndarray) -> Iterator[tuple[int, int, int]]:
+    """(code, position, source line) of the first plain row with each distinct code."""
+    lines = rows.runs.lines.to_numpy()
+    distinct, first = np.unique(ids[rows.index], return_index=True)
+    for code, row in zip(distinct.tolist(), first.tolist(), strict=True):
+        yield code, int(rows.positions[row]), int(lines[rows.index[row]])
+
+
+def _series_records(series: Series) -> Iterator[tuple[int, Record]]:
+    """The records a run's series decides, with their slots in RowOutcome.records order."""
     operation, project, implementation, protocol, environment = series.references
     yield from ((0, operation), (1, project), (2, implementation))
     yield from ((WORKLOAD_SLOT + 1, protocol), (WORKLOAD_SLOT + 2, environment))
-
-
-def _workload_records(workload: Any) -> Iterator[tuple[int, Record]]:
-    yield WORKLOAD_SLOT, workload.record
 
 
 def _merged(name: str, parts: list[_Part], empty: dict[str, pa.Table]) -> pa.Table:
