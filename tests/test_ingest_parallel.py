@@ -3,6 +3,7 @@ duplicates and bad rows included, and an ingest through them gives the same inde
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from index_support import (
     liger_rows,
 )
 
+from pipelines import forked
 from pipelines import ingest as ingest_module
 from pipelines.index.record_objects import RecordSetBuilder
 from pipelines.liger import relay
@@ -76,3 +78,26 @@ def test_an_ingest_through_the_parallel_path_gives_the_same_index(
     monkeypatch.setattr(relay, "SEGMENT_BYTES", 50_000)
     ingest_bytes(s3_store, parallel_settings, [("incoming/messy.csv", data)])
     assert fingerprints(parallel_settings) == serial
+
+
+def test_tables_from_a_forkserver_when_other_threads_run(tmp_path: Path) -> None:
+    """Inside a Dagster run other threads are alive, and workers must not be forked from
+    them: they come from a forkserver, and the tables are the same."""
+    data = messy_csv()
+    path = tmp_path / "file.csv"
+    path.write_bytes(data)
+    done = threading.Event()
+    other = threading.Thread(target=done.wait, name="like-a-dagster-thread")
+    other.start()
+    try:
+        assert forked.worker_context("pipelines.liger.relay").get_start_method() == "forkserver"
+        rows, tables = relay.record_tables_file(
+            path, DIGEST, PARSER_VERSION, workers=2, segment_bytes=40_000
+        )
+    finally:
+        done.set()
+        other.join()
+    serial_rows, serial = serial_tables(data)
+    assert rows == serial_rows
+    for name, table in serial.items():
+        assert tables[name].equals(table), name

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import fcntl
 import io
+import multiprocessing
 import os
 import queue
 import traceback
@@ -161,7 +162,8 @@ def _run(
     columns, segments = segments_of(path, segment_bytes or SEGMENT_BYTES)
     count = min(workers or usable_cpus(), max(len(segments), 1))
     load()  # read the curation once, before forking
-    context = worker_context(__name__)
+    # Lines go straight to the caller's file descriptor, which only a forked child shares.
+    context = worker_context(__name__) if sink.fd is None else multiprocessing.get_context("fork")
     pipes = [context.Pipe(duplex=False) for _ in range(count)]
     for _, sender in pipes:
         if hasattr(fcntl, "F_SETPIPE_SZ"):  # Linux; elsewhere a token may wait for its reader
