@@ -1,9 +1,9 @@
-"""`kindex normalize` of a large file on every core, its lines still in input order.
+"""A large Liger CSV normalized on every core, its outcomes still in input order.
 
 The file's data lines are cut into segments of about SEGMENT_BYTES at line ends. Worker w of N
-(forked processes) normalizes segments w, w+N, w+2N… (pipelines/liger/columnar.py), reading them
-from the file itself. Then a token goes round the ring of workers in segment order; whoever holds
-it:
+(processes: pipelines/forked.py) normalizes segments w, w+N, w+2N… (pipelines/liger/columnar.py),
+reading them from the file itself. Then a token goes round the ring of workers in segment order;
+whoever holds it:
 
 - learns where its segment really starts: a record of the previous segment may run past the cut
   (a quoted field across lines), and then the segment is read again from where that record ended;
@@ -11,7 +11,9 @@ it:
   so a duplicate is judged against the whole file so far, as the serial path judges it;
 - writes its lines to the shared output (or counts them), and passes the token on.
 
-Nothing but the token crosses processes: the lines go straight from each worker to the output.
+For `kindex normalize`, nothing but the token crosses processes: the lines go straight from each
+worker to the output. For an ingest, each worker also sends its segments' record tables
+(pipelines/liger/tables.py) to the parent, which merges them in segment order.
 """
 
 from __future__ import annotations
