@@ -1,5 +1,5 @@
-"""What the two parallel paths (`kindex normalize` relay, parallel record tables) share about
-the worker processes they fork."""
+"""Worker processes of the parallel paths (pipelines/liger/relay.py: `kindex normalize` and the
+record tables of an ingest): how they start, what they reset first, and how they are stopped."""
 
 from __future__ import annotations
 

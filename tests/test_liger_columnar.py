@@ -92,15 +92,22 @@ damaged_rows = (
     )
 )
 
-
-@settings(max_examples=int(os.environ.get("KINDEX_EXAMPLES", "150")), deadline=None)
-@given(
-    rows=st.lists(good_rows | damaged_rows, min_size=1, max_size=40),
-    batch_rows=st.integers(min_value=1, max_value=16),
-    newline=st.sampled_from(["\n", "\r\n"]),
+# Files of good and damaged rows, LF or CRLF, and a batch size: for tests that hold a batched
+# path to the row path (KINDEX_EXAMPLES=1000 runs more examples than CI does).
+generated_files = st.builds(
+    lambda rows, newline: (newline.join([HEADER, *rows]) + newline).encode(),
+    st.lists(good_rows | damaged_rows, min_size=1, max_size=40),
+    st.sampled_from(["\n", "\r\n"]),
 )
-def test_generated_files_same_bytes(rows: list[str], batch_rows: int, newline: str) -> None:
-    data = (newline.join([HEADER, *rows]) + newline).encode()
+batch_sizes = st.integers(min_value=1, max_value=16)
+generated_examples = settings(
+    max_examples=int(os.environ.get("KINDEX_EXAMPLES", "150")), deadline=None
+)
+
+
+@generated_examples
+@given(data=generated_files, batch_rows=batch_sizes)
+def test_generated_files_same_bytes(data: bytes, batch_rows: int) -> None:
     assert batch_path(data, batch_rows) == row_path(data)
 
 

@@ -5,13 +5,11 @@ shared CSV, on repeated rows, and on generated files mixing good rows with damag
 from __future__ import annotations
 
 import io
-import os
 
 import pyarrow as pa
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given
 from liger_support import HEADER, LIGER_CSV, csv_lines
-from test_liger_columnar import damaged_rows, good_rows
+from test_liger_columnar import batch_sizes, generated_examples, generated_files
 
 from pipelines.index.record_objects import RecordSetBuilder
 from pipelines.liger.columnar import normalized_batches
@@ -59,12 +57,7 @@ def test_repeated_rows_same_tables() -> None:
     assert_same_tables(data, 64)
 
 
-@settings(max_examples=int(os.environ.get("KINDEX_EXAMPLES", "150")), deadline=None)
-@given(
-    rows=st.lists(good_rows | damaged_rows, min_size=1, max_size=40),
-    batch_rows=st.integers(min_value=1, max_value=16),
-    newline=st.sampled_from(["\n", "\r\n"]),
-)
-def test_generated_files_same_tables(rows: list[str], batch_rows: int, newline: str) -> None:
-    data = (newline.join([HEADER, *rows]) + newline).encode()
+@generated_examples
+@given(data=generated_files, batch_rows=batch_sizes)
+def test_generated_files_same_tables(data: bytes, batch_rows: int) -> None:
     assert_same_tables(data, batch_rows)

@@ -295,6 +295,7 @@ def _join(
     mine = [pieces if o == order else None for pieces, o in split]
     used = [mine[c] for c in np.unique(codes).tolist()]
     row_codes = pa.array(codes)
+    row_index = None if rows is None else pa.array(rows)
     joined: list[Any] = []
     for i in range(len(order) + 1):
         distinct = {pieces[i] for pieces in used if pieces is not None}
@@ -305,7 +306,7 @@ def _join(
             joined.append(pc.take(pa.array(literal, pa.string()), row_codes))
         if i < len(order):
             hole = holes[order[i]]
-            joined.append(hole if rows is None else hole.take(pa.array(rows)))
+            joined.append(hole if row_index is None else hole.take(row_index))
     return pc.binary_join_element_wise(*joined, "")
 
 

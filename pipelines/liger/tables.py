@@ -85,9 +85,8 @@ class FileTables:
             self.parts[name].append(tables[name])
 
     def tables(self) -> dict[str, pa.Table]:
-        empty = RecordSetBuilder(self.snapshot_digest, self.parser_version).tables()
         return {
-            name: pa.concat_tables(parts) if parts else empty[name]
+            name: pa.concat_tables(parts) if parts else SCHEMAS[name].empty_table()
             for name, parts in self.parts.items()
         }
 
@@ -104,14 +103,13 @@ class _Part:
 def batch_tables(batch: Batch, snapshot_digest: str, parser_version: str) -> BatchTables:
     """The batch's record tables, in input order; duplicate externalIds are the caller's."""
     others = _other_parts(batch, snapshot_digest, parser_version)
-    empty = {name: part.table.schema.empty_table() for name, part in others.items()}
     plain = (
         _plain_parts(batch.runs, batch.others, snapshot_digest, parser_version)
         if batch.runs is not None
         else {}
     )
     tables = {
-        name: _merged(name, [p for p in (plain.get(name), others[name]) if p is not None], empty)
+        name: _merged(name, [p for p in (plain.get(name), others[name]) if p is not None])
         for name in NAMES
     }
     return BatchTables(batch.size, tables, external_ids(batch)[1])
@@ -336,18 +334,17 @@ def _series_records(series: Series) -> Iterator[tuple[int, Record]]:
     yield from ((WORKLOAD_SLOT + 1, protocol), (WORKLOAD_SLOT + 2, environment))
 
 
-def _merged(name: str, parts: list[_Part], empty: dict[str, pa.Table]) -> pa.Table:
+def _merged(name: str, parts: list[_Part]) -> pa.Table:
     """The parts in input order; runs and manifests keep the first row of each digest."""
     parts = [p for p in parts if p.table.num_rows]
     if not parts:
-        return empty[name]
-    if len(parts) == 1:
-        table, positions, slots = parts[0].table, parts[0].positions, parts[0].slots
-    else:
-        table = pa.concat_tables([p.table for p in parts])
+        return SCHEMAS[name].empty_table()
+    table = parts[0].table
+    if len(parts) > 1:  # each part is in input order already: interleave them
         positions = np.concatenate([p.positions for p in parts])
         slots = np.concatenate([p.slots for p in parts])
-        table = table.take(pa.array(np.lexsort((slots, positions))))
+        order = np.lexsort((slots, positions))
+        table = pa.concat_tables([p.table for p in parts]).take(pa.array(order))
     key = {"runs": "run_digest", "manifests": "digest"}.get(name)
     return table if key is None else _first_seen(table, key, set())
 
