@@ -19,13 +19,18 @@ COMMAND_MODULES = (
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The CLI's parser. Given the command a user typed, only its module is imported: commands
+    import what they need (DuckDB, boto3, Arrow), and a dry run should not wait for the others."""
+    names: tuple[str, ...] = COMMAND_MODULES
+    if f"pipelines.commands.{command}" in COMMAND_MODULES:
+        names = (f"pipelines.commands.{command}",)
     parser = argparse.ArgumentParser(
         prog="kindex",
         description="Drop GPU kernel benchmark results into S3; query a DuckDB/Parquet index.",
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in COMMAND_MODULES:
+    for name in names:
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as error:
@@ -37,7 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    command = next((arg for arg in argv if not arg.startswith("-")), None)
+    args = build_parser(command).parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

@@ -10,13 +10,19 @@ take 16 MB, and a batch is checked with one vectorized binary search per array.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
 
 def digest_of(text: str) -> bytes:
     return hashlib.blake2b(text.encode(), digest_size=16).digest()
+
+
+def digests_of(utf8_texts: Iterable[bytes | memoryview]) -> list[bytes]:
+    """digest_of of each text, given as UTF-8 (say, slices of an Arrow string array)."""
+    blake2b = hashlib.blake2b
+    return [blake2b(text, digest_size=16).digest() for text in utf8_texts]
 
 
 class SeenKeys:
@@ -33,18 +39,19 @@ class SeenKeys:
         return self.first_times_of_digests([digest_of(t) for t in texts])
 
     def first_times_of_digests(self, digests: Sequence[bytes]) -> np.ndarray:
-        in_call: set[bytes] = set()
         first = np.ones(len(digests), dtype=bool)
-        for i, digest in enumerate(digests):
-            if digest in in_call:
-                first[i] = False
-            in_call.add(digest)
+        if len(set(digests)) < len(digests):  # a key repeated within the call
+            in_call: set[bytes] = set()
+            for i, digest in enumerate(digests):
+                if digest in in_call:
+                    first[i] = False
+                in_call.add(digest)
         if not len(digests):
             return first
         halves = np.frombuffer(b"".join(digests), dtype=np.uint64).reshape(-1, 2)
         high, low = halves[:, 0], halves[:, 1]
         for level_high, level_low in self.levels:
-            at = np.searchsorted(level_high, high)
+            at = _searchsorted(level_high, high)
             found = np.flatnonzero(at < len(level_high))
             found = found[level_high[at[found]] == high[found]]
             for i in found:  # a 64-bit match: rare (a repeat, or one in ~10^19 pairs)
@@ -71,3 +78,12 @@ class SeenKeys:
             high_all = np.concatenate([old_high, new_high])
             order = np.argsort(high_all, kind="stable")
             self.levels.append((high_all[order], np.concatenate([old_low, new_low])[order]))
+
+
+def _searchsorted(haystack: np.ndarray, needles: np.ndarray) -> np.ndarray:
+    """np.searchsorted, with the needles sorted first: a search that walks the haystack in
+    order touches memory in order, several times faster on a large haystack than random ones."""
+    order = np.argsort(needles)
+    at = np.empty(len(needles), dtype=np.intp)
+    at[order] = np.searchsorted(haystack, needles[order])
+    return at

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import os
+import random
 
 import pyarrow as pa
 import rfc8785
@@ -15,7 +17,12 @@ from hypothesis import strategies as st
 from liger_support import HEADER, LIGER_CSV, csv_lines
 from test_liger_bad_inputs import GOOD_FIELDS, row_with
 
-from pipelines.liger.columnar import ARROW_FLOAT_TEXT, normalized_batches, write_json_lines
+from pipelines.liger.columnar import (
+    ARROW_FLOAT_TEXT,
+    _encode,
+    normalized_batches,
+    write_json_lines,
+)
 from pipelines.liger.normalize import Normalizer, normalize_bytes
 from pipelines.seen_keys import SeenKeys
 
@@ -142,3 +149,31 @@ def test_parsed_number_texts_agree_with_python() -> None:
     texts += ["0.1", "000.5000", "123456789012345678901234567890.5", "0.30000000000000004"]
     parsed = pa.array(texts).cast(pa.float64()).to_pylist()
     assert parsed == [float(t) for t in texts]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(min_value=1, max_value=6).flatmap(
+        lambda width: st.lists(
+            st.tuples(*[st.sampled_from(["a", "b", "", "é", "a,b"])] * width), min_size=1
+        )
+    )
+)
+def test_encode_numbers_distinct_rows_in_order_of_first_appearance(
+    rows: list[tuple[str, ...]],
+) -> None:
+    columns = [pa.array(column, pa.string()) for column in zip(*rows, strict=True)]
+    values, codes = _encode(columns, lambda key: key)
+    assert values == list(dict.fromkeys(rows))
+    assert [values[c] for c in codes] == rows
+
+
+def test_encode_renumbers_before_the_combinations_overflow() -> None:
+    """Six columns of ~1,900 distinct values each: their combinations exceed 2**62."""
+    draw = random.Random(0).randrange
+    rows = [tuple(str(draw(2000)) for _ in range(6)) for _ in range(4000)]
+    columns = [pa.array(column, pa.string()) for column in zip(*rows, strict=True)]
+    assert math.prod(len(set(column.to_pylist())) for column in columns) > 2**62
+    values, codes = _encode(columns, lambda key: key)
+    assert values == list(dict.fromkeys(rows))
+    assert [values[c] for c in codes] == rows

@@ -17,7 +17,7 @@ import hashlib
 import os
 import re
 from collections import Counter
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import islice
@@ -44,9 +44,9 @@ from pipelines.liger.normalize import (
     slug,
     version_json,
 )
-from pipelines.liger.read import CsvRecord, open_liger_csv
-from pipelines.records import Record, RowOutcome
-from pipelines.seen_keys import SeenKeys, digest_of
+from pipelines.liger.read import CsvRecord, RecordColumns, open_liger_csv
+from pipelines.records import RowOutcome
+from pipelines.seen_keys import SeenKeys, digests_of
 
 # What the vectorized number check accepts: digits with an optional fraction. Anything else
 # ("1e-05", " 1", "+1", "nan") goes through the row path and its full grammar.
@@ -55,7 +55,6 @@ PLAIN_DECIMAL = r"^[0-9]+(\.[0-9]+)?$"
 # it are formatted by canonical.number_text.
 ARROW_FLOAT_TEXT = (1e-6, 1e10)
 
-Key = TypeVar("Key", bound=Hashable)
 Value = TypeVar("Value")
 
 
@@ -86,53 +85,89 @@ class Batch:
     size: int
     runs: PlainRuns | None
     others: dict[int, RowOutcome]  # by index in the batch
+    run_lines: list[bytes | memoryview] | None = None  # the runs' line parts, once built
 
 
-def normalize_batch(records: Sequence[CsvRecord], layout: Layout, normalizer: Normalizer) -> Batch:
+def normalize_batch(
+    records: Sequence[CsvRecord] | RecordColumns, layout: Layout, normalizer: Normalizer
+) -> Batch:
+    candidates, columns, lines = _candidate_columns(records, layout)
+    plain, runs = _plain_runs(len(records), candidates, columns, lines, normalizer)
+    others = {
+        i: outcome_of(records[i], layout, normalizer) for i in np.flatnonzero(~plain).tolist()
+    }
+    return Batch(len(records), runs, others)
+
+
+def _candidate_columns(
+    records: Sequence[CsvRecord] | RecordColumns, layout: Layout
+) -> tuple[np.ndarray, list[pa.Array], np.ndarray]:
+    """The records that may be plain (well-formed, of the header's width), their ROW_COLUMNS
+    texts as string columns, and their source lines."""
+    if isinstance(records, RecordColumns):
+        every = np.arange(len(records), dtype=np.int64)
+        return every, [records.columns[i] for i in layout.indices], records.first_line + every
     candidates = [
         i
         for i, r in enumerate(records)
         if r.error is None and r.fields is not None and len(r.fields) == layout.width
     ]
-    plain, runs = _plain_runs(records, candidates, layout, normalizer)
-    others = {
-        i: outcome_of(record, layout, normalizer)
-        for i, record in enumerate(records)
-        if i not in plain
-    }
-    return Batch(len(records), runs, others)
+    picked = [layout.pick(records[i].fields or []) for i in candidates]
+    columns = [pa.array(column, pa.string()) for column in zip(*picked, strict=True)]
+    lines = np.array([records[i].line for i in candidates], dtype=np.int64)
+    return np.array(candidates, dtype=np.int64), columns, lines
 
 
 def _encode(
-    keys: Sequence[Key], build: Callable[[Key], Value | None]
+    columns: Sequence[pa.Array], build: Callable[[tuple[Any, ...]], Value | None]
 ) -> tuple[list[Value | None], np.ndarray]:
-    """Dictionary-encode `keys`: the value built once per distinct key, and each row's index."""
-    ids: dict[Key, int] = {}
-    codes = [ids.setdefault(k, len(ids)) for k in keys]
-    return [build(k) for k in ids], np.array(codes, dtype=np.int64)
+    """Dictionary-encode the rows of `columns`: the value built once per distinct row (in order
+    of first appearance), and each row's index among them. Arrow encodes each column; NumPy
+    numbers each row's combination of codes."""
+    combined, combinations = np.zeros(len(columns[0]), dtype=np.int64), 1
+    for column in columns:
+        encoded = pc.dictionary_encode(column)
+        size = len(encoded.dictionary)
+        if combinations * size >= 2**62:  # renumber the combinations seen so far, densely
+            combined = np.unique(combined, return_inverse=True)[1]
+            combinations = int(combined.max()) + 1
+        combined = combined * size + encoded.indices.to_numpy().astype(np.int64)
+        combinations *= size
+    _, first, codes = np.unique(combined, return_index=True, return_inverse=True)
+    order = np.argsort(first)
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    first_rows = pa.array(first[order])
+    keys = zip(*(column.take(first_rows).to_pylist() for column in columns), strict=True)
+    return [build(k) for k in keys], rank[codes]
 
 
 def _plain_runs(
-    records: Sequence[CsvRecord], candidates: list[int], layout: Layout, normalizer: Normalizer
-) -> tuple[set[int], PlainRuns | None]:
-    if not candidates:
-        return set(), None
-    picked = [layout.pick(records[i].fields or []) for i in candidates]
+    size: int,
+    candidates: np.ndarray,
+    columns: list[pa.Array],
+    lines: np.ndarray,
+    normalizer: Normalizer,
+) -> tuple[np.ndarray, PlainRuns | None]:
+    """Which of `size` records are plain (a mask), and their runs."""
+    plain = np.zeros(size, dtype=bool)
+    if not len(candidates):
+        return plain, None
     (kernel, provider, mode, metric, unit, x_name, x_value, median, p20, p80,
-     config, gpu, timestamp, version) = zip(*picked, strict=True)  # fmt: skip
+     config, gpu, timestamp, version) = columns  # fmt: skip
 
     series, series_ids = _encode(
-        list(zip(kernel, provider, mode, gpu, metric, unit, strict=True)),
+        [kernel, provider, mode, gpu, metric, unit],
         lambda k: _known(lambda: normalizer.series(k[0], k[1], k[2], k[3], _metric(k[4], k[5]))),
     )
     kernels = normalizer.curation.kernels
     workloads, workload_ids = _encode(
-        list(zip(kernel, x_name, x_value, config, strict=True)),
+        [kernel, x_name, x_value, config],
         lambda k: _known(lambda: normalizer.workload(*k)) if k[0] in kernels else None,
     )
-    stamps, stamp_ids = _encode(timestamp, lambda t: _known(lambda: parse_timestamp(t)))
-    versions, version_ids = _encode(version, lambda v: v.strip())
-    texts = [pa.array(column, pa.string()) for column in (median, p20, p80)]
+    stamps, stamp_ids = _encode([timestamp], lambda k: _known(lambda: parse_timestamp(k[0])))
+    versions, version_ids = _encode([version], lambda k: k[0].strip())
+    texts = [median, p20, p80]
     numeric = _all(pc.match_substring_regex(t, PLAIN_DECIMAL) for t in texts)
     stats = [pc.cast(pc.if_else(numeric, t, "1"), pa.float64()).to_numpy() for t in texts]
 
@@ -152,12 +187,12 @@ def _plain_runs(
     )
     rows = np.flatnonzero(keep)
     if not len(rows):
-        return set(), None
-    positions = [candidates[i] for i in rows]
-    return set(positions), _assemble(
+        return plain, None
+    plain[candidates[rows]] = True
+    return plain, _assemble(
         _Rows(
-            positions=positions,
-            lines=pa.array([records[p].line for p in positions], pa.int64()),
+            positions=candidates[rows].tolist(),
+            lines=pa.array(lines[rows]),
             series=series,
             series_ids=series_ids[rows],
             workloads=workloads,
@@ -369,7 +404,7 @@ def utf8_slices(strings: pa.Array) -> Iterator[memoryview]:
     """The UTF-8 bytes of each string of an Arrow string array, without copying them."""
     offsets = _offsets(strings)
     data = memoryview(strings.buffers()[2] or b"")
-    return (data[start:end] for start, end in zip(offsets[:-1], offsets[1:], strict=True))
+    return map(data.__getitem__, map(slice, offsets[:-1], offsets[1:]))
 
 
 def _digests(identity: pa.Array) -> pa.Array:
@@ -422,36 +457,39 @@ def normalized_batches(
         yield batch
 
 
-def quarantine_duplicates(batch: Batch, records: Sequence[CsvRecord], seen: SeenKeys) -> None:
+def quarantine_duplicates(
+    batch: Batch, records: Sequence[CsvRecord] | RecordColumns, seen: SeenKeys
+) -> None:
     """Quarantine each run whose externalId an earlier row of the file had."""
     positions, ids = external_ids(batch)
-    first = seen.first_times_of_digests([digest_of(i) for i in ids])
+    first = seen.first_times_of_digests(digests_of(utf8_slices(ids)))
     quarantine_repeats(batch, records, positions, ids, first)
 
 
-def external_ids(batch: Batch) -> tuple[list[int], list[str]]:
-    """The batch's runs' positions and externalIds, in input order."""
+def external_ids(batch: Batch) -> tuple[list[int], pa.Array]:
+    """The batch's runs' positions and externalIds (strings), in input order."""
     runs = batch.runs
+    others = {p: o.facts.external_id for p, o in batch.others.items() if o.facts is not None}
+    if runs is not None and not others:
+        return runs.positions, runs.external_ids
     ids: dict[int, str] = {}
     if runs is not None:
         ids = dict(zip(runs.positions, runs.external_ids.to_pylist(), strict=True))
-    for position, outcome in batch.others.items():
-        if outcome.facts is not None:
-            ids[position] = outcome.facts.external_id
-    positions = sorted(ids) if batch.others else list(ids)
-    return positions, [ids[p] for p in positions]
+    ids.update(others)
+    positions = sorted(ids)
+    return positions, pa.array([ids[p] for p in positions], pa.string())
 
 
 def quarantine_repeats(
     batch: Batch,
-    records: Sequence[CsvRecord],
+    records: Sequence[CsvRecord] | RecordColumns,
     positions: list[int],
-    ids: list[str],
+    ids: pa.Array,
     first: np.ndarray,
 ) -> None:
-    for i in np.flatnonzero(~first):
+    for i in np.flatnonzero(~first).tolist():
         record = records[positions[i]]
-        batch.others[positions[i]] = duplicate_outcome(record.line, record.raw, ids[i])
+        batch.others[positions[i]] = duplicate_outcome(record.line, record.raw, ids[i].as_py())
 
 
 def write_json_lines(batch: Batch, out: BinaryIO) -> None:
@@ -481,6 +519,36 @@ def _line_parts(batch: Batch) -> list[bytes | memoryview]:
     runs = batch.runs
     if runs is None:
         return [batch.others[p].json_line() for p in range(batch.size)]
+    run_parts = prepare_lines(batch)
+    if not batch.others:
+        return run_parts
+    parts: list[bytes | memoryview] = []
+    run = 0
+    plain = runs.positions
+    for position in range(batch.size):
+        other = batch.others.get(position)
+        if other is not None:
+            parts.append(other.json_line())
+        if run < len(plain) and plain[run] == position:
+            if other is None:
+                parts += run_parts[RUN_PARTS * run : RUN_PARTS * (run + 1)]
+            run += 1
+    return parts
+
+
+def prepare_lines(batch: Batch) -> list[bytes | memoryview]:
+    """The parts of the lines of the batch's plain runs, built once: whatever duplicates are
+    quarantined later, a kept run's line is the same."""
+    if batch.run_lines is None:
+        batch.run_lines = _run_line_parts(batch.runs) if batch.runs is not None else []
+    return batch.run_lines
+
+
+RUN_PARTS = 4  # a plain run's line: its own part, then its series' and workload's records
+
+
+def _run_line_parts(runs: PlainRuns) -> list[bytes | memoryview]:
+    """Each plain run's line as RUN_PARTS parts, one run after another."""
     heads = pc.binary_join_element_wise(
         '{"source_line":',
         runs.lines.cast(pa.string()),
@@ -493,37 +561,21 @@ def _line_parts(batch: Batch) -> list[bytes | memoryview]:
     )
     offsets = _offsets(heads)
     data = memoryview(heads.buffers()[2])
-    shared_head = [_joined(s.references[:3]) + b"," if s else b"" for s in runs.series]
-    shared_tail = [_joined(s.references[3:]) + b"]}\n" if s else b"" for s in runs.series]
+    shared_head = [s.references_json[0] + b"," if s else b"" for s in runs.series]
+    shared_tail = [s.references_json[1] + b"]}\n" if s else b"" for s in runs.series]
     workload = [w.record.json_bytes + b"," if w else b"" for w in runs.workloads]
     series_ids, workload_ids = runs.series_ids.tolist(), runs.workload_ids.tolist()
-    parts: list[bytes | memoryview] = []
-    run = 0
-    plain = runs.positions
-    for position in range(batch.size):
-        other = batch.others.get(position)
-        if other is not None:
-            parts.append(other.json_line())
-        if run < len(plain) and plain[run] == position:
-            if other is None:
-                s = series_ids[run]
-                parts += (
-                    data[offsets[run] : offsets[run + 1]],
-                    shared_head[s],
-                    workload[workload_ids[run]],
-                    shared_tail[s],
-                )
-            run += 1
+    parts: list[bytes | memoryview] = [b""] * (RUN_PARTS * len(series_ids))
+    parts[0::RUN_PARTS] = list(map(data.__getitem__, map(slice, offsets[:-1], offsets[1:])))
+    parts[1::RUN_PARTS] = list(map(shared_head.__getitem__, series_ids))
+    parts[2::RUN_PARTS] = list(map(workload.__getitem__, workload_ids))
+    parts[3::RUN_PARTS] = list(map(shared_tail.__getitem__, series_ids))
     return parts
-
-
-def _joined(records: Sequence[Record]) -> bytes:
-    return b",".join(r.json_bytes for r in records)
 
 
 def _writev_all(fd: int, parts: Sequence[bytes | memoryview]) -> None:
     written = os.writev(fd, parts)
-    total = sum(len(p) for p in parts)
+    total = sum(map(len, parts))
     if written < total:  # a signal or a full pipe cut the write short: finish it plainly
         rest = b"".join(bytes(p) for p in parts)[written:]
         while rest:

@@ -65,10 +65,12 @@ class Layout:
 
     width: int  # fields a well-formed record has
     pick: Callable[[list[str]], tuple[str, ...]]  # its ROW_COLUMNS texts, in order
+    indices: tuple[int, ...]  # where those texts are among the fields
 
     @classmethod
     def of(cls, columns: tuple[str, ...]) -> Layout:
-        return cls(len(columns), itemgetter(*(columns.index(c) for c in ROW_COLUMNS)))
+        indices = tuple(columns.index(c) for c in ROW_COLUMNS)
+        return cls(len(columns), itemgetter(*indices), indices)
 
 
 class RowRejected(Exception):
@@ -413,6 +415,14 @@ class Series:
         external_id = self._external_id(workload, stamp)
         spec = self._spec(values, stats, observed_at, external_id, workload.record.digest)
         return _record(_manifest("BenchmarkRun", self._metadata(workload, stamp, version), spec))
+
+    @cached_property
+    def references_json(self) -> tuple[bytes, bytes]:
+        """The JSON of its references, comma-separated, in the order a run's records list
+        them: (operation, project, implementation) before the workload, and after it (protocol,
+        environment)."""
+        before, after = self.references[:3], self.references[3:]
+        return b",".join(r.json_bytes for r in before), b",".join(r.json_bytes for r in after)
 
     @cached_property
     def run_template(self) -> RunTemplate:

@@ -27,10 +27,12 @@ import traceback
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from itertools import compress
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import numpy as np
 import pyarrow as pa
 
 from pipelines.curation import load
@@ -46,13 +48,21 @@ from pipelines.liger.columnar import (
     count_outcomes,
     external_ids,
     normalize_batch,
+    prepare_lines,
     quarantine_repeats,
+    utf8_slices,
     write_json_lines_to,
 )
 from pipelines.liger.normalize import Layout, Normalizer
-from pipelines.liger.read import CsvRecord, open_liger_csv, segment_records
+from pipelines.liger.read import (
+    CsvRecord,
+    RecordColumns,
+    open_liger_csv,
+    record_columns,
+    segment_records,
+)
 from pipelines.liger.tables import BatchTables, FileTables, batch_tables
-from pipelines.seen_keys import SeenKeys, digest_of
+from pipelines.seen_keys import SeenKeys, digests_of
 
 SEGMENT_BYTES = 1 << 20  # ~4,000 Liger rows
 PARALLEL_MIN_BYTES = 8 << 20  # below this, forking costs more than it saves
@@ -87,19 +97,31 @@ def segments_of(
     with path.open("rb") as stream:
         header = stream.readline()
         columns = open_liger_csv([header]).columns
+        size = os.fstat(stream.fileno()).st_size
+        buffer = bytearray(1 << 20)  # one buffer for every read: no fresh memory to fault in
         segments = []
         start, line = len(header), 2
-        while True:
+        while start < size:
             stream.seek(start + segment_bytes)
             stream.readline()  # on to the next line end
-            end = min(stream.tell(), path.stat().st_size)
-            if end <= start:
-                break
-            stream.seek(start)
+            end = min(stream.tell(), size)
             segments.append(Segment(start, end, line))
-            line += stream.read(end - start).count(b"\n")
+            stream.seek(start)
+            line += _count_lines(stream, end - start, buffer)
             start = end
     return columns, segments
+
+
+def _count_lines(stream: io.BufferedReader, length: int, buffer: bytearray) -> int:
+    """The line ends in the next `length` bytes of the stream, read into `buffer`."""
+    lines = 0
+    while length > 0:
+        read = stream.readinto(memoryview(buffer)[: min(length, len(buffer))])
+        if not read:
+            break
+        lines += int(np.count_nonzero(np.frombuffer(buffer, dtype=np.uint8, count=read) == 10))
+        length -= read
+    return lines
 
 
 def normalize_file(
@@ -268,6 +290,8 @@ def _relay(
     for index in range(w, len(segments), count):
         segment = segments[index]
         prepared = _prepare(stream, segment.start, segment.end, segment.line, layout, normalizer)
+        if sink.fd is not None:  # the lines' parts, built before waiting for the turn to write
+            prepare_lines(prepared.batch)
         token: Token = receive.recv()
         for digests in token.recent:
             seen.add_digests(digests)
@@ -282,21 +306,22 @@ def _relay(
         )
         if sink.fd is not None:
             write_json_lines_to(sink.fd, prepared.batch)
-        count_outcomes(prepared.batch, counts)
         if index + 1 < len(segments):
-            mine = b"".join(d for d, f in zip(prepared.digests, first, strict=True) if f)
+            mine = b"".join(compress(prepared.digests, first))
             recent = (*token.recent, mine)[-(count - 1) :] if count > 1 else ()
             send.send(Token(prepared.end, prepared.next_line, recent))
-        if sink.job is not None:  # built after the token went on: tables need no order here
+        # Counts and tables are built after the token went on: they need no order here.
+        count_outcomes(prepared.batch, counts)
+        if sink.job is not None:
             results.put((TABLES, index, batch_tables(prepared.batch, *sink.job)))
 
 
 @dataclass(slots=True)
 class _Prepared:
     batch: Batch
-    records: list[CsvRecord]
+    records: list[CsvRecord] | RecordColumns
     positions: list[int]
-    ids: list[str]
+    ids: pa.Array  # externalIds
     digests: list[bytes]
     end: int  # where the next record starts
     next_line: int
@@ -306,18 +331,24 @@ def _prepare(
     stream: BinaryIO, start: int, end: int, line: int, layout: Layout, normalizer: Normalizer
 ) -> _Prepared:
     stream.seek(start)
-    lines = list(io.BytesIO(stream.read(end - start)))  # split at "\n" only, as files are
-    stream.seek(end)
-    records, taken = segment_records(lines, line, _lines_after(stream))
+    data = stream.read(end - start)
+    records: list[CsvRecord] | RecordColumns | None = record_columns(data, line, layout.width)
+    taken: list[bytes] = []  # lines after the segment that its last record took
+    if records is not None:  # every line is a whole record: Arrow read them
+        next_line = line + len(records)
+    else:
+        lines = list(io.BytesIO(data))  # split at "\n" only, as files are
+        stream.seek(end)
+        records, taken = segment_records(lines, line, _lines_after(stream))
+        next_line = line + len(lines) + len(taken)
     batch = normalize_batch(records, layout, normalizer)
     positions, ids = external_ids(batch)
-    next_line = line + len(lines) + len(taken)
     return _Prepared(
         batch,
         records,
         positions,
         ids,
-        [digest_of(i) for i in ids],
+        digests_of(utf8_slices(ids)),
         end + sum(len(t) for t in taken),
         next_line,
     )

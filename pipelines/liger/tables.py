@@ -30,7 +30,6 @@ from pipelines.liger.columnar import (
     BATCH_ROWS,
     Batch,
     PlainRuns,
-    external_ids,
     normalized_batches,
     utf8_slices,
 )
@@ -47,7 +46,6 @@ WORKLOAD_SLOT = 3
 class BatchTables:
     rows: int
     tables: dict[str, pa.Table]
-    external_ids: list[str]  # of the batch's rows with run facts, in order
 
 
 def record_tables(
@@ -112,7 +110,7 @@ def batch_tables(batch: Batch, snapshot_digest: str, parser_version: str) -> Bat
         name: _merged(name, [p for p in (plain.get(name), others[name]) if p is not None])
         for name in NAMES
     }
-    return BatchTables(batch.size, tables, external_ids(batch)[1])
+    return BatchTables(batch.size, tables)
 
 
 def _other_parts(batch: Batch, snapshot_digest: str, parser_version: str) -> dict[str, _Part]:
