@@ -23,6 +23,7 @@ import io
 import multiprocessing
 import os
 import queue
+import tempfile
 import traceback
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -146,10 +147,44 @@ def record_tables_file(
     segment_bytes: int | None = None,
 ) -> tuple[int, dict[str, pa.Table]]:
     """(rows read, record tables) of the file, equal to tables.record_tables on one core: each
-    worker builds its segments' tables and the parent merges them in segment order."""
+    worker builds its segments' tables and writes them to a spool folder as Arrow IPC files
+    (no pickling through a pipe); the parent maps them and merges them in segment order. The
+    tables stay mapped after the folder is gone."""
     merged = InOrder(FileTables(snapshot_digest, parser_version))
-    _run(path, Sink(None, (snapshot_digest, parser_version)), workers, segment_bytes, merged.add)
+    with tempfile.TemporaryDirectory(prefix="kindex-tables-") as spool:
+        job = Job(snapshot_digest, parser_version, Path(spool))
+        _run(path, Sink(None, job), workers, segment_bytes, merged.add)
     return merged.tables.rows, merged.tables.tables()
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """Record tables to build: of which snapshot, by which parser, spooled where."""
+
+    snapshot_digest: str
+    parser_version: str
+    spool: Path
+
+
+Spooled = tuple[int, dict[str, Path]]  # a segment's rows read, and the file of each table
+
+
+def spool_tables(tables: BatchTables, folder: Path, index: int) -> Spooled:
+    """Write a segment's tables as Arrow IPC files: (rows read, file of each table)."""
+    files = {}
+    for name, table in tables.tables.items():
+        files[name] = folder / f"{index:08d}-{name}.arrow"
+        with pa.OSFile(str(files[name]), "wb") as sink, pa.ipc.new_file(sink, table.schema) as out:
+            out.write_table(table)
+    return tables.rows, files
+
+
+def unspool_tables(rows: int, files: dict[str, Path]) -> BatchTables:
+    """A segment's tables back from their files, memory-mapped (not copied)."""
+    tables = {
+        name: pa.ipc.open_file(pa.memory_map(str(path))).read_all() for name, path in files.items()
+    }
+    return BatchTables(rows, tables)
 
 
 @dataclass(slots=True)
@@ -160,8 +195,8 @@ class InOrder:
     merged: int = 0
     waiting: dict[int, BatchTables] = field(default_factory=dict)
 
-    def add(self, index: int, tables: BatchTables) -> None:
-        self.waiting[index] = tables
+    def add(self, index: int, spooled: Spooled) -> None:
+        self.waiting[index] = unspool_tables(*spooled)
         while self.merged in self.waiting:
             self.tables.merge(self.waiting.pop(self.merged))
             self.merged += 1
@@ -170,10 +205,10 @@ class InOrder:
 @dataclass(frozen=True, slots=True)
 class Sink:
     """Where a worker's segments go: JSON lines to a file descriptor, in order (fd), or record
-    tables to the parent (job: snapshot digest and parser version); or only counted."""
+    tables to the parent (job); or only counted."""
 
     fd: int | None
-    job: tuple[str, str] | None
+    job: Job | None
 
 
 def _run(
@@ -181,7 +216,7 @@ def _run(
     sink: Sink,
     workers: int | None,
     segment_bytes: int | None,
-    on_tables: Callable[[int, BatchTables], None],
+    on_tables: Callable[[int, Spooled], None],
 ) -> Counter[str]:
     columns, segments = segments_of(path, segment_bytes or SEGMENT_BYTES)
     count = min(workers or usable_cpus(), max(len(segments), 1))
@@ -221,7 +256,7 @@ def _run(
 
 
 def _collect(
-    results: Any, processes: list[Any], on_tables: Callable[[int, BatchTables], None]
+    results: Any, processes: list[Any], on_tables: Callable[[int, Spooled], None]
 ) -> Counter[str]:
     counts: Counter[str] = Counter()
     reported = 0
@@ -313,7 +348,9 @@ def _relay(
         # Counts and tables are built after the token went on: they need no order here.
         count_outcomes(prepared.batch, counts)
         if sink.job is not None:
-            results.put((TABLES, index, batch_tables(prepared.batch, *sink.job)))
+            job = sink.job
+            tables = batch_tables(prepared.batch, job.snapshot_digest, job.parser_version)
+            results.put((TABLES, index, spool_tables(tables, job.spool, index)))
 
 
 @dataclass(slots=True)
