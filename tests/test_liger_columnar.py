@@ -20,10 +20,11 @@ from test_liger_bad_inputs import GOOD_FIELDS, row_with
 from pipelines.liger.columnar import (
     ARROW_FLOAT_TEXT,
     _encode,
+    _json_strings,
     normalized_batches,
     write_json_lines,
 )
-from pipelines.liger.normalize import Normalizer, normalize_bytes
+from pipelines.liger.normalize import Normalizer, json_string, normalize_bytes
 from pipelines.seen_keys import SeenKeys
 
 NORMALIZER = Normalizer()
@@ -177,3 +178,10 @@ def test_encode_renumbers_before_the_combinations_overflow() -> None:
     values, codes = _encode(columns, lambda key: key)
     assert values == list(dict.fromkeys(rows))
     assert [values[c] for c in codes] == rows
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(alphabet='ab"\\\x00\x1f\u00e9\u2028/', max_size=6), min_size=1))
+def test_json_strings_escape_as_json_string(texts: list[str]) -> None:
+    got = _json_strings(pa.array(texts, pa.string()), plain=False).to_pylist()
+    assert got == [json_string(t) for t in texts]

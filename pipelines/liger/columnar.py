@@ -249,7 +249,7 @@ def _assemble(rows: _Rows) -> PlainRuns:
         "s1": _number_texts(rows.stats[1]),
         "s2": _number_texts(rows.stats[2]),
         "observed_at": by_stamp([json_string(s[0]) if s else "" for s in rows.stamps]),
-        "external_id": _json_strings(external_ids),
+        "external_id": _json_strings(external_ids, _plain_external_ids(rows, templates)),
         "workload": by_workload([w.digest_json if w else "" for w in rows.workloads]),
         "name": _name_json(by_series, by_workload, by_stamp, templates, rows),
         "version": by_version([version_json(v) for v in rows.versions]),
@@ -364,13 +364,26 @@ def _number_texts(numbers: np.ndarray) -> pa.Array:
     return pa.array(patched, pa.string())
 
 
-def _json_strings(texts: pa.Array) -> pa.Array:
-    """JSON string literals; texts that need escaping are escaped one by one (rare)."""
-    plain = pc.match_substring_regex(texts, r'^[^"\\\x00-\x1f]*$')
-    if pc.all(plain).as_py():
+def _json_strings(texts: pa.Array, plain: bool) -> pa.Array:
+    """JSON string literals of texts; when not all are known `plain` (nothing to escape), the
+    texts that need escaping are escaped one by one (rare)."""
+    if plain or pc.all(pc.match_substring_regex(texts, r'^[^"\\\x00-\x1f]*$')).as_py():
         return pc.binary_join_element_wise('"', texts, '"', "")
-    values = texts.to_pylist()
-    return pa.array([json_string(v) for v in values], pa.string())
+    return pa.array([json_string(v) for v in texts.to_pylist()], pa.string())
+
+
+_JSON_ESCAPED = re.compile(r'["\\\x00-\x1f]')  # what a JSON string escapes
+
+
+def _plain_external_ids(rows: _Rows, templates: Sequence[Any]) -> bool:
+    """Whether no run's externalId has a character JSON escapes: judged on the distinct parts
+    it is joined from (series head and tail, case key, stamp), not on every run."""
+    parts = [
+        *(t.external_id_head + t.external_id_tail for t in templates if t),
+        *(w.case_key for w in rows.workloads if w),
+        *(s[1] for s in rows.stamps if s),
+    ]
+    return not any(_JSON_ESCAPED.search(part) for part in parts)
 
 
 def _name_json(
