@@ -3,7 +3,8 @@
 The row path (`normalize.outcome_of`) costs ~15 µs of Python per row. Here Python runs once per
 distinct series, workload, timestamp and version of a batch, and Arrow's C++ kernels do the
 per-row work: checking the numbers, rounding, and splicing each run's canonical JSON from its
-series' template (the one `Series.run` fills). Only hashing stays a per-row Python call.
+series' template (the one `Series.run` fills). Only hashing stays a per-row Python call. A batch
+comes as CsvRecords or, from whole lines Arrow parsed, as columns (read.RecordColumns).
 
 A row takes this path when it is plain: well-formed, numbers in plain decimal form, a known
 series, workload and timestamp. Every other row goes through the row path unchanged, so each
@@ -572,14 +573,12 @@ def _run_line_parts(runs: PlainRuns) -> list[bytes | memoryview]:
         "},",
         "",
     )
-    offsets = _offsets(heads)
-    data = memoryview(heads.buffers()[2])
     shared_head = [s.references_json[0] + b"," if s else b"" for s in runs.series]
     shared_tail = [s.references_json[1] + b"]}\n" if s else b"" for s in runs.series]
     workload = [w.record.json_bytes + b"," if w else b"" for w in runs.workloads]
     series_ids, workload_ids = runs.series_ids.tolist(), runs.workload_ids.tolist()
     parts: list[bytes | memoryview] = [b""] * (RUN_PARTS * len(series_ids))
-    parts[0::RUN_PARTS] = list(map(data.__getitem__, map(slice, offsets[:-1], offsets[1:])))
+    parts[0::RUN_PARTS] = list(utf8_slices(heads))
     parts[1::RUN_PARTS] = list(map(shared_head.__getitem__, series_ids))
     parts[2::RUN_PARTS] = list(map(workload.__getitem__, workload_ids))
     parts[3::RUN_PARTS] = list(map(shared_tail.__getitem__, series_ids))

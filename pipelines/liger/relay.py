@@ -2,8 +2,9 @@
 
 The file's data lines are cut into segments of about SEGMENT_BYTES at line ends. Worker w of N
 (processes: pipelines/forked.py) normalizes segments w, w+N, w+2N… (pipelines/liger/columnar.py),
-reading them from the file itself. Then a token goes round the ring of workers in segment order;
-whoever holds it:
+reading them from the file itself: with Arrow's CSV parser when every line of the segment is a
+plain RFC 4180 record (read.record_columns), else with the streaming reader. Then a token goes
+round the ring of workers in segment order; whoever holds it:
 
 - learns where its segment really starts: a record of the previous segment may run past the cut
   (a quoted field across lines), and then the segment is read again from where that record ended;
@@ -12,8 +13,9 @@ whoever holds it:
 - writes its lines to the shared output (or counts them), and passes the token on.
 
 For `kindex normalize`, nothing but the token crosses processes: the lines go straight from each
-worker to the output. For an ingest, each worker also sends its segments' record tables
-(pipelines/liger/tables.py) to the parent, which merges them in segment order.
+worker to the output (their parts built before the token came). For an ingest, each worker also
+writes its segments' record tables (pipelines/liger/tables.py) as Arrow IPC files, which the
+parent maps and merges in segment order.
 """
 
 from __future__ import annotations
@@ -113,6 +115,9 @@ def segments_of(
     return columns, segments
 
 
+NEWLINE = ord("\n")
+
+
 def _count_lines(stream: io.BufferedReader, length: int, buffer: bytearray) -> int:
     """The line ends in the next `length` bytes of the stream, read into `buffer`."""
     lines = 0
@@ -120,7 +125,8 @@ def _count_lines(stream: io.BufferedReader, length: int, buffer: bytearray) -> i
         read = stream.readinto(memoryview(buffer)[: min(length, len(buffer))])
         if not read:
             break
-        lines += int(np.count_nonzero(np.frombuffer(buffer, dtype=np.uint8, count=read) == 10))
+        data = np.frombuffer(buffer, dtype=np.uint8, count=read)
+        lines += int(np.count_nonzero(data == NEWLINE))
         length -= read
     return lines
 
