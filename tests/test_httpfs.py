@@ -10,7 +10,7 @@ from typing import Any
 from index_support import csv_bytes, index_settings, ingest_bytes, liger_rows
 
 from pipelines.index.layout import IndexLayout
-from pipelines.index.local import open_index
+from pipelines.index.local import load_current, open_index
 from pipelines.index.remote import S3Access, connect_remote, httpfs_path
 from pipelines.index.tables import table_fingerprints
 from pipelines.storage.embedded import EmbeddedS3
@@ -42,14 +42,17 @@ def test_duckdb_reads_the_published_index_from_the_bucket(
             "SELECT install_path FROM duckdb_extensions() "
             "WHERE extension_name = 'httpfs' AND loaded"
         ).fetchall()
-        # A glob over the bucket: httpfs lists the published versions itself.
+        # The run segments the current version's manifest names, read by their s3:// URLs:
+        # here the record set of the one file, which the index uses as it is.
+        segments = load_current(s3_store, layout)["files"]["run_segments"]
+        urls = ", ".join(f"'s3://{s3_store.bucket}/{key}'" for key in segments)
         files = remote.execute(
-            "SELECT filename, count(*) FROM read_parquet("
-            f"'s3://{s3_store.bucket}/{layout.index_prefix}v/*/run_segments.parquet', "
-            "filename = true) GROUP BY filename"
+            f"SELECT filename, count(*) FROM read_parquet([{urls}], filename = true) "
+            "GROUP BY filename"
         ).fetchall()
     finally:
         remote.close()
     assert loaded and httpfs_path().exists()
     assert len(files) == 1 and files[0][0].startswith("s3://") and files[0][1] == 400
+    assert segments[0].startswith(layout.records_prefix) and segments[0].endswith("/runs.parquet")
     assert not layout.cache_dir.exists()

@@ -2,16 +2,29 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
-from index_support import DATA, LIGER_CSV, fingerprints, index_settings, query
+from index_support import (
+    DATA,
+    LIGER_CSV,
+    csv_bytes,
+    fingerprints,
+    index_settings,
+    ingest_bytes,
+    liger_rows,
+    query,
+)
 
 from pipelines.canonical import manifest_digest
 from pipelines.cli import main
-from pipelines.index.tables import TABLES, VIEWS
+from pipelines.index.layout import IndexLayout
+from pipelines.index.local import load_current
+from pipelines.index.tables import MANIFEST_FORMAT, TABLES, VIEWS
 from pipelines.ingest import ingest_paths
 
 __all__ = ["index_settings"]
@@ -151,3 +164,41 @@ def test_query_command_prints_json_and_rejects_bad_sql(
     assert "Parser Error" in capsys.readouterr().err
     assert main(["query", "DELETE FROM snapshots"]) == 1  # read-only
     capsys.readouterr()
+
+
+def test_run_segments_are_record_sets_when_all_is_new(s3_store: Any, index_settings: Any) -> None:
+    """A file whose runs are all new: its record set's runs.parquet is the run segment, as
+    written. A second file holding those runs and more: only its new runs are written out, to
+    a segment of the new version. Each run's source_key is where it was first seen."""
+    header, rows = liger_rows(range(2, 302))
+    ingest_bytes(s3_store, index_settings, [("incoming/first.csv", csv_bytes(header, rows[:200]))])
+    ingest_bytes(s3_store, index_settings, [("incoming/second.csv", csv_bytes(header, rows))])
+    layout = IndexLayout.of(index_settings)
+    segments = load_current(s3_store, layout)["files"]["run_segments"]
+    assert len(segments) == 2
+    assert segments[0].startswith(layout.records_prefix) and segments[0].endswith("/runs.parquet")
+    assert segments[1].startswith(layout.index_prefix)
+    assert pq.read_table(io.BytesIO(s3_store.get_bytes(segments[1]))).num_rows == 100
+    assert query(
+        index_settings,
+        "SELECT source_key, count(*), min(source_line), max(source_line) FROM runs "
+        "GROUP BY source_key ORDER BY source_key",
+    ) == [("incoming/first.csv", 200, 2, 201), ("incoming/second.csv", 100, 202, 301)]
+
+
+def test_an_index_of_an_older_format_is_rebuilt_from_the_record_sets(
+    s3_store: Any, index_settings: Any
+) -> None:
+    header, rows = liger_rows(range(2, 102))
+    ingest_bytes(s3_store, index_settings, [("incoming/a.csv", csv_bytes(header, rows[:50]))])
+    layout = IndexLayout.of(index_settings)
+    pointer = json.loads(s3_store.get_bytes(layout.pointer_key))
+    old = json.loads(s3_store.get_bytes(pointer["manifest"]))
+    s3_store.put_bytes(pointer["manifest"], json.dumps({**old, "format": 1}).encode())
+    ingest_bytes(s3_store, index_settings, [("incoming/b.csv", csv_bytes(header, rows[50:]))])
+    current = load_current(s3_store, layout)
+    assert current["format"] == MANIFEST_FORMAT and current["parent"] is None
+    assert len(current["record_sets"]) == 2
+    assert query(index_settings, "SELECT count(*), count(DISTINCT source_key) FROM runs") == [
+        (100, 2)
+    ]

@@ -19,7 +19,7 @@ import duckdb
 import orjson
 
 from pipelines.index.layout import IndexLayout
-from pipelines.index.tables import FILE_TABLES, create_views
+from pipelines.index.tables import FILE_TABLES, MANIFEST_FORMAT, create_views
 from pipelines.storage.base import NoSuchKey, ObjectStore
 
 KEEP_LOCAL_DATABASES = 4
@@ -32,7 +32,7 @@ class IndexNotFound(FileNotFoundError):
 
 def empty_manifest() -> dict[str, Any]:
     return {
-        "format": 1,
+        "format": MANIFEST_FORMAT,
         "version": None,
         "parent": None,
         "record_sets": [],

@@ -7,7 +7,9 @@ never rewritten or deleted, so every file a manifest names stays readable.
 
 What a publish writes, given the record sets (see record_objects.py) not yet in the index:
 - a run segment and a manifest segment: the runs and manifests those record sets bring that the
-  index does not hold yet (each distinct record once; where it was first seen rides along);
+  index does not hold yet (each distinct record once). When one record set brings only new runs,
+  its own runs.parquet is the run segment and nothing is rewritten; where a run was first seen
+  is its snapshot's first read, which the `runs` view joins in;
 - `run_state`: superseded_by and retracted_in_source of every run that has either. Only the
   series (kernel, provider, mode, metric, GPU, case) the new runs belong to, and the runs of the
   keys that were read again, are recomputed; the rest is carried over;
@@ -31,19 +33,18 @@ import pyarrow as pa
 
 from pipelines.index.faults import INDEX_FILES_WRITTEN, pause_point
 from pipelines.index.layout import IndexLayout, snapshot_hex
-from pipelines.index.local import fetch, install_local, load_current, put_file
+from pipelines.index.local import empty_manifest, fetch, install_local, load_current, put_file
 from pipelines.index.reads import ObjectRead
 from pipelines.index.record_objects import SUMMARY_FILE
 from pipelines.index.tables import (
     FILE_TABLES,
+    MANIFEST_FORMAT,
     MANIFEST_SEGMENT_SCHEMA,
     RUN_SEGMENT_SCHEMA,
     SNAPSHOT_SCHEMA,
     parquet_select,
 )
 from pipelines.storage.base import ObjectStore
-
-MANIFEST_FORMAT = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +125,8 @@ def publish_index(store: ObjectStore, settings: Any) -> IndexVersion:
     layout = IndexLayout.of(settings)
     with writer_lock(layout):
         current = load_current(store, layout)
+        if current.get("format") != MANIFEST_FORMAT:  # an older layout: rebuilt from the sets
+            current = empty_manifest()
         summaries, read_keys = list_record_sets(store, layout)
         included_sets = set(current["record_sets"])
         included_reads = set(current["reads"])
@@ -236,8 +239,10 @@ def build_version(
         "arg_min(source_key, {'at': taken_at, 'id': read_id}) AS source_key, "
         "min({'at': taken_at, 'id': read_id}) AS first_seen FROM reads GROUP BY snapshot_digest"
     )
-    new_runs = add_new_records(con, "runs", "run_digest", new_files["runs"], RUN_SEGMENT_SCHEMA)
-    new_manifests = add_new_records(
+    new_runs, runs_whole = add_new_records(
+        con, "runs", "run_digest", new_files["runs"], RUN_SEGMENT_SCHEMA
+    )
+    new_manifests, _ = add_new_records(
         con, "manifests", "digest", new_files["manifests"], MANIFEST_SEGMENT_SCHEMA
     )
     lineage_by_snapshot = lineage_files_by_snapshot(old.get("lineage_files", []), pending, layout)
@@ -252,8 +257,10 @@ def build_version(
         "quarantine_files": list(old.get("quarantine_files", []))
         + [rs.file_key("quarantine") for rs in pending],
     }
+    if runs_whole and new_runs:  # one record set, all of its runs new: it is the segment
+        files["run_segments"].append(pending[0].file_key("runs"))
     outputs = {
-        "run_segments": ("new_runs", new_runs, "series_key, observed_at"),
+        "run_segments": ("new_runs", 0 if runs_whole else new_runs, "series_key, observed_at"),
         "manifest_segments": ("new_manifests", new_manifests, "kind, digest"),
         "run_state": ("run_state", None, "run_digest"),
         "snapshots": ("reads", None, "taken_at, read_id"),
@@ -294,12 +301,16 @@ def add_new_records(
     digest_column: str,
     files: Sequence[str],
     schema: pa.Schema,
-) -> int:
-    """new_<name>: the records of the pending sets the index lacks, once each, with the key
-    where they were first seen. Known digests are found by probing the (large) old segments
-    with the (small) candidate set, so the cost follows the new rows."""
-    columns = ", ".join(f"c.{f.name}" for f in schema if f.name != "source_key")
-    source = parquet_select(files, schema.remove(schema.get_field_index("source_key")))
+) -> tuple[int, bool]:
+    """new_<name>: the records of the pending sets the index lacks, once each (with the key
+    where they were first seen, when the schema has a column for it). Known digests are found
+    by probing the (large) old segments with the (small) candidate set, so the cost follows the
+    new rows. Returns how many are new, and whether they are all of the one pending file: then
+    that file can be a segment as it is."""
+    keyed = "source_key" in schema.names
+    stored = schema.remove(schema.get_field_index("source_key")) if keyed else schema
+    columns = ", ".join(f"c.{f.name}" for f in stored) + (", f.source_key" if keyed else "")
+    source = parquet_select(files, stored)
     # A record set holds each digest once: with one set, nothing need be picked, and a view
     # reads only the columns each later step asks for (the last one writes them out).
     several = len(files) > 1
@@ -311,7 +322,7 @@ def add_new_records(
     )
     con.execute(
         f"""CREATE TEMP {"TABLE" if several else "VIEW"} candidate_{name} AS
-            SELECT {columns}, f.source_key FROM ({source}) c
+            SELECT {columns} FROM ({source}) c
             JOIN first_reads f USING (snapshot_digest) {first_only}"""
     )
     con.execute(
@@ -320,15 +331,16 @@ def add_new_records(
             SEMI JOIN candidate_{name} c ON o.{digest_column} = c.{digest_column}"""
     )
     known = con.execute(f"SELECT count(*) FROM known_{name}").fetchone()
-    if known and known[0]:
+    all_new = not (known and known[0])
+    if all_new:  # the common case: no second copy of the candidates
+        con.execute(f"CREATE TEMP VIEW new_{name} AS SELECT * FROM candidate_{name}")
+    else:
         con.execute(
             f"""CREATE TEMP TABLE new_{name} AS SELECT * FROM candidate_{name}
                 WHERE {digest_column} NOT IN (SELECT {digest_column} FROM known_{name})"""
         )
-    else:  # all new (the common case): no second copy of the candidates
-        con.execute(f"CREATE TEMP VIEW new_{name} AS SELECT * FROM candidate_{name}")
     row = con.execute(f"SELECT count(*) FROM new_{name}").fetchone()
-    return int(row[0]) if row else 0
+    return (int(row[0]) if row else 0), all_new and len(files) == 1
 
 
 def lineage_files_by_snapshot(

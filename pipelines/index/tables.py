@@ -21,7 +21,9 @@ from pipelines.index.record_objects import (
     UTC_MS,
 )
 
-RUN_SEGMENT_SCHEMA = RUN_SCHEMA.append(pa.field("source_key", pa.string()))
+# A run segment holds runs as a record set does (it may be one): where a run was first seen is
+# its snapshot's first read, joined in by the `runs` view, so the rows need not be rewritten.
+RUN_SEGMENT_SCHEMA = RUN_SCHEMA
 MANIFEST_SEGMENT_SCHEMA = MANIFEST_SCHEMA.append(pa.field("source_key", pa.string()))
 RUN_STATE_SCHEMA = pa.schema(
     [
@@ -49,6 +51,9 @@ SNAPSHOT_SCHEMA = pa.schema(
         ("quarantined", pa.int64()),
     ]
 )
+
+# A version manifest's layout. 2: run segments hold no source_key (the runs view joins it in).
+MANIFEST_FORMAT = 2
 
 # The file lists a version manifest holds, and the schema of each (for an empty list).
 FILE_TABLES: dict[str, pa.Schema] = {
@@ -138,17 +143,21 @@ def view_statements(files: Mapping[str, Sequence[str]]) -> list[str]:
         for name, schema in FILE_TABLES.items()
     ]
     statements += [
+        # Where a snapshot was first seen: its earliest read (publish.py picks alike).
+        """CREATE OR REPLACE VIEW first_reads AS
+           SELECT snapshot_digest,
+                  arg_min(source_key, {'at': taken_at, 'id': read_id}) AS source_key
+           FROM snapshots GROUP BY snapshot_digest""",
         """CREATE OR REPLACE VIEW runs AS
-           SELECT s.* EXCLUDE (manifest, source_key, snapshot_digest, source_line),
-                  s.snapshot_digest, s.source_key, s.source_line,
+           SELECT s.* EXCLUDE (manifest, snapshot_digest, source_line),
+                  s.snapshot_digest, f.source_key, s.source_line,
                   st.superseded_by,
                   coalesce(st.retracted_in_source, false) AS retracted_in_source,
                   s.manifest
-           FROM run_segments s LEFT JOIN run_state st ON st.run_digest = s.run_digest""",
+           FROM run_segments s
+           LEFT JOIN run_state st ON st.run_digest = s.run_digest
+           LEFT JOIN first_reads f ON f.snapshot_digest = s.snapshot_digest""",
         "CREATE OR REPLACE VIEW manifests AS SELECT * FROM manifest_segments",
-        """CREATE OR REPLACE VIEW first_reads AS
-           SELECT snapshot_digest, arg_min(source_key, taken_at) AS source_key
-           FROM snapshots GROUP BY snapshot_digest""",
         # A snapshot re-processed by a newer parser (a backfill after the curation grew) is
         # described by its newest record set: older sets' lineage and quarantine stay in the
         # bucket but leave these views.

@@ -25,6 +25,7 @@ import io
 import multiprocessing
 import os
 import queue
+import shutil
 import tempfile
 import traceback
 from collections import Counter
@@ -157,10 +158,26 @@ def record_tables_file(
     (no pickling through a pipe); the parent maps them and merges them in segment order. The
     tables stay mapped after the folder is gone."""
     merged = InOrder(FileTables(snapshot_digest, parser_version))
-    with tempfile.TemporaryDirectory(prefix="kindex-tables-") as spool:
+    spool_dir = _spool_dir(path.stat().st_size * SPOOL_BYTES_PER_CSV_BYTE)
+    with tempfile.TemporaryDirectory(prefix="kindex-tables-", dir=spool_dir) as spool:
         job = Job(snapshot_digest, parser_version, Path(spool))
         _run(path, Sink(None, job), workers, segment_bytes, merged.add)
     return merged.tables.rows, merged.tables.tables()
+
+
+# Record tables take ~10 bytes per byte of a Liger CSV (a run's manifest alone is ~1.2 KB).
+SPOOL_BYTES_PER_CSV_BYTE = 16
+SHARED_MEMORY = Path("/dev/shm")
+
+
+def _spool_dir(needed: int) -> str | None:
+    """Where to spool: shared memory when it has room (writing there is ~3x cheaper than to a
+    disk's page cache: no journal, no writeback), else the temporary directory."""
+    try:
+        roomy = SHARED_MEMORY.is_dir() and shutil.disk_usage(SHARED_MEMORY).free >= needed
+    except OSError:
+        return None
+    return str(SHARED_MEMORY) if roomy and os.access(SHARED_MEMORY, os.W_OK) else None
 
 
 @dataclass(frozen=True, slots=True)
