@@ -101,3 +101,13 @@ def test_tables_from_a_forkserver_when_other_threads_run(tmp_path: Path) -> None
     assert rows == serial_rows
     for name, table in serial.items():
         assert tables[name].equals(table), name
+
+
+def test_tables_spool_to_shared_memory_only_when_it_has_room(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(relay, "SHARED_MEMORY", tmp_path)
+    assert relay._spool_dir(1) == str(tmp_path)
+    assert relay._spool_dir(1 << 62) is None  # no room: the temporary directory
+    monkeypatch.setattr(relay, "SHARED_MEMORY", tmp_path / "absent")
+    assert relay._spool_dir(1) is None
