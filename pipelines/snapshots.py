@@ -28,6 +28,7 @@ from pipelines.storage.base import NoSuchKey, ObjectStore
 
 DIGEST_PREFIX = "sha256:"
 READ_FETCH_THREADS = 8
+SNAPSHOT_CONTENT_TYPE = "application/octet-stream"
 
 
 class SnapshotError(RuntimeError):
@@ -115,8 +116,12 @@ def take_snapshot(
         )
     digest = content_digest(data)
     raw_key = snapshot_key(settings, digest)
-    if store.head(raw_key) is None:
-        store.put_bytes(raw_key, data, content_type="application/octet-stream")
+    # Copied on the server while the key still holds the bytes just read (its ETag), which
+    # spares sending them back; uploaded from here when the key changed since.
+    if store.head(raw_key) is None and not store.copy_unchanged(
+        key, raw_key, etag=info.etag, size=len(data), content_type=SNAPSHOT_CONTENT_TYPE
+    ):
+        store.put_bytes(raw_key, data, content_type=SNAPSHOT_CONTENT_TYPE)
     record_key = read_record_key(settings, key, digest)
     previous = _load_read(store, record_key)
     if (

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from typing import Any
 
 import pytest
 
@@ -123,3 +124,43 @@ def test_read_record_round_trips(s3_store: S3Store, settings: Settings) -> None:
     snap = take_snapshot(s3_store, settings, "incoming/ünïcode key.csv")
     assert Snapshot.from_json(snap.to_json()) == snap
     assert load_snapshot(s3_store, settings, snap.digest) == snap
+
+
+def test_a_key_overwritten_while_it_is_read_still_gives_the_bytes_read(
+    s3_store: S3Store, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The snapshot is copied on the server only while the key holds the bytes read (their
+    ETag); overwritten in between, the snapshot is uploaded from the bytes read."""
+    s3_store.put_bytes("incoming/race.csv", b"the version read")
+    get_object = s3_store.get_object
+
+    def read_then_overwrite(key: str) -> Any:
+        read = get_object(key)
+        s3_store.put_bytes(key, b"a newer version")
+        return read
+
+    monkeypatch.setattr(s3_store, "get_object", read_then_overwrite)
+    copies: list[bool] = []
+    copy_unchanged = s3_store.copy_unchanged
+    monkeypatch.setattr(
+        s3_store, "copy_unchanged", lambda *a, **k: copies.append(copy_unchanged(*a, **k)) or False
+    )
+    snap = take_snapshot(s3_store, settings, "incoming/race.csv")
+    assert copies == [False]  # the server refused: the ETag changed
+    assert snap.digest == "sha256:" + hashlib.sha256(b"the version read").hexdigest()
+    assert read_snapshot(s3_store, settings, snap) == b"the version read"
+
+
+def test_an_unchanged_key_is_copied_on_the_server(
+    s3_store: S3Store, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = os.urandom(10_000)
+    s3_store.put_bytes("incoming/same.csv", data)
+    uploads: list[str] = []
+    put_bytes = s3_store.put_bytes
+    monkeypatch.setattr(
+        s3_store, "put_bytes", lambda key, *a, **k: uploads.append(key) or put_bytes(key, *a, **k)
+    )
+    snap = take_snapshot(s3_store, settings, "incoming/same.csv")
+    assert read_snapshot(s3_store, settings, snap) == data
+    assert f"snapshots/sha256/{snap.hex}" not in uploads  # only the read record was uploaded

@@ -45,6 +45,7 @@ __all__ = [
 DEFAULT_MAX_ATTEMPTS = 4
 BODY_READ_ATTEMPTS = 3
 MULTIPART_THRESHOLD = 64 * 1024 * 1024
+COPY_OBJECT_LIMIT = 5 * 1024**3  # S3's largest single CopyObject
 ACCESS_DENIED_CODES = frozenset(
     {
         "AccessDenied",
@@ -141,6 +142,34 @@ class S3Store:
             lambda: self.client.put_object(Bucket=self.bucket, Key=key, Body=data, **extra),
         )
         return self._written(key, response, len(data))
+
+    def copy_unchanged(
+        self, source_key: str, key: str, *, etag: str, size: int, content_type: str | None = None
+    ) -> bool:
+        """Copy `source_key` (of `size` bytes) to `key` on the server, only while its ETag is
+        still `etag`, so the copy holds the bytes read with that ETag. False when it was not
+        copied: the source changed since, or it is too large for one CopyObject."""
+        if size > COPY_OBJECT_LIMIT:
+            return False
+        source = {"Bucket": self.bucket, "Key": source_key}
+        extra = {**_put_args(content_type, None), "MetadataDirective": "REPLACE"}
+        try:
+            self._call(
+                "copy",
+                key,
+                lambda: self.client.copy_object(
+                    Bucket=self.bucket,
+                    Key=key,
+                    CopySource=source,
+                    CopySourceIfMatch=f'"{etag}"',
+                    **extra,
+                ),
+            )
+        except boto_errors.ClientError as error:
+            if _code(error) == "PreconditionFailed":
+                return False
+            raise
+        return True
 
     def get_bytes(self, key: str) -> bytes:
         return self.get_object(key)[0]
