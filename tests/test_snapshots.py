@@ -126,27 +126,31 @@ def test_read_record_round_trips(s3_store: S3Store, settings: Settings) -> None:
     assert load_snapshot(s3_store, settings, snap.digest) == snap
 
 
-def test_a_key_overwritten_while_it_is_read_still_gives_the_bytes_read(
-    s3_store: S3Store, settings: Settings, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("change", ["overwritten", "deleted"])
+def test_a_key_changed_while_it_is_read_still_gives_the_bytes_read(
+    s3_store: S3Store, settings: Settings, monkeypatch: pytest.MonkeyPatch, change: str
 ) -> None:
     """The snapshot is copied on the server only while the key holds the bytes read (their
-    ETag); overwritten in between, the snapshot is uploaded from the bytes read."""
+    ETag); overwritten or deleted in between, the snapshot is uploaded from the bytes read."""
     s3_store.put_bytes("incoming/race.csv", b"the version read")
     get_object = s3_store.get_object
 
-    def read_then_overwrite(key: str) -> Any:
+    def read_then_change(key: str) -> Any:
         read = get_object(key)
-        s3_store.put_bytes(key, b"a newer version")
+        if change == "overwritten":
+            s3_store.put_bytes(key, b"a newer version")
+        else:
+            s3_store.delete(key)
         return read
 
-    monkeypatch.setattr(s3_store, "get_object", read_then_overwrite)
+    monkeypatch.setattr(s3_store, "get_object", read_then_change)
     copies: list[bool] = []
     copy_unchanged = s3_store.copy_unchanged
     monkeypatch.setattr(
         s3_store, "copy_unchanged", lambda *a, **k: copies.append(copy_unchanged(*a, **k)) or False
     )
     snap = take_snapshot(s3_store, settings, "incoming/race.csv")
-    assert copies == [False]  # the server refused: the ETag changed
+    assert copies == [False]  # the server refused: the ETag changed, or the key is gone
     assert snap.digest == "sha256:" + hashlib.sha256(b"the version read").hexdigest()
     assert read_snapshot(s3_store, settings, snap) == b"the version read"
 

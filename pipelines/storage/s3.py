@@ -148,7 +148,7 @@ class S3Store:
     ) -> bool:
         """Copy `source_key` (of `size` bytes) to `key` on the server, only while its ETag is
         still `etag`, so the copy holds the bytes read with that ETag. False when it was not
-        copied: the source changed since, or it is too large for one CopyObject."""
+        copied: the source changed or went since, or it is too large for one CopyObject."""
         if size > COPY_OBJECT_LIMIT:
             return False
         source = {"Bucket": self.bucket, "Key": source_key}
@@ -165,6 +165,8 @@ class S3Store:
                     **extra,
                 ),
             )
+        except NoSuchKey:
+            return False
         except boto_errors.ClientError as error:
             if _code(error) == "PreconditionFailed":
                 return False
