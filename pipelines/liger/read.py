@@ -204,6 +204,7 @@ def record_columns(data: bytes, first_line: int, width: int) -> RecordColumns | 
                 null_values=[],
                 strings_can_be_null=False,
                 quoted_strings_can_be_null=False,
+                check_utf8=False,  # the whole text was checked above; fields split at ASCII
             ),
         )
     except pa.ArrowInvalid:  # rows of different widths
