@@ -187,7 +187,7 @@ def process_partition(
         digest, key = snapshot_ref
         snap = load_snapshot(kindex.store, kindex.settings, digest, key=key)
         result = process_snapshot(kindex.store, kindex.settings, snap)
-        runs = read_runs(kindex, result.prefix)
+        runs = read_runs(kindex, result.run_keys)
     except Exception as error:
         outcome.error = f"{type(error).__name__}: {error}"
         return outcome, {"error": outcome.error}
@@ -209,17 +209,21 @@ RUN_COLUMNS = [
     "median",
     "external_id",
     "manifest",
+    "source_line",  # the parts of a large file hold its runs in another order
 ]
 
 
-def read_runs(kindex: KindexResource, prefix: str) -> dict[str, list[Any]]:
-    """The run columns of a record set (one Parquet object), for checks and the chart."""
+def read_runs(kindex: KindexResource, keys: list[str]) -> dict[str, list[Any]]:
+    """The run columns of a record set (its runs objects), for checks and the chart."""
     import io
 
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    data = kindex.store.get_bytes(f"{prefix}runs.parquet")
-    return pq.read_table(io.BytesIO(data), columns=RUN_COLUMNS).to_pydict()
+    tables = [
+        pq.read_table(io.BytesIO(kindex.store.get_bytes(key)), columns=RUN_COLUMNS) for key in keys
+    ]
+    return pa.concat_tables(tables).sort_by("source_line").to_pydict()
 
 
 def duplicate_count(values: list[Any]) -> int:

@@ -5,6 +5,7 @@ and files on disk all the way through (`kindex ingest`). Dagster assets call the
 from __future__ import annotations
 
 import io
+import secrets
 import sys
 import tempfile
 from collections import Counter
@@ -15,40 +16,31 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import pyarrow as pa
 from tqdm import tqdm
 
-from pipelines.incoming import upload_incoming
+from pipelines.incoming import put_incoming, upload_incoming
 from pipelines.index.faults import RECORD_FILES_WRITTEN, pause_point
 from pipelines.index.known import known_manifests
 from pipelines.index.layout import IndexLayout
+from pipelines.index.local import write_atomically
 from pipelines.index.publish import IndexVersion, publish_index
 from pipelines.index.reads import ObjectRead
 from pipelines.index.record_objects import (
+    QUARANTINE_PREVIEW_COLUMNS,
     READS_DIR,
     RECORD_FILES,
     SUMMARY_FILE,
     RecordSetBuilder,
+    RecordSetContent,
+    object_names,
     parquet_bytes,
     preview,
+    value_counts,
 )
-from pipelines.liger.relay import record_tables_file, worth_relay
+from pipelines.liger.relay import record_set_file, worth_relay
 from pipelines.liger.tables import record_tables as record_tables_of_csv
 from pipelines.sources import normalize_object
 from pipelines.storage.base import ObjectStore
-
-RUN_PREVIEW_COLUMNS = [
-    "source_line",
-    "kernel",
-    "provider",
-    "mode",
-    "metric",
-    "gpu",
-    "case_key",
-    "median",
-    "run_digest",
-]
-QUARANTINE_PREVIEW_COLUMNS = ["source_line", "reason", "detail"]
 
 
 @dataclass(slots=True)
@@ -66,6 +58,7 @@ class SnapshotRecords:
     quarantined_by_reason: dict[str, int]
     manifests_by_kind: dict[str, int]
     reused: bool  # True when the record set existed: nothing was normalized or written
+    run_keys: list[str] = field(default_factory=list)  # the objects holding its runs
     run_preview: list[dict[str, Any]] = field(default_factory=list)
     quarantine_preview: list[dict[str, Any]] = field(default_factory=list)
 
@@ -92,10 +85,29 @@ class IngestSummary:
         return dict(sum((Counter(f.quarantined_by_reason) for f in self.files), Counter()))
 
 
+SINGLE_PUT_LIMIT = 5 * 1024**3  # the largest object S3 takes in one PutObject
+
+
 def snapshot_data(store: ObjectStore, settings: Any, snapshot: Any) -> bytes:
     from pipelines.snapshots import read_snapshot
 
     return read_snapshot(store, settings, snapshot)
+
+
+def upload_and_snapshot(store: ObjectStore, settings: Any, path: Path) -> tuple[Any, bytes | None]:
+    """Upload a file to its incoming key and snapshot that version: (snapshot, its bytes).
+
+    A file that fits one PUT is read once: the bytes sent are the bytes hashed and parsed, and
+    they are not read back from the bucket (the snapshot is copied on the server while the key
+    still holds the version written). A larger one streams up, and is read back (bytes None)."""
+    from pipelines.snapshots import snapshot_written, take_snapshot
+
+    if path.stat().st_size > SINGLE_PUT_LIMIT:
+        info = upload_incoming(store, settings, path)
+        return take_snapshot(store, settings, info.key, etag=info.etag), None
+    data = path.read_bytes()
+    written = put_incoming(store, settings, path, data)
+    return snapshot_written(store, settings, written, data), data
 
 
 def object_read(snapshot: Any, bucket: str, parser_version: str, source: str) -> ObjectRead:
@@ -114,13 +126,18 @@ def object_read(snapshot: Any, bucket: str, parser_version: str, source: str) ->
     )
 
 
-def process_snapshot(store: ObjectStore, settings: Any, snapshot: Any) -> SnapshotRecords:
+def process_snapshot(
+    store: ObjectStore, settings: Any, snapshot: Any, data: bytes | None = None
+) -> SnapshotRecords:
     """Normalize a snapshot's bytes and write its record objects (once per parser version).
+    `data`: the snapshot's bytes when the caller holds them (they hash to its digest), else
+    they are read from the snapshot.
 
     The summary object is written last: a record set without it is incomplete and is redone.
     The read (key, ETag) is registered every time, so the same bytes under a new key count."""
     layout = IndexLayout.of(settings)
-    data = snapshot_data(store, settings, snapshot)
+    if data is None:
+        data = snapshot_data(store, settings, snapshot)
     result = normalize_object(snapshot.key, data, known_digest=known_manifests(store, settings))
     prefix = layout.record_set_prefix(result.parser_version, snapshot.digest)
     read = object_read(snapshot, layout.bucket, result.parser_version, result.source)
@@ -129,9 +146,9 @@ def process_snapshot(store: ObjectStore, settings: Any, snapshot: Any) -> Snapsh
         summary = orjson.loads(store.get_bytes(prefix + SUMMARY_FILE))
         records = records_from_summary(summary, snapshot.key, prefix, reused=True)
     else:
-        rows, tables = record_tables(result, data, snapshot.digest)
+        content = record_set_content(result, data, snapshot.digest)
         records = write_record_set(
-            store, prefix, snapshot, result.parser_version, result.source, rows, tables
+            store, layout, prefix, snapshot, result.parser_version, result.source, content
         )
     store.put_bytes(
         f"{prefix}{READS_DIR}/{read.read_id}.json", read.to_json(), content_type="application/json"
@@ -139,68 +156,75 @@ def process_snapshot(store: ObjectStore, settings: Any, snapshot: Any) -> Snapsh
     return records
 
 
-def record_tables(
-    result: Any, data: bytes, snapshot_digest: str
-) -> tuple[int, dict[str, pa.Table]]:
-    """(rows read, record tables) of one normalized object; a large Liger CSV on every core."""
+def record_set_content(result: Any, data: bytes, snapshot_digest: str) -> RecordSetContent:
+    """The record set of one normalized object; a large Liger CSV on every core."""
     if result.source == "liger-csv":
         if worth_relay(len(data)):
-            return _record_tables_on_every_core(data, snapshot_digest, result.parser_version)
-        return record_tables_of_csv(io.BytesIO(data), snapshot_digest, result.parser_version)
+            return _record_set_on_every_core(data, snapshot_digest, result.parser_version)
+        rows, tables = record_tables_of_csv(
+            io.BytesIO(data), snapshot_digest, result.parser_version
+        )
+        return RecordSetContent(rows, tables)
     builder = RecordSetBuilder(snapshot_digest, result.parser_version)
     for outcome in result.outcomes:
         builder.add(outcome)
-    return builder.rows, builder.tables()
+    return RecordSetContent(builder.rows, builder.tables())
 
 
-def _record_tables_on_every_core(
+def _record_set_on_every_core(
     data: bytes, snapshot_digest: str, parser_version: str
-) -> tuple[int, dict[str, pa.Table]]:
+) -> RecordSetContent:
     """The relay's workers read their segments from a file, not from this process's memory."""
     with tempfile.TemporaryDirectory(prefix="kindex-ingest-") as workdir:
         path = Path(workdir) / "snapshot.csv"
         path.write_bytes(data)
-        return record_tables_file(path, snapshot_digest, parser_version)
-
-
-def value_counts(table: pa.Table, column: str) -> dict[str, int]:
-    """Counts of a column's values (None counted as "unknown"), by value."""
-    counts = Counter("unknown" if v is None else v for v in table.column(column).to_pylist())
-    return dict(sorted(counts.items()))
+        return record_set_file(path, snapshot_digest, parser_version)
 
 
 def write_record_set(
     store: ObjectStore,
+    layout: IndexLayout,
     prefix: str,
     snapshot: Any,
     parser_version: str,
     source: str,
-    rows: int,
-    tables: dict[str, pa.Table],
+    content: RecordSetContent,
 ) -> SnapshotRecords:
+    """Write the record set's objects, then its summary; then keep the objects in the local
+    cache of published files too, since the publish that follows reads them."""
+    files: dict[str, list[str]] = {}
+    written: dict[str, bytes] = {}
+    attempt = secrets.token_hex(4)
     for name in RECORD_FILES:
-        store.put_bytes(
-            f"{prefix}{name}.parquet",
-            parquet_bytes(tables[name]),
-            content_type="application/vnd.apache.parquet",
-        )
+        parts = content.parts.get(name)
+        files[name] = object_names(name, None if parts is None else len(parts), attempt)
+        encoded = parts if parts is not None else [parquet_bytes(content.tables[name])]
+        for object_name, data in zip(files[name], encoded, strict=True):
+            written[prefix + object_name] = data
+            store.put_bytes(
+                prefix + object_name, data, content_type="application/vnd.apache.parquet"
+            )
     pause_point(RECORD_FILES_WRITTEN)
+    quarantine, manifests = content.tables["quarantine"], content.tables["manifests"]
     summary = {
         "snapshot_digest": snapshot.digest,
         "parser_version": parser_version,
         "source": source,
-        "rows": rows,
-        "runs": tables["runs"].num_rows,
-        "lineage": tables["lineage"].num_rows,
-        "runs_by_metric": value_counts(tables["runs"], "metric"),
-        "quarantined": tables["quarantine"].num_rows,
-        "quarantined_by_reason": value_counts(tables["quarantine"], "reason"),
-        "manifests_by_kind": value_counts(tables["manifests"], "kind"),
-        "run_preview": preview(tables["runs"], RUN_PREVIEW_COLUMNS),
-        "quarantine_preview": preview(tables["quarantine"], QUARANTINE_PREVIEW_COLUMNS),
+        "rows": content.rows,
+        "runs": content.row_count("runs"),
+        "lineage": content.row_count("lineage"),
+        "files": files,
+        "runs_by_metric": content.runs_by_metric(),
+        "quarantined": quarantine.num_rows,
+        "quarantined_by_reason": value_counts(quarantine, "reason"),
+        "manifests_by_kind": value_counts(manifests, "kind"),
+        "run_preview": content.run_preview(),
+        "quarantine_preview": preview(quarantine, QUARANTINE_PREVIEW_COLUMNS),
         "written_at": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
     }
     store.put_bytes(prefix + SUMMARY_FILE, orjson.dumps(summary), content_type="application/json")
+    for key, data in written.items():  # named by the summary now: they never change
+        write_atomically(layout.cached_path(key), data)
     return records_from_summary(summary, snapshot.key, prefix, reused=False)
 
 
@@ -219,6 +243,7 @@ def records_from_summary(
         quarantined_by_reason=summary["quarantined_by_reason"],
         manifests_by_kind=summary["manifests_by_kind"],
         reused=reused,
+        run_keys=[prefix + name for name in summary.get("files", {}).get("runs", ["runs.parquet"])],
         run_preview=summary.get("run_preview", []),
         quarantine_preview=summary.get("quarantine_preview", []),
     )
@@ -231,8 +256,6 @@ def ingest_paths(
     store: ObjectStore | None = None,
 ) -> IngestSummary:
     """Upload each file to incoming/<name>, snapshot it, write its records, then publish."""
-    from pipelines.snapshots import take_snapshot
-
     if store is None:  # the configured endpoint, or the embedded server (started if need be)
         from pipelines.storage.s3 import store_session
 
@@ -246,9 +269,8 @@ def ingest_paths(
     with bar:
         for path in map(Path, paths):
             bar.set_description(path.name)
-            info = upload_incoming(store, settings, path)
-            snapshot = take_snapshot(store, settings, info.key, etag=info.etag)
-            files.append(process_snapshot(store, settings, snapshot))
+            snapshot, data = upload_and_snapshot(store, settings, path)
+            files.append(process_snapshot(store, settings, snapshot, data))
             bar.update()
         bar.set_description("publishing index")
         index = publish_index(store, settings)

@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 
 from pipelines.settings import Settings
-from pipelines.storage.base import NoSuchKey, ObjectStore
+from pipelines.storage.base import NoSuchKey, ObjectInfo, ObjectStore
 
 DIGEST_PREFIX = "sha256:"
 READ_FETCH_THREADS = 8
@@ -114,7 +114,26 @@ def take_snapshot(
             f"s3://{store.bucket}/{key} has ETag {info.etag}, not {etag.strip(chr(34))}: "
             "it was overwritten since it was listed"
         )
-    digest = content_digest(data)
+    return _keep(store, settings, info, data, content_digest(data))
+
+
+def snapshot_written(
+    store: ObjectStore, settings: Settings, written: ObjectInfo, data: bytes
+) -> Snapshot:
+    """The snapshot of the version this process just wrote from `data` (`written`: what the PUT
+    returned). Its bytes are known, so they are not read back; the key must still hold that
+    version (its ETag), else this refuses as take_snapshot does with an ETag."""
+    info = store.head(written.key)
+    if info is None or info.etag != written.etag:
+        return take_snapshot(store, settings, written.key, etag=written.etag)
+    return _keep(store, settings, info, data, content_digest(data))
+
+
+def _keep(
+    store: ObjectStore, settings: Settings, info: ObjectInfo, data: bytes, digest: str
+) -> Snapshot:
+    """Keep `data` (the version `info` of its key, hashing to `digest`) and record the read."""
+    key = info.key
     raw_key = snapshot_key(settings, digest)
     # Copied on the server while the key still holds the bytes just read (its ETag), which
     # spares sending them back; uploaded from here when the key changed since.

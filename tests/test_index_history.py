@@ -114,6 +114,23 @@ def test_a_run_still_held_by_another_key_is_not_retracted(
     ) == [(4, 3)]
 
 
+def test_a_run_first_seen_elsewhere_is_held_by_another_snapshot(
+    s3_store: Any, index_settings: Any
+) -> None:
+    """B is first seen in v1 of the key; another file (other bytes: another snapshot) holds B
+    too. v2 of the key drops B: B is still held by the other file's newest version, and is not
+    retracted until that version drops it as well."""
+    other = "incoming/other.csv"
+    ingest_bytes(s3_store, index_settings, [(KEY, version_bytes("v1"))])
+    ingest_bytes(s3_store, index_settings, [(other, csv_bytes(HEADER, [row("B", T1)]))])
+    ingest_bytes(s3_store, index_settings, [(KEY, version_bytes("v2"))])
+    table = run_table(index_settings)
+    assert table[at("B", T1)] == (None, False)
+    assert table[at("A", T1)] == ("A@" + T2, False)
+    ingest_bytes(s3_store, index_settings, [(other, csv_bytes(HEADER, [row("F", T3)]))])
+    assert run_table(index_settings)[at("B", T1)] == (None, True)
+
+
 def test_reingest_of_a_version_changes_nothing(s3_store: Any, index_settings: Any) -> None:
     for name in ("v1", "v2"):
         ingest_bytes(s3_store, index_settings, [(KEY, version_bytes(name))])

@@ -7,6 +7,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from index_support import (
     LIGER_CSV,
@@ -19,7 +21,7 @@ from index_support import (
 
 from pipelines import forked
 from pipelines import ingest as ingest_module
-from pipelines.index.record_objects import RecordSetBuilder
+from pipelines.index.record_objects import PartFacts, RecordSetBuilder
 from pipelines.liger import relay
 from pipelines.liger.normalize import PARSER_VERSION, normalize_bytes
 
@@ -32,6 +34,25 @@ def serial_tables(data: bytes) -> tuple[int, dict[str, Any]]:
     for outcome in normalize_bytes(data):
         builder.add(outcome)
     return builder.rows, builder.tables()
+
+
+def relay_tables(path: Path, workers: int) -> tuple[int, dict[str, Any]]:
+    """The relay's record set as whole tables: its parts read back, in input order."""
+    content = relay.record_set_file(
+        path, DIGEST, PARSER_VERSION, workers=workers, segment_bytes=40_000
+    )
+    tables = dict(content.tables)
+    for name, parts in content.parts.items():
+        assert len(parts) == workers  # a part per worker, none empty of its schema
+        read = [pq.read_table(pa.BufferReader(part)) for part in parts]
+        tables[name] = pa.concat_tables(read).sort_by("source_line")
+    facts = PartFacts.of({name: tables[name] for name in content.parts})
+    assert (content.part_facts.rows, content.part_facts.run_preview) == (
+        facts.rows,
+        facts.run_preview,
+    )
+    assert content.part_facts.runs_by_metric == facts.runs_by_metric
+    return content.rows, tables
 
 
 def messy_csv() -> bytes:
@@ -50,9 +71,7 @@ def test_tables_on_every_core_equal_the_row_path(data: bytes, workers: int, tmp_
     path = tmp_path / "file.csv"
     path.write_bytes(data)
     # Segments of ~150 rows: many of them, and duplicates across them.
-    rows, tables = relay.record_tables_file(
-        path, DIGEST, PARSER_VERSION, workers=workers, segment_bytes=40_000
-    )
+    rows, tables = relay_tables(path, workers)
     serial_rows, serial = serial_tables(data)
     assert rows == serial_rows
     assert set(tables) == set(serial)
@@ -91,9 +110,7 @@ def test_tables_from_a_forkserver_when_other_threads_run(tmp_path: Path) -> None
     other.start()
     try:
         assert forked.worker_context("pipelines.liger.relay").get_start_method() == "forkserver"
-        rows, tables = relay.record_tables_file(
-            path, DIGEST, PARSER_VERSION, workers=2, segment_bytes=40_000
-        )
+        rows, tables = relay_tables(path, 2)
     finally:
         done.set()
         other.join()

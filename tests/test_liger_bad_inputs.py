@@ -78,6 +78,16 @@ def normalize_text(*rows: str, newline: str = "\n") -> list[RowOutcome]:
             row_with(extra_benchmark_config_str='{"vocab_size": "big", "bsz": 1, "seq_len": 8192}'),
             "unknown_config_shape",
         ),
+        # Sizes past 2**53 - 1: JSON numbers cannot hold them exactly.
+        (row_with(x_value="9007199254740993"), "unknown_config_shape"),
+        (row_with(x_value="9" * 30), "unknown_config_shape"),
+        (
+            row_with(
+                extra_benchmark_config_str='{"vocab_size": 9007199254740993, "bsz": 1, '
+                '"seq_len": 8192}'
+            ),
+            "unknown_config_shape",
+        ),
         (row_with(timestamp="yesterday"), "bad_timestamp"),
         (row_with(timestamp="2026-02-30 10:00:00"), "bad_timestamp"),
     ],

@@ -21,6 +21,7 @@ from pipelines.snapshots import (
     read_snapshot,
     reads_prefix,
     snapshot_key,
+    snapshot_written,
     take_snapshot,
 )
 from pipelines.storage.s3 import S3Store
@@ -168,3 +169,37 @@ def test_an_unchanged_key_is_copied_on_the_server(
     snap = take_snapshot(s3_store, settings, "incoming/same.csv")
     assert read_snapshot(s3_store, settings, snap) == data
     assert f"snapshots/sha256/{snap.hex}" not in uploads  # only the read record was uploaded
+
+
+def test_a_version_just_written_is_snapshotted_without_reading_it_back(
+    s3_store: S3Store, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`kindex ingest` holds the bytes it PUT: the snapshot is copied on the server from that
+    version, and nothing is read back."""
+    data = os.urandom(50_000)
+    written = s3_store.put_bytes("incoming/mine.csv", data)
+
+    get_object = s3_store.get_object  # get_bytes reads through it
+
+    def no_read_back(key: str) -> Any:
+        assert key.startswith("snapshots/reads/"), f"{key} was read back"
+        return get_object(key)  # read records are read, to keep the newest one
+
+    monkeypatch.setattr(s3_store, "get_object", no_read_back)
+    snap = snapshot_written(s3_store, settings, written, data)
+    monkeypatch.undo()
+    assert snap.digest == "sha256:" + hashlib.sha256(data).hexdigest()
+    assert (snap.key, snap.etag, snap.size) == ("incoming/mine.csv", written.etag, len(data))
+    assert snap.last_modified == written.last_modified
+    assert read_snapshot(s3_store, settings, snap) == data
+    assert load_snapshot(s3_store, settings, snap.digest, key="incoming/mine.csv") == snap
+
+
+def test_a_version_written_then_overwritten_is_refused(
+    s3_store: S3Store, settings: Settings
+) -> None:
+    written = s3_store.put_bytes("incoming/mine.csv", b"what this process wrote")
+    s3_store.put_bytes("incoming/mine.csv", b"somebody else's newer version")
+    with pytest.raises(VersionChanged, match=written.etag):
+        snapshot_written(s3_store, settings, written, b"what this process wrote")
+    assert list(s3_store.list("snapshots/")) == []

@@ -56,8 +56,10 @@ class RecordSet:
     def snapshot_digest(self) -> str:
         return str(self.summary["snapshot_digest"])
 
-    def file_key(self, name: str) -> str:
-        return f"{self.prefix}{name}.parquet"
+    def file_keys(self, name: str) -> list[str]:
+        """The objects of one of its tables: one, or the parts a relay's workers wrote."""
+        names = self.summary.get("files", {}).get(name, [f"{name}.parquet"])
+        return [self.prefix + object_name for object_name in names]
 
 
 @dataclass(slots=True)
@@ -222,8 +224,8 @@ def build_version(
     old = current["files"]
     local = {name: [str(fetch(store, layout, k)) for k in keys] for name, keys in old.items()}
     new_files = {
-        name: [str(fetch(store, layout, rs.file_key(name))) for rs in pending]
-        for name in ("runs", "manifests", "lineage", "quarantine")
+        name: [str(fetch(store, layout, key)) for rs in pending for key in rs.file_keys(name)]
+        for name in ("runs", "manifests")
     }
     con = duckdb.connect()
     for name, schema in FILE_TABLES.items():
@@ -239,11 +241,12 @@ def build_version(
         "arg_min(source_key, {'at': taken_at, 'id': read_id}) AS source_key, "
         "min({'at': taken_at, 'id': read_id}) AS first_seen FROM reads GROUP BY snapshot_digest"
     )
+    several = len(pending) > 1
     new_runs, runs_whole = add_new_records(
-        con, "runs", "run_digest", new_files["runs"], RUN_SEGMENT_SCHEMA
+        con, "runs", "run_digest", new_files["runs"], RUN_SEGMENT_SCHEMA, several
     )
     new_manifests, _ = add_new_records(
-        con, "manifests", "digest", new_files["manifests"], MANIFEST_SEGMENT_SCHEMA
+        con, "manifests", "digest", new_files["manifests"], MANIFEST_SEGMENT_SCHEMA, several
     )
     lineage_by_snapshot = lineage_files_by_snapshot(old.get("lineage_files", []), pending, layout)
     recompute_run_state(con, lineage_by_snapshot, store, layout)
@@ -253,12 +256,12 @@ def build_version(
         "run_segments": list(old.get("run_segments", [])),
         "manifest_segments": list(old.get("manifest_segments", [])),
         "lineage_files": list(old.get("lineage_files", []))
-        + [rs.file_key("lineage") for rs in pending],
+        + [key for rs in pending for key in rs.file_keys("lineage")],
         "quarantine_files": list(old.get("quarantine_files", []))
-        + [rs.file_key("quarantine") for rs in pending],
+        + [key for rs in pending for key in rs.file_keys("quarantine")],
     }
     if runs_whole and new_runs:  # one record set, all of its runs new: it is the segment
-        files["run_segments"].append(pending[0].file_key("runs"))
+        files["run_segments"] += pending[0].file_keys("runs")
     outputs = {
         "run_segments": ("new_runs", 0 if runs_whole else new_runs, "series_key, observed_at"),
         "manifest_segments": ("new_manifests", new_manifests, "kind, digest"),
@@ -301,19 +304,20 @@ def add_new_records(
     digest_column: str,
     files: Sequence[str],
     schema: pa.Schema,
+    several: bool,
 ) -> tuple[int, bool]:
     """new_<name>: the records of the pending sets the index lacks, once each (with the key
     where they were first seen, when the schema has a column for it). Known digests are found
     by probing the (large) old segments with the (small) candidate set, so the cost follows the
-    new rows. Returns how many are new, and whether they are all of the one pending file: then
-    that file can be a segment as it is."""
+    new rows. `files`: the pending sets' files; `several`: whether they are of more than one set.
+    Returns how many are new, and whether they are all of the one pending set: then its files
+    can be segments as they are."""
     keyed = "source_key" in schema.names
     stored = schema.remove(schema.get_field_index("source_key")) if keyed else schema
     columns = ", ".join(f"c.{f.name}" for f in stored) + (", f.source_key" if keyed else "")
     source = parquet_select(files, stored)
     # A record set holds each digest once: with one set, nothing need be picked, and a view
     # reads only the columns each later step asks for (the last one writes them out).
-    several = len(files) > 1
     first_only = (
         f"""QUALIFY row_number() OVER (
                 PARTITION BY c.{digest_column} ORDER BY f.first_seen, c.source_line) = 1"""
@@ -340,7 +344,7 @@ def add_new_records(
                 WHERE {digest_column} NOT IN (SELECT {digest_column} FROM known_{name})"""
         )
     row = con.execute(f"SELECT count(*) FROM new_{name}").fetchone()
-    return (int(row[0]) if row else 0), all_new and len(files) == 1
+    return (int(row[0]) if row else 0), all_new and not several
 
 
 def lineage_files_by_snapshot(
@@ -348,7 +352,7 @@ def lineage_files_by_snapshot(
 ) -> dict[str, list[str]]:
     """snapshot hex -> lineage object keys (one per parser version that processed it)."""
     result: dict[str, list[str]] = {}
-    for key in list(old_files) + [rs.file_key("lineage") for rs in pending]:
+    for key in list(old_files) + [k for rs in pending for k in rs.file_keys("lineage")]:
         hex_digest = key.rsplit("/", 2)[-2]
         result.setdefault(hex_digest, []).append(key)
     return result
@@ -367,26 +371,31 @@ def recompute_run_state(
     read (newest by LastModified, then read time)."""
     con.execute(
         """CREATE TEMP TABLE series_runs AS
-           SELECT run_digest, series_key, observed_at FROM old_run_segments
+           SELECT run_digest, series_key, observed_at, snapshot_digest FROM old_run_segments
            WHERE series_key IN (SELECT DISTINCT series_key FROM new_runs)
-           UNION ALL SELECT run_digest, series_key, observed_at FROM new_runs"""
+           UNION ALL SELECT run_digest, series_key, observed_at, snapshot_digest FROM new_runs"""
     )
+    # Only a series observed at two times or more has a superseded run.
     con.execute(
         """CREATE TEMP TABLE successors AS
-           WITH times AS (
+           WITH several AS (
+               SELECT * FROM series_runs WHERE series_key IN (
+                   SELECT series_key FROM series_runs GROUP BY series_key
+                   HAVING count(DISTINCT observed_at) > 1)
+           ), times AS (
                SELECT series_key, observed_at,
                       lead(observed_at) OVER (
                           PARTITION BY series_key ORDER BY observed_at) AS next_at
-               FROM (SELECT DISTINCT series_key, observed_at FROM series_runs
+               FROM (SELECT DISTINCT series_key, observed_at FROM several
                      WHERE observed_at IS NOT NULL)
            ), firsts AS (
                SELECT series_key, observed_at, min(run_digest) AS digest
-               FROM series_runs GROUP BY series_key, observed_at
+               FROM several GROUP BY series_key, observed_at
            )
            SELECT s.run_digest, f.digest AS superseded_by
-           FROM series_runs s
-           LEFT JOIN times t ON t.series_key = s.series_key AND t.observed_at = s.observed_at
-           LEFT JOIN firsts f ON f.series_key = s.series_key AND f.observed_at = t.next_at"""
+           FROM several s
+           JOIN times t ON t.series_key = s.series_key AND t.observed_at = s.observed_at
+           JOIN firsts f ON f.series_key = s.series_key AND f.observed_at = t.next_at"""
     )
     con.execute(
         "CREATE TEMP TABLE newest AS SELECT source_key, "
@@ -409,36 +418,44 @@ def recompute_run_state(
 
     lineage = FILE_TABLES["lineage_files"]
     touched_lineage = parquet_select(lineage_paths(touched), lineage)
+    # A run of a snapshot that is some key's newest read is held; only the other candidates
+    # are looked up in the newest snapshots' lineage.
     con.execute(
         f"""CREATE TEMP TABLE candidates AS
-            SELECT DISTINCT run_digest FROM (
-                SELECT run_digest FROM series_runs
-                UNION ALL SELECT run_digest FROM ({touched_lineage}))"""
+            SELECT run_digest, bool_or(in_series) AS in_series,
+                   bool_or(snapshot_digest IN (SELECT snapshot_digest FROM newest)) AS held
+            FROM (
+                SELECT run_digest, true AS in_series, snapshot_digest FROM series_runs
+                UNION ALL SELECT run_digest, false, snapshot_digest FROM ({touched_lineage}))
+            GROUP BY run_digest"""
     )
+    unsure = con.execute("SELECT count(*) FROM candidates WHERE NOT held").fetchone()
+    newest_lineage = parquet_select(lineage_paths(newest) if unsure and unsure[0] else [], lineage)
     con.execute(
-        f"""CREATE TEMP TABLE held AS
-            SELECT DISTINCT l.run_digest FROM ({parquet_select(lineage_paths(newest), lineage)}) l
-            SEMI JOIN candidates c ON c.run_digest = l.run_digest"""
+        f"""CREATE TEMP TABLE held_elsewhere AS
+            SELECT DISTINCT l.run_digest FROM ({newest_lineage}) l
+            SEMI JOIN candidates c ON c.run_digest = l.run_digest AND NOT c.held"""
     )
     con.execute(
         """CREATE TEMP TABLE changed_state AS
            SELECT c.run_digest,
-                  CASE WHEN s.run_digest IS NOT NULL THEN s.superseded_by
-                       ELSE o.superseded_by END AS superseded_by
+                  CASE WHEN c.in_series THEN s.superseded_by
+                       ELSE o.superseded_by END AS superseded_by,
+                  c.held OR h.run_digest IS NOT NULL AS held
            FROM candidates c
            LEFT JOIN (SELECT DISTINCT run_digest, superseded_by FROM successors) s
              ON s.run_digest = c.run_digest
-           LEFT JOIN old_run_state o ON o.run_digest = c.run_digest"""
+           LEFT JOIN old_run_state o ON o.run_digest = c.run_digest
+           LEFT JOIN held_elsewhere h ON h.run_digest = c.run_digest"""
     )
     con.execute(
         """CREATE TEMP TABLE run_state AS
            SELECT * FROM old_run_state
            WHERE run_digest NOT IN (SELECT run_digest FROM candidates)
            UNION ALL
-           SELECT c.run_digest, c.superseded_by,
-                  c.superseded_by IS NULL AND h.run_digest IS NULL AS retracted_in_source
-           FROM changed_state c LEFT JOIN held h ON h.run_digest = c.run_digest
-           WHERE c.superseded_by IS NOT NULL OR h.run_digest IS NULL"""
+           SELECT run_digest, superseded_by,
+                  superseded_by IS NULL AND NOT held AS retracted_in_source
+           FROM changed_state WHERE superseded_by IS NOT NULL OR NOT held"""
     )
 
 

@@ -31,6 +31,18 @@ RECORD_FILES = ("runs", "manifests", "quarantine", "lineage")
 SUMMARY_FILE = "summary.json"
 READS_DIR = "reads"
 PREVIEW_ROWS = 5
+RUN_PREVIEW_COLUMNS = [
+    "source_line",
+    "kernel",
+    "provider",
+    "mode",
+    "metric",
+    "gpu",
+    "case_key",
+    "median",
+    "run_digest",
+]
+QUARANTINE_PREVIEW_COLUMNS = ["source_line", "reason", "detail"]
 
 UTC_MS = pa.timestamp("ms", tz="UTC")
 
@@ -352,10 +364,95 @@ def table_from_columns(columns: Mapping[str, list[Any]], schema: pa.Schema) -> p
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
+ROW_GROUP_ROWS = 256 * 1024
+# Columns with a value of their own on nearly every row: a dictionary only costs there.
+DISTINCT_PER_ROW = frozenset(
+    {"run_digest", "external_id", "digest", "manifest", "raw", "series_key", "source_line"}
+    | {"median", "p20", "p80", "observed_at"}
+)
+# Long texts nobody filters on: their min/max statistics only cost.
+UNFILTERED = frozenset({"manifest", "raw", "detail"})
+
+
+def parquet_options(schema: pa.Schema) -> dict[str, Any]:
+    """How record objects are encoded, whoever writes them (this process, or a relay worker)."""
+    return {
+        "compression": "zstd",
+        "use_dictionary": [name for name in schema.names if name not in DISTINCT_PER_ROW],
+        "write_statistics": [name for name in schema.names if name not in UNFILTERED],
+    }
+
+
 def parquet_bytes(table: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="zstd", row_group_size=256 * 1024)
+    pq.write_table(table, sink, row_group_size=ROW_GROUP_ROWS, **parquet_options(table.schema))
     return sink.getvalue().to_pybytes()
+
+
+def object_names(name: str, parts: int | None, attempt: str) -> list[str]:
+    """A table's object names in a record set: `<name>.parquet`, or its parts. Parts are named
+    by the write `attempt` too: how rows split into parts depends on the writer (its number of
+    workers), so two writers of one record set must not overwrite each other's parts; the
+    summary, written last, names the parts of one of them."""
+    if parts is None:
+        return [f"{name}.parquet"]
+    return [f"{name}-{attempt}-{i:03d}.parquet" for i in range(parts)]
+
+
+@dataclass(slots=True)
+class PartFacts:
+    """What a record set's summary says of the tables a relay's workers wrote as Parquet parts
+    (runs and lineage), gathered segment by segment in input order."""
+
+    rows: Counter[str] = field(default_factory=Counter)  # by table
+    runs_by_metric: Counter[str] = field(default_factory=Counter)
+    run_preview: list[dict[str, Any]] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, tables: Mapping[str, pa.Table]) -> PartFacts:
+        runs = tables["runs"]
+        return cls(
+            Counter({name: table.num_rows for name, table in tables.items()}),
+            Counter(value_counts(runs, "metric")),
+            preview(runs, RUN_PREVIEW_COLUMNS),
+        )
+
+    def add(self, later: PartFacts) -> None:
+        """Fold in the facts of later rows."""
+        self.rows.update(later.rows)
+        self.runs_by_metric.update(later.runs_by_metric)
+        self.run_preview = (self.run_preview + later.run_preview)[:PREVIEW_ROWS]
+
+
+@dataclass(slots=True)
+class RecordSetContent:
+    """A record set before it is written: tables in memory (one Parquet object each), and
+    tables already encoded as Parquet parts (by a relay's workers), with their facts."""
+
+    rows: int  # rows read from the source
+    tables: dict[str, pa.Table]
+    parts: dict[str, list[bytes]] = field(default_factory=dict)
+    part_facts: PartFacts = field(default_factory=PartFacts)
+
+    def row_count(self, name: str) -> int:
+        table = self.tables.get(name)
+        return table.num_rows if table is not None else self.part_facts.rows[name]
+
+    def runs_by_metric(self) -> dict[str, int]:
+        if "runs" in self.parts:
+            return dict(sorted(self.part_facts.runs_by_metric.items()))
+        return value_counts(self.tables["runs"], "metric")
+
+    def run_preview(self) -> list[dict[str, Any]]:
+        if "runs" in self.parts:
+            return self.part_facts.run_preview
+        return preview(self.tables["runs"], RUN_PREVIEW_COLUMNS)
+
+
+def value_counts(table: pa.Table, column: str) -> dict[str, int]:
+    """Counts of a column's values (None counted as "unknown"), by value."""
+    counts = Counter("unknown" if v is None else v for v in table.column(column).to_pylist())
+    return dict(sorted(counts.items()))
 
 
 def preview(table: pa.Table, columns: list[str], rows: int = PREVIEW_ROWS) -> list[dict[str, Any]]:

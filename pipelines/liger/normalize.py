@@ -30,7 +30,7 @@ from pipelines.canonical import (
     manifest_digest,
     number_text,
 )
-from pipelines.curation import Curation, ExpressionError, Kernel, load
+from pipelines.curation import Binding, Curation, Expression, ExpressionError, Kernel, load
 from pipelines.liger.read import COLUMNS, CsvRecord, LigerCsv, NotLigerCsv, open_liger_csv
 from pipelines.records import Record, RowOutcome, RunFacts
 
@@ -154,8 +154,9 @@ class Normalizer:
     """Builds records from rows; manifests shared by many rows are built once and cached."""
 
     def __init__(self, curation: Curation | None = None, *, reference: bool = False) -> None:
-        """`reference=True` builds every run the plain, slow way (Series.reference_run): the
-        tests hold the templated runs against it."""
+        """`reference=True` builds every run and workload the plain, slow way
+        (Series.reference_run, `reference_workload`): the tests hold the templated ones against
+        it."""
         self.curation = curation or load()
         self.reference = reference
         self._operations = {k.name: _record(k.operation) for k in self.curation.kernels.values()}
@@ -163,7 +164,10 @@ class Normalizer:
         self.implementation = lru_cache(maxsize=None)(self._implementation)
         self.environment = lru_cache(maxsize=None)(self._environment)
         self.protocol = lru_cache(maxsize=None)(self._protocol)
-        self.workload = lru_cache(maxsize=4096)(self._workload)
+        self.family = lru_cache(maxsize=1024)(self._family)
+        self.workload = lru_cache(maxsize=4096)(
+            self.reference_workload if reference else self._workload
+        )
         self.series = lru_cache(maxsize=1024)(self._series)
 
     # --- shared manifests -------------------------------------------------------------------
@@ -226,6 +230,37 @@ class Normalizer:
 
     # --- the workload a row binds -----------------------------------------------------------
     def _workload(self, kernel_name: str, x_name: str, x_text: str, config_text: str) -> Workload:
+        """`reference_workload`'s result, or its RowRejected, built from the row's cached
+        family; the generic way where the family cannot splice."""
+        family = self.family(kernel_name, x_name, config_text)
+        if family is None:
+            return self.reference_workload(kernel_name, x_name, x_text, config_text)
+        return family.workload(x_text)
+
+    def _family(self, kernel_name: str, x_name: str, config_text: str) -> WorkloadFamily | None:
+        """What the workloads of one config share; raises what `reference_workload` raises
+        before it reads x, and is None where splicing is not provably byte-identical."""
+        kernel = self.curation.kernels[kernel_name]
+        config = _parse_config(config_text)
+        binding = _binding(kernel, x_name, config)
+        values = {k: v for k, v in config.items() if _is_integer(v)}
+        axes = _fixed_axes(binding, values)
+        if axes is None:
+            return None
+        try:
+            scalars, dtype = _scalars(kernel, config), self._dtype(kernel, config)
+        except RowRejected as rejected:  # raised once x and the axes pass, as the generic path does
+            return WorkloadFamily(kernel, values, axes, (rejected.reason, rejected.detail), None)
+        except Exception:  # anything else: the generic path raises it, in its order
+            return None
+        cases = CaseTemplate.of(kernel, binding, dtype, scalars, self.operation(kernel_name).digest)
+        return None if cases is None else WorkloadFamily(kernel, values, axes, None, cases)
+
+    def reference_workload(
+        self, kernel_name: str, x_name: str, x_text: str, config_text: str
+    ) -> Workload:
+        """The workload built as a dict and digested by the generic canonical path: the
+        definition `_workload` is held to (tests/test_liger_workloads.py)."""
         kernel = self.curation.kernels[kernel_name]
         config = _parse_config(config_text)
         axes, dtype, scalars = self._bind(kernel, x_name, x_text, config)
@@ -251,15 +286,7 @@ class Normalizer:
     def _bind(
         self, kernel: Kernel, x_name: str, x_text: str, config: dict[str, Any]
     ) -> tuple[dict[str, int], str, dict[str, float | int]]:
-        binding = kernel.bindings.get(x_name)
-        if binding is None:
-            raise RowRejected(
-                "unknown_config_shape",
-                f"{kernel.name} has no curated binding for x_name {x_name!r}",
-            )
-        scalar_keys = frozenset().union(*(e.names for e in kernel.scalars.values()))
-        allowed = binding.config_keys | scalar_keys | {"dtype"}
-        _check_config_keys(kernel.name, x_name, allowed, binding.require, config)
+        binding = _binding(kernel, x_name, config)
         values = {k: v for k, v in config.items() if _is_integer(v)}
         values["x"] = _positive_integer(x_text, "x_value")
         try:
@@ -267,11 +294,9 @@ class Normalizer:
                 axis: _axis_value(axis, expr.evaluate(values))
                 for axis, expr in binding.axes.items()
             }
-            scalars = {
-                name: _scalar(name, expr.evaluate(config)) for name, expr in kernel.scalars.items()
-            }
         except (ExpressionError, TypeError) as error:
             raise RowRejected("unknown_config_shape", f"{kernel.name}: {error}") from None
+        scalars = _scalars(kernel, config)
         return axes, self._dtype(kernel, config), scalars
 
     def _dtype(self, kernel: Kernel, config: dict[str, Any]) -> str:
@@ -602,7 +627,264 @@ def json_string(text: str) -> str:
     return orjson.dumps(text).decode()
 
 
+# --- workload families -----------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class WorkloadFamily:
+    """The workloads of one kernel, x_name and config: what x does not change, computed once.
+
+    Only the axes whose expressions name x are evaluated per workload. The config-only ones
+    are evaluated here; the family is made only when they all bind (else the generic path keeps
+    the order of the errors)."""
+
+    kernel: Kernel
+    values: dict[str, Any]  # the config's integer-valued entries: what axis expressions read
+    axes: tuple[tuple[str, Expression | None, int], ...]  # binding order; no expression: fixed
+    late: tuple[str, str] | None  # the scalars' or dtype's rejection, raised once x is checked
+    cases: CaseTemplate | None  # None exactly when `late` is set
+
+    def workload(self, x_text: str) -> Workload:
+        """The workload of one x, or the RowRejected the generic path raises for it."""
+        values = dict(self.values)
+        values["x"] = _positive_integer(x_text, "x_value")
+        try:
+            axes = {
+                axis: value if expr is None else _axis_value(axis, expr.evaluate(values))
+                for axis, expr, value in self.axes
+            }
+        except (ExpressionError, TypeError) as error:
+            raise RowRejected("unknown_config_shape", f"{self.kernel.name}: {error}") from None
+        if self.late is not None:
+            raise RowRejected(*self.late)
+        assert self.cases is not None
+        return self.cases.workload(axes)
+
+
+@dataclass(frozen=True, slots=True)
+class CaseTemplate:
+    """A family's WorkloadCase with holes for the axes, the tensors and the metadata.
+
+    Its canonical JSON and its manifest JSON are byte pieces the reference serializer and orjson
+    wrote once, spliced around orjson's sorted dumps of a workload's axes and tensors. Those
+    dumps are RFC 8785's bytes when every key is ASCII and every integer within ±(2**53-1)
+    (pipelines/canonical.py): `of` checks the names once, `workload` the sizes each time."""
+
+    kernel: Kernel
+    dtype: str
+    tensors: tuple[tuple[str, tuple[Any, ...], str], ...]  # each input tensor: name, shape, dtype
+    scalars: dict[str, Any] | None  # spec.scalars, shared by the family's records (immutable)
+    operation_digest: str
+    sorted_axes: tuple[str, ...]
+    case_key: str  # %-format over the axis values in sorted order
+    case_slug: str  # slug(case_key) as a %-format over the same
+    title: str  # %-format over the axis values in binding order
+    name_head: str  # the metadata.name before the case slug
+    identity: tuple[bytes, ...]  # the canonical identity around the axes and the tensors
+    manifest: tuple[bytes, ...]  # the manifest JSON around the metadata, axes and tensors
+
+    @classmethod
+    def of(
+        cls,
+        kernel: Kernel,
+        binding: Binding,
+        dtype: str,
+        scalars: dict[str, float | int],
+        operation_digest: str,
+    ) -> CaseTemplate | None:
+        """The template, or None when some part of it is outside what splicing may print."""
+        tensors = _tensor_plan(kernel, dtype)
+        if tensors is None:
+            return None
+        names = [*binding.axes, *kernel.scalars, *(t[0] for t in tensors), dtype]
+        if (
+            not binding.axes
+            or not all(_ascii(name) for name in names)
+            or not all(_safe_number(v) for v in scalars.values())
+            or not (_encodable(kernel.title) and _encodable(kernel.slug))
+        ):
+            return None
+        scalar_spec = {name: {"dtype": "fp32", "value": value} for name, value in scalars.items()}
+        holed = {
+            **_manifest("WorkloadCase", {}, {}),
+            "metadata": _hole("metadata"),
+            "spec": _case_spec(operation_digest, _hole("axes"), _hole("tensors"), scalar_spec),
+        }
+        sorted_axes = tuple(sorted(binding.axes))
+        bound = ", ".join(f"{_escape(axis)}=%d" for axis in binding.axes)
+        return cls(
+            kernel=kernel,
+            dtype=dtype,
+            tensors=tensors,
+            scalars=scalar_spec or None,
+            operation_digest=operation_digest,
+            sorted_axes=sorted_axes,
+            case_key="-".join(f"{_escape(axis)}%d" for axis in sorted_axes) + f"-{_escape(dtype)}",
+            case_slug=_slug_format(sorted_axes, dtype),
+            title=f"{_escape(kernel.title)} · {bound} · {_escape(dtype)}",
+            name_head=f"{kernel.slug}-",
+            identity=_pieces(canonical_json_reference(identity(holed)), ("axes", "tensors")),
+            manifest=_pieces(orjson.dumps(holed, option=orjson.OPT_SORT_KEYS), _MANIFEST_HOLES),
+        )
+
+    def workload(self, axes: dict[str, int]) -> Workload:
+        # Every size is a safe integer (_axis_value rejects the others): orjson prints it as
+        # RFC 8785 does.
+        sizes = _sizes(self.kernel, axes)
+        tensors = {
+            name: {
+                "shape": [dim if isinstance(dim, int) else sizes[dim] for dim in shape],
+                "dtype": dtype,
+            }
+            for name, shape, dtype in self.tensors
+        }
+        ordered = tuple(axes[axis] for axis in self.sorted_axes)
+        case_slug = self.case_slug % ordered
+        metadata = {
+            "name": (self.name_head + case_slug)[:NAME_LIMIT],
+            "title": self.title % tuple(axes.values()),
+        }
+        axes_json = orjson.dumps(axes, option=orjson.OPT_SORT_KEYS)
+        tensors_json = orjson.dumps(tensors, option=orjson.OPT_SORT_KEYS)
+        head, middle, tail = self.identity
+        digest = digest_of_canonical(b"".join((head, axes_json, middle, tensors_json, tail)))
+        start, after_metadata, after_axes, end = self.manifest
+        text = b"".join(
+            (
+                start,
+                orjson.dumps(metadata),
+                after_metadata,
+                axes_json,
+                after_axes,
+                tensors_json,
+                end,
+            )
+        ).decode()
+        spec = _case_spec(self.operation_digest, axes, tensors, self.scalars)
+        record = Record(
+            "WorkloadCase", digest, _manifest("WorkloadCase", metadata, spec), manifest_json=text
+        )
+        # The digest is "sha256:" and hex digits: nothing in it for JSON to escape.
+        return Workload(self.case_key % ordered, self.dtype, record, f'"{digest}"', case_slug)
+
+
+_MANIFEST_HOLES = ("metadata", "axes", "tensors")
+
+
+def _case_spec(
+    operation_digest: str, axes: Any, tensors: Any, scalars: dict[str, Any] | None
+) -> dict[str, Any]:
+    """A WorkloadCase spec with the keys in `reference_workload`'s order (`Record.json_bytes`
+    prints the manifest dict unsorted); axes and tensors may be holes."""
+    spec: dict[str, Any] = {
+        "operationSpecDigest": operation_digest,
+        "axes": axes,
+        "tensors": tensors,
+    }
+    if scalars:
+        spec["scalars"] = scalars
+    spec["correctness"] = {"comparator": "not_asserted"}
+    return spec
+
+
+def _fixed_axes(
+    binding: Binding, values: dict[str, Any]
+) -> tuple[tuple[str, Expression | None, int], ...] | None:
+    """The binding's axes with the config-only ones evaluated; None when one of those fails
+    (which error wins then depends on x: the generic path decides)."""
+    axes: list[tuple[str, Expression | None, int]] = []
+    for axis, expr in binding.axes.items():
+        if "x" in expr.names:
+            axes.append((axis, expr, 0))
+            continue
+        try:
+            axes.append((axis, None, _axis_value(axis, expr.evaluate(values))))
+        except Exception:  # see the docstring
+            return None
+    return tuple(axes)
+
+
+def _tensor_plan(kernel: Kernel, dtype: str) -> tuple[tuple[str, tuple[Any, ...], str], ...] | None:
+    """Each input tensor's name, shape (axis names and literal sizes) and dtype, as `_tensors`
+    reads them; None when the operation holds something the template could not print alike."""
+    plan = []
+    try:
+        for entry in kernel.operation["spec"]["inputs"]:
+            tensor = entry.get("tensor")
+            if tensor is None:
+                continue
+            shape = tuple(tensor["shape"])
+            plan.append(
+                (entry["name"], shape, dtype if tensor["dtype"] == "float" else tensor["dtype"])
+            )
+    except Exception:  # a malformed operation: the generic path raises it, in its order
+        return None
+    literals = [dim for _, shape, _ in plan for dim in shape if isinstance(dim, int)]
+    if all(_ascii(entry[2]) for entry in plan) and all(
+        type(dim) is bool or abs(dim) <= MAX_SAFE_INTEGER for dim in literals
+    ):
+        return tuple(plan)
+    return None
+
+
+def _ascii(name: Any) -> bool:
+    return type(name) is str and name.isascii()
+
+
+def _encodable(text: str) -> bool:
+    """Text orjson can print (no lone surrogates)."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _safe_number(value: float | int) -> bool:
+    """A scalar both serializers print (RFC 8785 has no form for unsafe integers)."""
+    return type(value) is float or abs(value) <= MAX_SAFE_INTEGER
+
+
+def _escape(text: str) -> str:
+    """`text` as a %-format that prints it."""
+    return text.replace("%", "%%")
+
+
+def _slug_format(sorted_axes: tuple[str, ...], dtype: str) -> str:
+    """slug(case_key) as a %-format over the axis values. The values are non-empty runs of
+    digits, which slug keeps and no run of other characters crosses, so the slug is that of each
+    ASCII piece between them; only the first and last pieces touch the ends that slug strips."""
+    pieces = [sorted_axes[0], *(f"-{axis}" for axis in sorted_axes[1:]), f"-{dtype}"]
+    slugs = [_SLUG_BREAK.sub("-", piece.lower()) for piece in pieces]
+    slugs[0], slugs[-1] = slugs[0].lstrip("-"), slugs[-1].rstrip("-")
+    return "%d".join(slugs)
+
+
+def _pieces(text: bytes, holes: tuple[str, ...]) -> tuple[bytes, ...]:
+    """`text` cut at each hole (its JSON string, quotes included), in that order."""
+    pieces = []
+    for name in holes:
+        quoted = json_string(_hole(name)).encode()
+        if text.count(quoted) != 1:
+            raise AssertionError(f"hole {name} appears {text.count(quoted)} times")
+        piece, text = text.split(quoted)
+        pieces.append(piece)
+    return (*pieces, text)
+
+
 # --- helpers over config values -------------------------------------------------------------
+def _binding(kernel: Kernel, x_name: str, config: dict[str, Any]) -> Binding:
+    """x_name's binding, once the config is checked to hold nothing else."""
+    binding = kernel.bindings.get(x_name)
+    if binding is None:
+        raise RowRejected(
+            "unknown_config_shape",
+            f"{kernel.name} has no curated binding for x_name {x_name!r}",
+        )
+    scalar_keys = frozenset().union(*(e.names for e in kernel.scalars.values()))
+    allowed = binding.config_keys | scalar_keys | {"dtype"}
+    _check_config_keys(kernel.name, x_name, allowed, binding.require, config)
+    return binding
+
+
 def _is_integer(value: Any) -> bool:
     return type(value) is int or (type(value) is float and value.is_integer())
 
@@ -657,12 +939,28 @@ def _axis_value(axis: str, value: Any) -> int:
         raise RowRejected(
             "unknown_config_shape", f"axis {axis} is not a positive integer: {value!r}"
         )
+    if value > MAX_SAFE_INTEGER:  # a JSON number past 2**53 - 1 has no exact canonical form
+        raise RowRejected(
+            "unknown_config_shape",
+            f"axis {axis} is past 2**53 - 1 ({int(value).bit_length()} bits)",
+        )
     return int(value)
+
+
+def _scalars(kernel: Kernel, config: dict[str, Any]) -> dict[str, float | int]:
+    try:
+        return {name: _scalar(name, expr.evaluate(config)) for name, expr in kernel.scalars.items()}
+    except (ExpressionError, TypeError) as error:
+        raise RowRejected("unknown_config_shape", f"{kernel.name}: {error}") from None
 
 
 def _scalar(name: str, value: Any) -> float | int:
     if type(value) not in (int, float) or not math.isfinite(value):
         raise RowRejected("unknown_config_shape", f"scalar {name} is not a number: {value!r}")
+    if type(value) is int and abs(value) > MAX_SAFE_INTEGER:
+        raise RowRejected(
+            "unknown_config_shape", f"scalar {name} is past 2**53 - 1 ({value.bit_length()} bits)"
+        )
     return value
 
 
@@ -676,13 +974,19 @@ def _metric(name: str, unit: str) -> str:
     )
 
 
-def _tensors(kernel: Kernel, axes: dict[str, int], dtype: str) -> dict[str, Any]:
+def _sizes(kernel: Kernel, axes: dict[str, int]) -> dict[str, int]:
+    """The axes and the derived axes."""
     sizes: dict[str, int] = dict(axes)
     try:
         for axis, expression in kernel.derived_axes.items():
             sizes[axis] = _axis_value(axis, expression.evaluate(sizes))
     except (ExpressionError, ZeroDivisionError) as error:
         raise RowRejected("unknown_config_shape", f"{kernel.name}: {error}") from None
+    return sizes
+
+
+def _tensors(kernel: Kernel, axes: dict[str, int], dtype: str) -> dict[str, Any]:
+    sizes = _sizes(kernel, axes)
     tensors = {}
     for entry in kernel.operation["spec"]["inputs"]:
         tensor = entry.get("tensor")

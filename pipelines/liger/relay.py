@@ -38,6 +38,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from pipelines.curation import load
 from pipelines.forked import (
@@ -46,6 +47,13 @@ from pipelines.forked import (
     stop,
     usable_cpus,
     worker_context,
+)
+from pipelines.index.record_objects import (
+    ROW_GROUP_ROWS,
+    SCHEMAS,
+    PartFacts,
+    RecordSetContent,
+    parquet_options,
 )
 from pipelines.liger.columnar import (
     Batch,
@@ -65,7 +73,7 @@ from pipelines.liger.read import (
     record_columns,
     segment_records,
 )
-from pipelines.liger.tables import BatchTables, FileTables, batch_tables
+from pipelines.liger.tables import NAMES, BatchTables, FileTables, batch_tables
 from pipelines.seen_keys import SeenKeys, digests_of
 
 SEGMENT_BYTES = 4 << 20  # ~16,000 Liger rows: per-batch costs fade, memory stays ~100 MB per worker
@@ -146,23 +154,33 @@ def normalize_file(
     return _run(path, Sink(fd, None), workers, segment_bytes, lambda index, tables: None)
 
 
-def record_tables_file(
+def record_set_file(
     path: Path,
     snapshot_digest: str,
     parser_version: str,
     workers: int | None = None,
     segment_bytes: int | None = None,
-) -> tuple[int, dict[str, pa.Table]]:
-    """(rows read, record tables) of the file, equal to tables.record_tables on one core: each
-    worker builds its segments' tables and writes them to a spool folder as Arrow IPC files
-    (no pickling through a pipe); the parent maps them and merges them in segment order. The
-    tables stay mapped after the folder is gone."""
-    merged = InOrder(FileTables(snapshot_digest, parser_version))
+) -> RecordSetContent:
+    """The file's record set, with the tables tables.record_tables builds on one core.
+
+    Runs and lineage (a row per CSV row) are encoded by the workers themselves: each writes a
+    Parquet part of each, a row group per segment, so the encoding runs on every core. Their
+    rows are the serial tables' rows, in another order (by worker, then segment): a run is
+    unique within a file without merging, as its digest covers its externalId, which a
+    duplicate check makes unique. Manifests (one row per distinct record, kept at its first
+    row) and quarantine rows are spooled by each worker as Arrow IPC files, which this process
+    maps and merges in segment order."""
+    kept = tuple(name for name in NAMES if name not in ENCODED)
+    merged = InOrder(FileTables(snapshot_digest, parser_version, names=kept))
     spool_dir = _spool_dir(path.stat().st_size * SPOOL_BYTES_PER_CSV_BYTE)
     with tempfile.TemporaryDirectory(prefix="kindex-tables-", dir=spool_dir) as spool:
         job = Job(snapshot_digest, parser_version, Path(spool))
         _run(path, Sink(None, job), workers, segment_bytes, merged.add)
-    return merged.tables.rows, merged.tables.tables()
+        parts = {
+            name: [part.read_bytes() for part in sorted(Path(spool).glob(f"{name}-*.parquet"))]
+            for name in ENCODED
+        }
+    return RecordSetContent(merged.tables.rows, merged.tables.tables(), parts, merged.facts)
 
 
 # Record tables take ~10 bytes per byte of a Liger CSV (a run's manifest alone is ~1.2 KB).
@@ -180,6 +198,9 @@ def _spool_dir(needed: int) -> str | None:
     return str(SHARED_MEMORY) if roomy and os.access(SHARED_MEMORY, os.W_OK) else None
 
 
+ENCODED = ("runs", "lineage")  # the tables workers write as Parquet parts themselves
+
+
 @dataclass(frozen=True, slots=True)
 class Job:
     """Record tables to build: of which snapshot, by which parser, spooled where."""
@@ -189,17 +210,46 @@ class Job:
     spool: Path
 
 
-Spooled = tuple[int, dict[str, Path]]  # a segment's rows read, and the file of each table
+class PartWriters:
+    """A worker's Parquet part of each ENCODED table, `<table>-<worker>.parquet` in the spool
+    folder: a row group (or more) per segment. Opened at once, so every worker leaves a part."""
+
+    def __init__(self, job: Job, worker: int) -> None:
+        self.job = job
+        self.writers = {
+            name: pq.ParquetWriter(
+                str(job.spool / f"{name}-{worker:03d}.parquet"),
+                SCHEMAS[name],
+                **parquet_options(SCHEMAS[name]),
+            )
+            for name in ENCODED
+        }
+
+    def write(self, tables: BatchTables) -> tuple[BatchTables, PartFacts]:
+        """Write the segment's ENCODED tables: the rest of them, and the facts of those."""
+        encoded = {name: tables.tables[name] for name in ENCODED}
+        for name, writer in self.writers.items():
+            writer.write_table(encoded[name], row_group_size=ROW_GROUP_ROWS)
+        rest = {name: t for name, t in tables.tables.items() if name not in encoded}
+        return BatchTables(tables.rows, rest), PartFacts.of(encoded)
+
+    def close(self) -> None:
+        for writer in self.writers.values():
+            writer.close()
 
 
-def spool_tables(tables: BatchTables, folder: Path, index: int) -> Spooled:
-    """Write a segment's tables as Arrow IPC files: (rows read, file of each table)."""
+# A segment's rows read, the file of each spooled table, and the facts of its encoded ones.
+Spooled = tuple[int, dict[str, Path], PartFacts]
+
+
+def spool_tables(tables: BatchTables, folder: Path, index: int, facts: PartFacts) -> Spooled:
+    """Write a segment's tables as Arrow IPC files."""
     files = {}
     for name, table in tables.tables.items():
         files[name] = folder / f"{index:08d}-{name}.arrow"
         with pa.OSFile(str(files[name]), "wb") as sink, pa.ipc.new_file(sink, table.schema) as out:
             out.write_table(table)
-    return tables.rows, files
+    return tables.rows, files, facts
 
 
 def unspool_tables(rows: int, files: dict[str, Path]) -> BatchTables:
@@ -212,16 +262,20 @@ def unspool_tables(rows: int, files: dict[str, Path]) -> BatchTables:
 
 @dataclass(slots=True)
 class InOrder:
-    """Segments' tables merged in segment order, whatever order they arrive in."""
+    """Segments' tables and facts merged in segment order, whatever order they arrive in."""
 
     tables: FileTables
+    facts: PartFacts = field(default_factory=PartFacts)
     merged: int = 0
-    waiting: dict[int, BatchTables] = field(default_factory=dict)
+    waiting: dict[int, tuple[BatchTables, PartFacts]] = field(default_factory=dict)
 
     def add(self, index: int, spooled: Spooled) -> None:
-        self.waiting[index] = unspool_tables(*spooled)
+        rows, files, facts = spooled
+        self.waiting[index] = unspool_tables(rows, files), facts
         while self.merged in self.waiting:
-            self.tables.merge(self.waiting.pop(self.merged))
+            tables, facts = self.waiting.pop(self.merged)
+            self.tables.merge(tables)
+            self.facts.add(facts)
             self.merged += 1
 
 
@@ -343,6 +397,29 @@ def _relay(
     results: Any,
     counts: Counter[str],
 ) -> None:
+    parts = PartWriters(sink.job, w) if sink.job is not None else None
+    try:
+        _relay_segments(
+            w, count, stream, layout, segments, sink, receive, send, results, counts, parts
+        )
+    finally:
+        if parts is not None:
+            parts.close()
+
+
+def _relay_segments(
+    w: int,
+    count: int,
+    stream: BinaryIO,
+    layout: Layout,
+    segments: list[Segment],
+    sink: Sink,
+    receive: Connection,
+    send: Connection,
+    results: Any,
+    counts: Counter[str],
+    parts: PartWriters | None,
+) -> None:
     normalizer = Normalizer()
     seen = SeenKeys()
     for index in range(w, len(segments), count):
@@ -368,12 +445,15 @@ def _relay(
             mine = b"".join(compress(prepared.digests, first))
             recent = (*token.recent, mine)[-(count - 1) :] if count > 1 else ()
             send.send(Token(prepared.end, prepared.next_line, recent))
-        # Counts and tables are built after the token went on: they need no order here.
-        count_outcomes(prepared.batch, counts)
-        if sink.job is not None:
-            job = sink.job
+        # Counts and tables are built after the token went on: they need no order here. An
+        # ingest counts from its tables (PartFacts), not from these.
+        if parts is None:
+            count_outcomes(prepared.batch, counts)
+        else:
+            job = parts.job
             tables = batch_tables(prepared.batch, job.snapshot_digest, job.parser_version)
-            results.put((TABLES, index, spool_tables(tables, job.spool, index)))
+            rest, facts = parts.write(tables)
+            results.put((TABLES, index, spool_tables(rest, job.spool, index, facts)))
 
 
 @dataclass(slots=True)

@@ -69,17 +69,23 @@ class FileTables:
 
     snapshot_digest: str
     parser_version: str
+    names: tuple[str, ...] = NAMES  # the tables merged here (a batch may hold only those)
     rows: int = 0
     runs: set[str] = field(default_factory=set)
     manifests: set[str] = field(default_factory=set)
-    parts: dict[str, list[pa.Table]] = field(default_factory=lambda: {n: [] for n in NAMES})
+    parts: dict[str, list[pa.Table]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.parts = {name: [] for name in self.names}
 
     def merge(self, batch: BatchTables) -> None:
         self.rows += batch.rows
         tables = dict(batch.tables)
-        tables["runs"] = _first_seen(tables["runs"], "run_digest", self.runs)
-        tables["manifests"] = _first_seen(tables["manifests"], "digest", self.manifests)
-        for name in NAMES:
+        if "runs" in self.parts:
+            tables["runs"] = _first_seen(tables["runs"], "run_digest", self.runs)
+        if "manifests" in self.parts:
+            tables["manifests"] = _first_seen(tables["manifests"], "digest", self.manifests)
+        for name in self.names:
             self.parts[name].append(tables[name])
 
     def tables(self) -> dict[str, pa.Table]:
