@@ -168,8 +168,9 @@ def test_query_command_prints_json_and_rejects_bad_sql(
 
 def test_run_segments_are_record_sets_when_all_is_new(s3_store: Any, index_settings: Any) -> None:
     """A file whose runs are all new: its record set's runs.parquet is the run segment, as
-    written. A second file holding those runs and more: only its new runs are written out, to
-    a segment of the new version. Each run's source_key is where it was first seen."""
+    written (and its manifests.parquet the manifest segment). A second file holding those runs
+    and more: only its new runs (manifests) are written out, to a segment of the new version.
+    Each record's source_key is where it was first seen."""
     header, rows = liger_rows(range(2, 302))
     ingest_bytes(s3_store, index_settings, [("incoming/first.csv", csv_bytes(header, rows[:200]))])
     ingest_bytes(s3_store, index_settings, [("incoming/second.csv", csv_bytes(header, rows))])
@@ -184,6 +185,11 @@ def test_run_segments_are_record_sets_when_all_is_new(s3_store: Any, index_setti
         "SELECT source_key, count(*), min(source_line), max(source_line) FROM runs "
         "GROUP BY source_key ORDER BY source_key",
     ) == [("incoming/first.csv", 200, 2, 201), ("incoming/second.csv", 100, 202, 301)]
+    manifest_segments = load_current(s3_store, layout)["files"]["manifest_segments"]
+    assert manifest_segments[0].endswith("/manifests.parquet")
+    assert all(s.startswith(layout.index_prefix) for s in manifest_segments[1:])
+    sources = query(index_settings, "SELECT DISTINCT source_key FROM workloads ORDER BY 1")
+    assert sources == [("incoming/first.csv",), ("incoming/second.csv",)]
 
 
 def test_an_index_of_an_older_format_is_rebuilt_from_the_record_sets(

@@ -7,9 +7,10 @@ never rewritten or deleted, so every file a manifest names stays readable.
 
 What a publish writes, given the record sets (see record_objects.py) not yet in the index:
 - a run segment and a manifest segment: the runs and manifests those record sets bring that the
-  index does not hold yet (each distinct record once). When one record set brings only new runs,
-  its own runs.parquet is the run segment and nothing is rewritten; where a run was first seen
-  is its snapshot's first read, which the `runs` view joins in;
+  index does not hold yet (each distinct record once). When one record set brings only new runs
+  (manifests), its own runs (manifests) objects are the segment and nothing is rewritten; where a
+  record was first seen is its snapshot's first read, which the `runs` and `manifests` views
+  join in;
 - `run_state`: superseded_by and retracted_in_source of every run that has either. Only the
   series (kernel, provider, mode, metric, GPU, case) the new runs belong to, and the runs of the
   keys that were read again, are recomputed; the rest is carried over;
@@ -245,7 +246,7 @@ def build_version(
     new_runs, runs_whole = add_new_records(
         con, "runs", "run_digest", new_files["runs"], RUN_SEGMENT_SCHEMA, several
     )
-    new_manifests, _ = add_new_records(
+    new_manifests, manifests_whole = add_new_records(
         con, "manifests", "digest", new_files["manifests"], MANIFEST_SEGMENT_SCHEMA, several
     )
     lineage_by_snapshot = lineage_files_by_snapshot(old.get("lineage_files", []), pending, layout)
@@ -260,11 +261,18 @@ def build_version(
         "quarantine_files": list(old.get("quarantine_files", []))
         + [key for rs in pending for key in rs.file_keys("quarantine")],
     }
-    if runs_whole and new_runs:  # one record set, all of its runs new: it is the segment
+    # One record set whose runs (manifests) are all new: its files are the segment.
+    if runs_whole and new_runs:
         files["run_segments"] += pending[0].file_keys("runs")
+    if manifests_whole and new_manifests:
+        files["manifest_segments"] += pending[0].file_keys("manifests")
     outputs = {
         "run_segments": ("new_runs", 0 if runs_whole else new_runs, "series_key, observed_at"),
-        "manifest_segments": ("new_manifests", new_manifests, "kind, digest"),
+        "manifest_segments": (
+            "new_manifests",
+            0 if manifests_whole else new_manifests,
+            "kind, digest",
+        ),
         "run_state": ("run_state", None, "run_digest"),
         "snapshots": ("reads", None, "taken_at, read_id"),
     }

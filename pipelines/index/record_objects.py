@@ -10,7 +10,10 @@ snapshots without touching what an earlier one wrote:
     records/<parser_version>/<snapshot hex>/summary.json        counts; written last = commit mark
     records/<parser_version>/<snapshot hex>/reads/<id>.json     each object version read as it
 
-A record set without `summary.json` is incomplete (a crash mid-write) and is ignored and rewritten.
+A large Liger CSV's runs and lineage are several parts instead, `runs-<attempt>-000.parquet` and
+on (one per relay worker, encoded on every core; rows by worker, then segment); `summary.json`
+names each table's objects under "files". A record set without `summary.json` is incomplete (a
+crash mid-write) and is ignored and rewritten.
 """
 
 from __future__ import annotations

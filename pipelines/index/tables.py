@@ -21,10 +21,11 @@ from pipelines.index.record_objects import (
     UTC_MS,
 )
 
-# A run segment holds runs as a record set does (it may be one): where a run was first seen is
-# its snapshot's first read, joined in by the `runs` view, so the rows need not be rewritten.
+# A run or manifest segment holds its rows as a record set does (it may be one): where a record
+# was first seen is its snapshot's first read, joined in by the `runs` and `manifests` views, so
+# the rows need not be rewritten.
 RUN_SEGMENT_SCHEMA = RUN_SCHEMA
-MANIFEST_SEGMENT_SCHEMA = MANIFEST_SCHEMA.append(pa.field("source_key", pa.string()))
+MANIFEST_SEGMENT_SCHEMA = MANIFEST_SCHEMA
 RUN_STATE_SCHEMA = pa.schema(
     [
         ("run_digest", pa.string()),
@@ -52,8 +53,9 @@ SNAPSHOT_SCHEMA = pa.schema(
     ]
 )
 
-# A version manifest's layout. 2: run segments hold no source_key (the runs view joins it in).
-MANIFEST_FORMAT = 2
+# A version manifest's layout. 2: run segments hold no source_key (the runs view joins it in);
+# 3: nor do manifest segments.
+MANIFEST_FORMAT = 3
 
 # The file lists a version manifest holds, and the schema of each (for an empty list).
 FILE_TABLES: dict[str, pa.Schema] = {
@@ -157,7 +159,9 @@ def view_statements(files: Mapping[str, Sequence[str]]) -> list[str]:
            FROM run_segments s
            LEFT JOIN run_state st ON st.run_digest = s.run_digest
            LEFT JOIN first_reads f ON f.snapshot_digest = s.snapshot_digest""",
-        "CREATE OR REPLACE VIEW manifests AS SELECT * FROM manifest_segments",
+        """CREATE OR REPLACE VIEW manifests AS
+           SELECT m.*, f.source_key FROM manifest_segments m
+           LEFT JOIN first_reads f ON f.snapshot_digest = m.snapshot_digest""",
         # A snapshot re-processed by a newer parser (a backfill after the curation grew) is
         # described by its newest record set: older sets' lineage and quarantine stay in the
         # bucket but leave these views.

@@ -13,9 +13,10 @@ round the ring of workers in segment order; whoever holds it:
 - writes its lines to the shared output (or counts them), and passes the token on.
 
 For `kindex normalize`, nothing but the token crosses processes: the lines go straight from each
-worker to the output (their parts built before the token came). For an ingest, each worker also
-writes its segments' record tables (pipelines/liger/tables.py) as Arrow IPC files, which the
-parent maps and merges in segment order.
+worker to the output (their parts built before the token came). For an ingest, each worker
+builds its segments' record tables (pipelines/liger/tables.py): it encodes the runs and lineage
+itself into Parquet parts of the record set, and writes the manifests and quarantine rows as
+Arrow IPC files, which the parent maps and merges in segment order.
 """
 
 from __future__ import annotations

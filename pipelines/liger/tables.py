@@ -350,7 +350,9 @@ def _merged(name: str, parts: list[_Part]) -> pa.Table:
         order = np.lexsort((slots, positions))
         table = pa.concat_tables([p.table for p in parts]).take(pa.array(order))
     key = {"runs": "run_digest", "manifests": "digest"}.get(name)
-    return table if key is None else _first_seen(table, key, set())
+    if key is None or pc.count_distinct(table.column(key)).as_py() == table.num_rows:
+        return table  # nothing repeats (runs never do: their externalIds are unique)
+    return _first_seen(table, key, set())
 
 
 def _first_seen(table: pa.Table, column: str, seen: set[str]) -> pa.Table:
