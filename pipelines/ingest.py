@@ -9,7 +9,8 @@ import secrets
 import sys
 import tempfile
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Any
 import orjson
 from tqdm import tqdm
 
-from pipelines.incoming import put_incoming, upload_incoming
+from pipelines.incoming import incoming_key, put_incoming, upload_incoming
 from pipelines.index.faults import RECORD_FILES_WRITTEN, pause_point
 from pipelines.index.known import known_manifests
 from pipelines.index.layout import IndexLayout
@@ -94,22 +95,6 @@ def snapshot_data(store: ObjectStore, settings: Any, snapshot: Any) -> bytes:
     return read_snapshot(store, settings, snapshot)
 
 
-def upload_and_snapshot(store: ObjectStore, settings: Any, path: Path) -> tuple[Any, bytes | None]:
-    """Upload a file to its incoming key and snapshot that version: (snapshot, its bytes).
-
-    A file that fits one PUT is read once: the bytes sent are the bytes hashed and parsed, and
-    they are not read back from the bucket (the snapshot is copied on the server while the key
-    still holds the version written). A larger one streams up, and is read back (bytes None)."""
-    from pipelines.snapshots import snapshot_written, take_snapshot
-
-    if path.stat().st_size > SINGLE_PUT_LIMIT:
-        info = upload_incoming(store, settings, path)
-        return take_snapshot(store, settings, info.key, etag=info.etag), None
-    data = path.read_bytes()
-    written = put_incoming(store, settings, path, data)
-    return snapshot_written(store, settings, written, data), data
-
-
 def object_read(snapshot: Any, bucket: str, parser_version: str, source: str) -> ObjectRead:
     return ObjectRead(
         snapshot_digest=snapshot.digest,
@@ -126,41 +111,90 @@ def object_read(snapshot: Any, bucket: str, parser_version: str, source: str) ->
     )
 
 
+@dataclass(slots=True)
+class PreparedRecords:
+    """A snapshot's bytes normalized: its record set's place, and its content unless the record
+    set exists already (then nothing was normalized)."""
+
+    parser_version: str
+    source: str
+    prefix: str
+    content: RecordSetContent | None
+
+
 def process_snapshot(
     store: ObjectStore, settings: Any, snapshot: Any, data: bytes | None = None
 ) -> SnapshotRecords:
     """Normalize a snapshot's bytes and write its record objects (once per parser version).
     `data`: the snapshot's bytes when the caller holds them (they hash to its digest), else
-    they are read from the snapshot.
+    they are read from the snapshot."""
+    if data is None:
+        data = snapshot_data(store, settings, snapshot)
+    prepared = prepare_records(store, settings, snapshot.key, snapshot.digest, data)
+    return write_records(store, settings, snapshot, prepared)
+
+
+def prepare_records(
+    store: ObjectStore,
+    settings: Any,
+    key: str,
+    digest: str,
+    data: bytes,
+    once_started: Callable[[], None] = lambda: None,
+) -> PreparedRecords:
+    """The records of the bytes (hashing to `digest`) of an object read at `key`, unless their
+    record set exists. `once_started`: called once the work runs on every core (or at once)."""
+    layout = IndexLayout.of(settings)
+    result = normalize_object(key, data, known_digest=known_manifests(store, settings))
+    prefix = layout.record_set_prefix(result.parser_version, digest)
+    content = None
+    if store.head(prefix + SUMMARY_FILE) is None:
+        content = record_set_content(result, data, digest, once_started)
+    else:
+        once_started()
+    return PreparedRecords(result.parser_version, result.source, prefix, content)
+
+
+def write_records(
+    store: ObjectStore, settings: Any, snapshot: Any, prepared: PreparedRecords
+) -> SnapshotRecords:
+    """Write the record set (unless it exists) and register the read.
 
     The summary object is written last: a record set without it is incomplete and is redone.
     The read (key, ETag) is registered every time, so the same bytes under a new key count."""
     layout = IndexLayout.of(settings)
-    if data is None:
-        data = snapshot_data(store, settings, snapshot)
-    result = normalize_object(snapshot.key, data, known_digest=known_manifests(store, settings))
-    prefix = layout.record_set_prefix(result.parser_version, snapshot.digest)
-    read = object_read(snapshot, layout.bucket, result.parser_version, result.source)
-    existing = store.head(prefix + SUMMARY_FILE)
-    if existing is not None:
+    prefix = prepared.prefix
+    if prepared.content is None:
         summary = orjson.loads(store.get_bytes(prefix + SUMMARY_FILE))
         records = records_from_summary(summary, snapshot.key, prefix, reused=True)
     else:
-        content = record_set_content(result, data, snapshot.digest)
         records = write_record_set(
-            store, layout, prefix, snapshot, result.parser_version, result.source, content
+            store,
+            layout,
+            prefix,
+            snapshot,
+            prepared.parser_version,
+            prepared.source,
+            prepared.content,
         )
+    read = object_read(snapshot, layout.bucket, prepared.parser_version, prepared.source)
     store.put_bytes(
         f"{prefix}{READS_DIR}/{read.read_id}.json", read.to_json(), content_type="application/json"
     )
     return records
 
 
-def record_set_content(result: Any, data: bytes, snapshot_digest: str) -> RecordSetContent:
+def record_set_content(
+    result: Any,
+    data: bytes,
+    snapshot_digest: str,
+    once_started: Callable[[], None] = lambda: None,
+) -> RecordSetContent:
     """The record set of one normalized object; a large Liger CSV on every core."""
+    if result.source == "liger-csv" and worth_relay(len(data)):
+        return _record_set_on_every_core(data, snapshot_digest, result.parser_version, once_started)
+    once_started()
     if result.source == "liger-csv":
-        if worth_relay(len(data)):
-            return _record_set_on_every_core(data, snapshot_digest, result.parser_version)
         rows, tables = record_tables_of_csv(
             io.BytesIO(data), snapshot_digest, result.parser_version
         )
@@ -172,13 +206,13 @@ def record_set_content(result: Any, data: bytes, snapshot_digest: str) -> Record
 
 
 def _record_set_on_every_core(
-    data: bytes, snapshot_digest: str, parser_version: str
+    data: bytes, snapshot_digest: str, parser_version: str, once_started: Callable[[], None]
 ) -> RecordSetContent:
     """The relay's workers read their segments from a file, not from this process's memory."""
     with tempfile.TemporaryDirectory(prefix="kindex-ingest-") as workdir:
         path = Path(workdir) / "snapshot.csv"
         path.write_bytes(data)
-        return record_set_file(path, snapshot_digest, parser_version)
+        return record_set_file(path, snapshot_digest, parser_version, once_started=once_started)
 
 
 def write_record_set(
@@ -249,6 +283,44 @@ def records_from_summary(
     )
 
 
+def ingest_file(store: ObjectStore, settings: Any, path: Path) -> SnapshotRecords:
+    """Upload a file to its incoming key, snapshot that version and write its records.
+
+    A file that fits one PUT is read once, and the bytes sent are the bytes hashed and parsed:
+    nothing is read back from the bucket (the snapshot is copied on the server while the key
+    still holds the version written). The upload runs while the records are built, and the
+    records are written only once the snapshot is taken. A larger file streams up first and is
+    read back."""
+    from pipelines.snapshots import content_digest, take_snapshot
+
+    if path.stat().st_size > SINGLE_PUT_LIMIT:
+        info = upload_incoming(store, settings, path)
+        return process_snapshot(
+            store, settings, take_snapshot(store, settings, info.key, info.etag)
+        )
+    data = path.read_bytes()
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kindex-upload") as pool:
+        upload: list[Future[Any]] = []
+
+        def start_upload() -> None:
+            if not upload:
+                upload.append(pool.submit(_upload_and_snapshot, store, settings, path, data))
+
+        try:
+            key, digest = incoming_key(settings, path), content_digest(data)
+            prepared = prepare_records(store, settings, key, digest, data, start_upload)
+        finally:
+            start_upload()  # the file lands even when its records could not be built
+        snapshot = upload[0].result()
+    return write_records(store, settings, snapshot, prepared)
+
+
+def _upload_and_snapshot(store: ObjectStore, settings: Any, path: Path, data: bytes) -> Any:
+    from pipelines.snapshots import snapshot_written
+
+    return snapshot_written(store, settings, put_incoming(store, settings, path, data), data)
+
+
 def ingest_paths(
     paths: Sequence[Path | str],
     settings: Any,
@@ -269,8 +341,7 @@ def ingest_paths(
     with bar:
         for path in map(Path, paths):
             bar.set_description(path.name)
-            snapshot, data = upload_and_snapshot(store, settings, path)
-            files.append(process_snapshot(store, settings, snapshot, data))
+            files.append(ingest_file(store, settings, path))
             bar.update()
         bar.set_description("publishing index")
         index = publish_index(store, settings)

@@ -161,6 +161,7 @@ def record_set_file(
     parser_version: str,
     workers: int | None = None,
     segment_bytes: int | None = None,
+    once_started: Callable[[], None] | None = None,
 ) -> RecordSetContent:
     """The file's record set, with the tables tables.record_tables builds on one core.
 
@@ -170,13 +171,14 @@ def record_set_file(
     unique within a file without merging, as its digest covers its externalId, which a
     duplicate check makes unique. Manifests (one row per distinct record, kept at its first
     row) and quarantine rows are spooled by each worker as Arrow IPC files, which this process
-    maps and merges in segment order."""
+    maps and merges in segment order. `once_started` is called once the workers run (threads
+    started before would make them start from a forkserver, slower)."""
     kept = tuple(name for name in NAMES if name not in ENCODED)
     merged = InOrder(FileTables(snapshot_digest, parser_version, names=kept))
     spool_dir = _spool_dir(path.stat().st_size * SPOOL_BYTES_PER_CSV_BYTE)
     with tempfile.TemporaryDirectory(prefix="kindex-tables-", dir=spool_dir) as spool:
         job = Job(snapshot_digest, parser_version, Path(spool))
-        _run(path, Sink(None, job), workers, segment_bytes, merged.add)
+        _run(path, Sink(None, job), workers, segment_bytes, merged.add, once_started)
         parts = {
             name: [part.read_bytes() for part in sorted(Path(spool).glob(f"{name}-*.parquet"))]
             for name in ENCODED
@@ -295,6 +297,7 @@ def _run(
     workers: int | None,
     segment_bytes: int | None,
     on_tables: Callable[[int, Spooled], None],
+    once_started: Callable[[], None] | None = None,
 ) -> Counter[str]:
     columns, segments = segments_of(path, segment_bytes or SEGMENT_BYTES)
     count = min(workers or usable_cpus(), max(len(segments), 1))
@@ -325,9 +328,11 @@ def _run(
     ]
     for process in processes:
         process.start()
-    if segments:
-        pipes[0][1].send(Token(segments[0].start, segments[0].line, ()))
     try:
+        if once_started is not None:
+            once_started()
+        if segments:
+            pipes[0][1].send(Token(segments[0].start, segments[0].line, ()))
         return _collect(results, processes, on_tables)
     finally:
         stop(processes)
