@@ -230,6 +230,8 @@ def write_record_set(
     written: dict[str, bytes] = {}
     attempt = secrets.token_hex(4)
     for name in RECORD_FILES:
+        if name == "lineage" and content.lineage_in_runs:
+            continue  # named below: the runs objects hold it
         parts = content.parts.get(name)
         files[name] = object_names(name, None if parts is None else len(parts), attempt)
         encoded = parts if parts is not None else [parquet_bytes(content.tables[name])]
@@ -238,6 +240,8 @@ def write_record_set(
             store.put_bytes(
                 prefix + object_name, data, content_type="application/vnd.apache.parquet"
             )
+    if content.lineage_in_runs:
+        files["lineage"] = files["runs"]
     pause_point(RECORD_FILES_WRITTEN)
     quarantine, manifests = content.tables["quarantine"], content.tables["manifests"]
     summary = {

@@ -21,7 +21,7 @@ from index_support import (
 
 from pipelines import forked
 from pipelines import ingest as ingest_module
-from pipelines.index.record_objects import PartFacts, RecordSetBuilder
+from pipelines.index.record_objects import LINEAGE_SCHEMA, PartFacts, RecordSetBuilder
 from pipelines.liger import relay
 from pipelines.liger.normalize import PARSER_VERSION, normalize_bytes
 
@@ -46,6 +46,9 @@ def relay_tables(path: Path, workers: int) -> tuple[int, dict[str, Any]]:
         assert len(parts) == workers  # a part per worker, none empty of its schema
         read = [pq.read_table(pa.BufferReader(part)) for part in parts]
         tables[name] = pa.concat_tables(read).sort_by("source_line")
+    # The lineage is the runs' own lineage columns.
+    assert content.lineage_in_runs and "lineage" not in content.tables
+    tables["lineage"] = tables["runs"].select(LINEAGE_SCHEMA.names)
     facts = PartFacts.of({name: tables[name] for name in content.parts})
     assert (content.part_facts.rows, content.part_facts.run_preview) == (
         facts.rows,

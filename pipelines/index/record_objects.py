@@ -10,8 +10,9 @@ snapshots without touching what an earlier one wrote:
     records/<parser_version>/<snapshot hex>/summary.json        counts; written last = commit mark
     records/<parser_version>/<snapshot hex>/reads/<id>.json     each object version read as it
 
-A large Liger CSV's runs and lineage are several parts instead, `runs-<attempt>-000.parquet` and
-on (one per relay worker, encoded on every core; rows by worker, then segment); `summary.json`
+A large Liger CSV's runs are several parts instead, `runs-<attempt>-000.parquet` and on (one per
+relay worker, encoded on every core; rows by worker, then segment), and its lineage is those
+parts' lineage columns (a run's own snapshot and line), not objects of its own; `summary.json`
 names each table's objects under "files". A record set without `summary.json` is incomplete (a
 crash mid-write) and is ignored and rewritten.
 """
@@ -436,8 +437,13 @@ class RecordSetContent:
     tables: dict[str, pa.Table]
     parts: dict[str, list[bytes]] = field(default_factory=dict)
     part_facts: PartFacts = field(default_factory=PartFacts)
+    # The lineage table is the runs objects' LINEAGE_SCHEMA columns: in a record set each run
+    # is unique and held by one row, its own (snapshot, parser, line), so nothing else is written.
+    lineage_in_runs: bool = False
 
     def row_count(self, name: str) -> int:
+        if name == "lineage" and self.lineage_in_runs:
+            name = "runs"
         table = self.tables.get(name)
         return table.num_rows if table is not None else self.part_facts.rows[name]
 

@@ -132,10 +132,11 @@ def empty_select(schema: pa.Schema) -> str:
 
 
 def parquet_select(locations: Sequence[str], schema: pa.Schema) -> str:
+    """The schema's columns of the files (which may hold more: lineage is read from runs)."""
     if not locations:
         return empty_select(schema)
     files = ", ".join(sql_string(loc) for loc in locations)
-    return f"SELECT * FROM read_parquet([{files}])"
+    return f"SELECT {', '.join(schema.names)} FROM read_parquet([{files}])"
 
 
 def view_statements(files: Mapping[str, Sequence[str]]) -> list[str]:

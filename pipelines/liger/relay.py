@@ -165,15 +165,16 @@ def record_set_file(
 ) -> RecordSetContent:
     """The file's record set, with the tables tables.record_tables builds on one core.
 
-    Runs and lineage (a row per CSV row) are encoded by the workers themselves: each writes a
-    Parquet part of each, a row group per segment, so the encoding runs on every core. Their
-    rows are the serial tables' rows, in another order (by worker, then segment): a run is
-    unique within a file without merging, as its digest covers its externalId, which a
-    duplicate check makes unique. Manifests (one row per distinct record, kept at its first
+    Runs (a row per CSV row) are encoded by the workers themselves: each writes a Parquet part,
+    a row group per segment, so the encoding runs on every core. Their rows are the serial
+    table's rows, in another order (by worker, then segment): a run is unique within a file
+    without merging, as its digest covers its externalId, which a duplicate check makes unique.
+    The lineage table is not written apart: its rows are the runs' own (snapshot, parser, line,
+    digest), read from the runs parts. Manifests (one row per distinct record, kept at its first
     row) and quarantine rows are spooled by each worker as Arrow IPC files, which this process
     maps and merges in segment order. `once_started` is called once the workers run (threads
     started before would make them start from a forkserver, slower)."""
-    kept = tuple(name for name in NAMES if name not in ENCODED)
+    kept = tuple(name for name in NAMES if name not in ENCODED + DROPPED)
     merged = InOrder(FileTables(snapshot_digest, parser_version, names=kept))
     spool_dir = _spool_dir(path.stat().st_size * SPOOL_BYTES_PER_CSV_BYTE)
     with tempfile.TemporaryDirectory(prefix="kindex-tables-", dir=spool_dir) as spool:
@@ -183,7 +184,9 @@ def record_set_file(
             name: [part.read_bytes() for part in sorted(Path(spool).glob(f"{name}-*.parquet"))]
             for name in ENCODED
         }
-    return RecordSetContent(merged.tables.rows, merged.tables.tables(), parts, merged.facts)
+    return RecordSetContent(
+        merged.tables.rows, merged.tables.tables(), parts, merged.facts, lineage_in_runs=True
+    )
 
 
 # Record tables take ~10 bytes per byte of a Liger CSV (a run's manifest alone is ~1.2 KB).
@@ -201,7 +204,10 @@ def _spool_dir(needed: int) -> str | None:
     return str(SHARED_MEMORY) if roomy and os.access(SHARED_MEMORY, os.W_OK) else None
 
 
-ENCODED = ("runs", "lineage")  # the tables workers write as Parquet parts themselves
+ENCODED = ("runs",)  # the tables workers write as Parquet parts themselves
+# A table the record set does not hold apart: a run's lineage row is its own (snapshot, line),
+# which its runs part holds (record_objects.RecordSetContent.lineage_in_runs).
+DROPPED = ("lineage",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,7 +239,7 @@ class PartWriters:
         encoded = {name: tables.tables[name] for name in ENCODED}
         for name, writer in self.writers.items():
             writer.write_table(encoded[name], row_group_size=ROW_GROUP_ROWS)
-        rest = {name: t for name, t in tables.tables.items() if name not in encoded}
+        rest = {name: t for name, t in tables.tables.items() if name not in ENCODED + DROPPED}
         return BatchTables(tables.rows, rest), PartFacts.of(encoded)
 
     def close(self) -> None:
