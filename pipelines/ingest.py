@@ -237,9 +237,7 @@ def write_record_set(
         encoded = parts if parts is not None else [parquet_bytes(content.tables[name])]
         for object_name, data in zip(files[name], encoded, strict=True):
             written[prefix + object_name] = data
-            store.put_bytes(
-                prefix + object_name, data, content_type="application/vnd.apache.parquet"
-            )
+    put_objects(store, written, "application/vnd.apache.parquet")
     if content.lineage_in_runs:
         files["lineage"] = files["runs"]
     pause_point(RECORD_FILES_WRITTEN)
@@ -264,6 +262,21 @@ def write_record_set(
     for key, data in written.items():  # named by the summary now: they never change
         write_atomically(layout.cached_path(key), data)
     return records_from_summary(summary, snapshot.key, prefix, reused=False)
+
+
+UPLOAD_THREADS = 4
+
+
+def put_objects(store: ObjectStore, objects: dict[str, bytes], content_type: str) -> None:
+    """PUT each object, several at once (S3 servers take parallel requests; boto3 clients are
+    thread-safe)."""
+    with ThreadPoolExecutor(UPLOAD_THREADS, thread_name_prefix="kindex-put") as pool:
+        puts = [
+            pool.submit(store.put_bytes, key, data, content_type=content_type)
+            for key, data in objects.items()
+        ]
+        for put in puts:
+            put.result()
 
 
 def records_from_summary(

@@ -250,7 +250,10 @@ def build_version(
         con, "manifests", "digest", new_files["manifests"], MANIFEST_SEGMENT_SCHEMA, several
     )
     lineage_by_snapshot = lineage_files_by_snapshot(old.get("lineage_files", []), pending, layout)
-    recompute_run_state(con, lineage_by_snapshot, store, layout)
+    # The lineage of a set whose runs are all new holds only those runs, which are candidates
+    # already: it need not be read again.
+    new_only = set(pending[0].file_keys("lineage")) if runs_whole and new_runs else set()
+    recompute_run_state(con, lineage_by_snapshot, store, layout, new_only)
 
     prefix = layout.version_prefix(version)
     files: dict[str, list[str]] = {
@@ -371,8 +374,10 @@ def recompute_run_state(
     lineage_by_snapshot: dict[str, list[str]],
     store: ObjectStore,
     layout: IndexLayout,
+    new_only: set[str],
 ) -> None:
     """run_state for the new version: the old one, with the runs the new work can change redone.
+    `new_only`: lineage objects that hold only new runs (left out of the keys read again).
 
     Supersession: within a series, a run is superseded by the earliest run (lowest digest on a
     tie) observed strictly later. Retraction: a run not superseded and held by no key's newest
@@ -420,12 +425,12 @@ def recompute_run_state(
     ]
     newest = [r[0] for r in con.execute("SELECT DISTINCT snapshot_digest FROM newest").fetchall()]
 
-    def lineage_paths(digests: Sequence[str]) -> list[str]:
+    def lineage_paths(digests: Sequence[str], leave_out: set[str] | None = None) -> list[str]:
         keys = [k for d in digests for k in lineage_by_snapshot.get(snapshot_hex(d), [])]
-        return [str(fetch(store, layout, k)) for k in keys]
+        return [str(fetch(store, layout, k)) for k in keys if k not in (leave_out or ())]
 
     lineage = FILE_TABLES["lineage_files"]
-    touched_lineage = parquet_select(lineage_paths(touched), lineage)
+    touched_lineage = parquet_select(lineage_paths(touched, new_only), lineage)
     # A run of a snapshot that is some key's newest read is held; only the other candidates
     # are looked up in the newest snapshots' lineage.
     con.execute(
