@@ -3,7 +3,8 @@
 Reading a dropped object copies its bytes, unchanged, to `<snapshot prefix>sha256/<hex>` (the
 same bytes under any key are one snapshot) and records the read beside them:
 `<snapshot prefix>reads/<base64url key>/<hex>.json` holds the key, ETag, version id, size,
-LastModified and the time of the read. Parsing reads the snapshot, never the mutable key.
+LastModified and the time of the read. Parsing reads the snapshot, never the mutable key (or,
+for a version kindex itself just wrote, the bytes it wrote, which hash to the snapshot's digest).
 
 A read record is per (key, content): when a key returns to bytes it held before, the record of
 that content is updated to the newer LastModified, so the newest read of a key is always the
