@@ -21,6 +21,7 @@ Arrow IPC files, which the parent maps and merges in segment order.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import io
 import multiprocessing
@@ -246,6 +247,17 @@ class PartWriters:
         for writer in self.writers.values():
             writer.close()
 
+    def __enter__(self) -> PartWriters:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def _part_writers(job: Job | None, worker: int) -> PartWriters | contextlib.nullcontext[None]:
+    """A worker's part writers when it builds record tables (closed on leaving)."""
+    return PartWriters(job, worker) if job is not None else contextlib.nullcontext()
+
 
 # A segment's rows read, the file of each spooled table, and the facts of its encoded ones.
 Spooled = tuple[int, dict[str, Path], PartFacts]
@@ -384,8 +396,8 @@ def _worker(
     counts: Counter[str] = Counter()
     layout = Layout.of(columns)
     try:
-        with path.open("rb") as stream:
-            _relay(w, count, stream, layout, segments, sink, receive, send, results, counts)
+        with path.open("rb") as stream, _part_writers(sink.job, w) as parts:
+            _relay(w, count, stream, layout, segments, sink, receive, send, results, counts, parts)
         results.put((DONE, 0, counts))
     except BrokenPipeError:
         results.put((DONE, BROKEN_PIPE, None))
@@ -398,28 +410,6 @@ def _worker(
 
 
 def _relay(
-    w: int,
-    count: int,
-    stream: BinaryIO,
-    layout: Layout,
-    segments: list[Segment],
-    sink: Sink,
-    receive: Connection,
-    send: Connection,
-    results: Any,
-    counts: Counter[str],
-) -> None:
-    parts = PartWriters(sink.job, w) if sink.job is not None else None
-    try:
-        _relay_segments(
-            w, count, stream, layout, segments, sink, receive, send, results, counts, parts
-        )
-    finally:
-        if parts is not None:
-            parts.close()
-
-
-def _relay_segments(
     w: int,
     count: int,
     stream: BinaryIO,
