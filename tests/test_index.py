@@ -208,3 +208,24 @@ def test_an_index_of_an_older_format_is_rebuilt_from_the_record_sets(
     assert query(index_settings, "SELECT count(*), count(DISTINCT source_key) FROM runs") == [
         (100, 2)
     ]
+
+
+def test_a_file_whose_records_fail_still_lands(
+    s3_store: Any, index_settings: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The upload runs beside the normalizer: when building the records fails, the file is in
+    the bucket all the same, and the error is the normalizer's."""
+    from pipelines import ingest as ingest_module
+    from pipelines.incoming import incoming_key
+
+    header, rows = liger_rows(range(2, 12))
+    path = tmp_path / "breaks.csv"
+    path.write_bytes(csv_bytes(header, rows))
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("the normalizer broke")
+
+    monkeypatch.setattr(ingest_module, "record_set_content", broken)
+    with pytest.raises(RuntimeError, match="the normalizer broke"):
+        ingest_paths([path], index_settings, progress=False, store=s3_store)
+    assert s3_store.get_bytes(incoming_key(index_settings, path)) == path.read_bytes()
