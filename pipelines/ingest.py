@@ -122,14 +122,9 @@ class PreparedRecords:
     content: RecordSetContent | None
 
 
-def process_snapshot(
-    store: ObjectStore, settings: Any, snapshot: Any, data: bytes | None = None
-) -> SnapshotRecords:
-    """Normalize a snapshot's bytes and write its record objects (once per parser version).
-    `data`: the snapshot's bytes when the caller holds them (they hash to its digest), else
-    they are read from the snapshot."""
-    if data is None:
-        data = snapshot_data(store, settings, snapshot)
+def process_snapshot(store: ObjectStore, settings: Any, snapshot: Any) -> SnapshotRecords:
+    """Normalize a snapshot's bytes and write its record objects (once per parser version)."""
+    data = snapshot_data(store, settings, snapshot)
     prepared = prepare_records(store, settings, snapshot.key, snapshot.digest, data)
     return write_records(store, settings, snapshot, prepared)
 
@@ -319,12 +314,15 @@ def ingest_file(store: ObjectStore, settings: Any, path: Path) -> SnapshotRecord
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kindex-upload") as pool:
         upload: list[Future[Any]] = []
 
+        key, digest = incoming_key(settings, path), content_digest(data)
+
         def start_upload() -> None:
             if not upload:
-                upload.append(pool.submit(_upload_and_snapshot, store, settings, path, data))
+                upload.append(
+                    pool.submit(_upload_and_snapshot, store, settings, path, data, digest)
+                )
 
         try:
-            key, digest = incoming_key(settings, path), content_digest(data)
             prepared = prepare_records(store, settings, key, digest, data, start_upload)
         finally:
             start_upload()  # the file lands even when its records could not be built
@@ -332,10 +330,13 @@ def ingest_file(store: ObjectStore, settings: Any, path: Path) -> SnapshotRecord
     return write_records(store, settings, snapshot, prepared)
 
 
-def _upload_and_snapshot(store: ObjectStore, settings: Any, path: Path, data: bytes) -> Any:
+def _upload_and_snapshot(
+    store: ObjectStore, settings: Any, path: Path, data: bytes, digest: str
+) -> Any:
     from pipelines.snapshots import snapshot_written
 
-    return snapshot_written(store, settings, put_incoming(store, settings, path, data), data)
+    written = put_incoming(store, settings, path, data)
+    return snapshot_written(store, settings, written, data, digest)
 
 
 def ingest_paths(

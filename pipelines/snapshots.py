@@ -119,15 +119,16 @@ def take_snapshot(
 
 
 def snapshot_written(
-    store: ObjectStore, settings: Settings, written: ObjectInfo, data: bytes
+    store: ObjectStore, settings: Settings, written: ObjectInfo, data: bytes, digest: str
 ) -> Snapshot:
     """The snapshot of the version this process just wrote from `data` (`written`: what the PUT
-    returned). Its bytes are known, so they are not read back; the key must still hold that
-    version (its ETag), else this refuses as take_snapshot does with an ETag."""
+    returned; `digest`: the caller's content_digest of `data`). Its bytes are known, so they are
+    not read back; the key must still hold that version (its ETag), else this refuses as
+    take_snapshot does with an ETag."""
     info = store.head(written.key)
     if info is None or info.etag != written.etag:
         return take_snapshot(store, settings, written.key, etag=written.etag)
-    return _keep(store, settings, info, data, content_digest(data))
+    return _keep(store, settings, info, data, digest)
 
 
 def _keep(

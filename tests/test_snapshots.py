@@ -14,6 +14,7 @@ from pipelines.snapshots import (
     SnapshotCorrupt,
     SnapshotNotFound,
     VersionChanged,
+    content_digest,
     decode_key,
     latest_read_per_key,
     list_reads,
@@ -186,7 +187,7 @@ def test_a_version_just_written_is_snapshotted_without_reading_it_back(
         return get_object(key)  # read records are read, to keep the newest one
 
     monkeypatch.setattr(s3_store, "get_object", no_read_back)
-    snap = snapshot_written(s3_store, settings, written, data)
+    snap = snapshot_written(s3_store, settings, written, data, content_digest(data))
     monkeypatch.undo()
     assert snap.digest == "sha256:" + hashlib.sha256(data).hexdigest()
     assert (snap.key, snap.etag, snap.size) == ("incoming/mine.csv", written.etag, len(data))
@@ -198,8 +199,9 @@ def test_a_version_just_written_is_snapshotted_without_reading_it_back(
 def test_a_version_written_then_overwritten_is_refused(
     s3_store: S3Store, settings: Settings
 ) -> None:
-    written = s3_store.put_bytes("incoming/mine.csv", b"what this process wrote")
+    data = b"what this process wrote"
+    written = s3_store.put_bytes("incoming/mine.csv", data)
     s3_store.put_bytes("incoming/mine.csv", b"somebody else's newer version")
     with pytest.raises(VersionChanged, match=written.etag):
-        snapshot_written(s3_store, settings, written, b"what this process wrote")
+        snapshot_written(s3_store, settings, written, data, content_digest(data))
     assert list(s3_store.list("snapshots/")) == []
