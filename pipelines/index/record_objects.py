@@ -406,7 +406,7 @@ def object_names(name: str, parts: int | None, attempt: str) -> list[str]:
 @dataclass(slots=True)
 class PartFacts:
     """What a record set's summary says of the tables a relay's workers wrote as Parquet parts
-    (runs and lineage), gathered segment by segment in input order."""
+    (the runs), gathered segment by segment in input order."""
 
     rows: Counter[str] = field(default_factory=Counter)  # by table
     runs_by_metric: Counter[str] = field(default_factory=Counter)

@@ -14,9 +14,10 @@ round the ring of workers in segment order; whoever holds it:
 
 For `kindex normalize`, nothing but the token crosses processes: the lines go straight from each
 worker to the output (their parts built before the token came). For an ingest, each worker
-builds its segments' record tables (pipelines/liger/tables.py): it encodes the runs and lineage
-itself into Parquet parts of the record set, and writes the manifests and quarantine rows as
-Arrow IPC files, which the parent maps and merges in segment order.
+builds its segments' record tables (pipelines/liger/tables.py): it encodes the runs itself into
+Parquet parts of the record set (whose lineage is those parts' columns), and writes the
+manifests and quarantine rows as Arrow IPC files, which the parent maps and merges in segment
+order.
 """
 
 from __future__ import annotations
@@ -175,7 +176,7 @@ def record_set_file(
     row) and quarantine rows are spooled by each worker as Arrow IPC files, which this process
     maps and merges in segment order. `once_started` is called once the workers run (threads
     started before would make them start from a forkserver, slower)."""
-    kept = tuple(name for name in NAMES if name not in ENCODED + DROPPED)
+    kept = tuple(name for name in BUILT if name not in ENCODED)
     merged = InOrder(FileTables(snapshot_digest, parser_version, names=kept))
     spool_dir = _spool_dir(path.stat().st_size * SPOOL_BYTES_PER_CSV_BYTE)
     with tempfile.TemporaryDirectory(prefix="kindex-tables-", dir=spool_dir) as spool:
@@ -206,9 +207,9 @@ def _spool_dir(needed: int) -> str | None:
 
 
 ENCODED = ("runs",)  # the tables workers write as Parquet parts themselves
-# A table the record set does not hold apart: a run's lineage row is its own (snapshot, line),
+# The tables workers build: not the lineage, as a run's lineage row is its own (snapshot, line),
 # which its runs part holds (record_objects.RecordSetContent.lineage_in_runs).
-DROPPED = ("lineage",)
+BUILT = tuple(name for name in NAMES if name != "lineage")
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,7 +241,7 @@ class PartWriters:
         encoded = {name: tables.tables[name] for name in ENCODED}
         for name, writer in self.writers.items():
             writer.write_table(encoded[name], row_group_size=ROW_GROUP_ROWS)
-        rest = {name: t for name, t in tables.tables.items() if name not in ENCODED + DROPPED}
+        rest = {name: t for name, t in tables.tables.items() if name not in ENCODED}
         return BatchTables(tables.rows, rest), PartFacts.of(encoded)
 
     def close(self) -> None:
@@ -453,7 +454,7 @@ def _relay(
             count_outcomes(prepared.batch, counts)
         else:
             job = parts.job
-            tables = batch_tables(prepared.batch, job.snapshot_digest, job.parser_version)
+            tables = batch_tables(prepared.batch, job.snapshot_digest, job.parser_version, BUILT)
             rest, facts = parts.write(tables)
             results.put((TABLES, index, spool_tables(rest, job.spool, index, facts)))
 

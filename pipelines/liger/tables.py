@@ -104,17 +104,20 @@ class _Part:
     slots: np.ndarray
 
 
-def batch_tables(batch: Batch, snapshot_digest: str, parser_version: str) -> BatchTables:
-    """The batch's record tables, in input order; duplicate externalIds are the caller's."""
+def batch_tables(
+    batch: Batch, snapshot_digest: str, parser_version: str, names: tuple[str, ...] = NAMES
+) -> BatchTables:
+    """The batch's record tables of those `names`, in input order; duplicate externalIds are
+    the caller's."""
     others = _other_parts(batch, snapshot_digest, parser_version)
     plain = (
-        _plain_parts(batch.runs, batch.others, snapshot_digest, parser_version)
+        _plain_parts(batch.runs, batch.others, snapshot_digest, parser_version, names)
         if batch.runs is not None
         else {}
     )
     tables = {
         name: _merged(name, [p for p in (plain.get(name), others[name]) if p is not None])
-        for name in NAMES
+        for name in names
     }
     return BatchTables(batch.size, tables)
 
@@ -164,27 +167,33 @@ class _PlainRows:
 
 
 def _plain_parts(
-    runs: PlainRuns, others: dict[int, RowOutcome], snapshot_digest: str, parser_version: str
+    runs: PlainRuns,
+    others: dict[int, RowOutcome],
+    snapshot_digest: str,
+    parser_version: str,
+    names: tuple[str, ...],
 ) -> dict[str, _Part]:
     stands = np.array([p not in others for p in runs.positions], dtype=bool)
     index = np.flatnonzero(stands)
     positions = np.array(runs.positions, dtype=np.int64)[index]
     rows = _PlainRows(runs, index, positions, snapshot_digest, parser_version)
     no_slot = np.zeros(len(index), dtype=np.int64)
-    lineage = pa.Table.from_arrays(
-        [
-            rows.constant(snapshot_digest, pa.string()),
-            rows.constant(parser_version, pa.string()),
-            rows.column(runs.lines),
-            rows.column(runs.digests),
-        ],
-        schema=SCHEMAS["lineage"],
-    )
-    return {
+    parts = {
         "runs": _Part(_run_table(rows), positions, no_slot),
         "manifests": _manifest_part(rows),
-        "lineage": _Part(lineage, positions, no_slot),
     }
+    if "lineage" in names:
+        lineage = pa.Table.from_arrays(
+            [
+                rows.constant(snapshot_digest, pa.string()),
+                rows.constant(parser_version, pa.string()),
+                rows.column(runs.lines),
+                rows.column(runs.digests),
+            ],
+            schema=SCHEMAS["lineage"],
+        )
+        parts["lineage"] = _Part(lineage, positions, no_slot)
+    return parts
 
 
 def _run_table(rows: _PlainRows) -> pa.Table:
