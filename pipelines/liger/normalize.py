@@ -666,7 +666,8 @@ class CaseTemplate:
     Its canonical JSON and its manifest JSON are byte pieces the reference serializer and orjson
     wrote once, spliced around orjson's sorted dumps of a workload's axes and tensors. Those
     dumps are RFC 8785's bytes when every key is ASCII and every integer within ±(2**53-1)
-    (pipelines/canonical.py): `of` checks the names once, `workload` the sizes each time."""
+    (pipelines/canonical.py): `of` checks the names once; sizes and scalars past 2**53-1 are
+    rejected before (`_axis_value`, `_scalar`)."""
 
     kernel: Kernel
     dtype: str
@@ -698,7 +699,6 @@ class CaseTemplate:
         if (
             not binding.axes
             or not all(_ascii(name) for name in names)
-            or not all(_safe_number(v) for v in scalars.values())
             or not (_encodable(kernel.title) and _encodable(kernel.slug))
         ):
             return None
@@ -836,11 +836,6 @@ def _encodable(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
-
-
-def _safe_number(value: float | int) -> bool:
-    """A scalar both serializers print (RFC 8785 has no form for unsafe integers)."""
-    return type(value) is float or abs(value) <= MAX_SAFE_INTEGER
 
 
 def _escape(text: str) -> str:
