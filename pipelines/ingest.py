@@ -7,7 +7,6 @@ from __future__ import annotations
 import io
 import secrets
 import sys
-import tempfile
 from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -38,7 +37,7 @@ from pipelines.index.record_objects import (
     preview,
     value_counts,
 )
-from pipelines.liger.relay import record_set_file, worth_relay
+from pipelines.liger.relay import record_set_bytes, worth_relay
 from pipelines.liger.tables import record_tables as record_tables_of_csv
 from pipelines.sources import normalize_object
 from pipelines.storage.base import ObjectStore
@@ -187,7 +186,9 @@ def record_set_content(
 ) -> RecordSetContent:
     """The record set of one normalized object; a large Liger CSV on every core."""
     if result.source == "liger-csv" and worth_relay(len(data)):
-        return _record_set_on_every_core(data, snapshot_digest, result.parser_version, once_started)
+        return record_set_bytes(
+            data, snapshot_digest, result.parser_version, once_started=once_started
+        )
     once_started()
     if result.source == "liger-csv":
         rows, tables = record_tables_of_csv(
@@ -198,16 +199,6 @@ def record_set_content(
     for outcome in result.outcomes:
         builder.add(outcome)
     return RecordSetContent(builder.rows, builder.tables())
-
-
-def _record_set_on_every_core(
-    data: bytes, snapshot_digest: str, parser_version: str, once_started: Callable[[], None]
-) -> RecordSetContent:
-    """The relay's workers read their segments from a file, not from this process's memory."""
-    with tempfile.TemporaryDirectory(prefix="kindex-ingest-") as workdir:
-        path = Path(workdir) / "snapshot.csv"
-        path.write_bytes(data)
-        return record_set_file(path, snapshot_digest, parser_version, once_started=once_started)
 
 
 def write_record_set(

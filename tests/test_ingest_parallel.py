@@ -36,11 +36,17 @@ def serial_tables(data: bytes) -> tuple[int, dict[str, Any]]:
     return builder.rows, builder.tables()
 
 
-def relay_tables(path: Path, workers: int) -> tuple[int, dict[str, Any]]:
-    """The relay's record set as whole tables: its parts read back, in input order."""
-    content = relay.record_set_file(
-        path, DIGEST, PARSER_VERSION, workers=workers, segment_bytes=40_000
-    )
+def relay_tables(path: Path, workers: int, in_memory: bool = False) -> tuple[int, dict[str, Any]]:
+    """The relay's record set as whole tables: its parts read back, in input order. The
+    workers read the file, or (`in_memory`) its bytes as this process holds them."""
+    if in_memory:
+        content = relay.record_set_bytes(
+            path.read_bytes(), DIGEST, PARSER_VERSION, workers=workers, segment_bytes=40_000
+        )
+    else:
+        content = relay.record_set_file(
+            path, DIGEST, PARSER_VERSION, workers=workers, segment_bytes=40_000
+        )
     tables = dict(content.tables)
     for name, parts in content.parts.items():
         assert len(parts) == workers  # a part per worker, none empty of its schema
@@ -69,12 +75,16 @@ def messy_csv() -> bytes:
 
 
 @pytest.mark.parametrize("data", [LIGER_CSV.read_bytes(), messy_csv()], ids=["shared", "messy"])
-@pytest.mark.parametrize("workers", [1, 2, 3])
-def test_tables_on_every_core_equal_the_row_path(data: bytes, workers: int, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("workers", "in_memory"), [(1, False), (2, False), (3, False), (2, True), (3, True)]
+)
+def test_tables_on_every_core_equal_the_row_path(
+    data: bytes, workers: int, in_memory: bool, tmp_path: Path
+) -> None:
     path = tmp_path / "file.csv"
     path.write_bytes(data)
     # Segments of ~150 rows: many of them, and duplicates across them.
-    rows, tables = relay_tables(path, workers)
+    rows, tables = relay_tables(path, workers, in_memory)
     serial_rows, serial = serial_tables(data)
     assert rows == serial_rows
     assert set(tables) == set(serial)
@@ -102,9 +112,11 @@ def test_an_ingest_through_the_parallel_path_gives_the_same_index(
     assert fingerprints(parallel_settings) == serial
 
 
-def test_tables_from_a_forkserver_when_other_threads_run(tmp_path: Path) -> None:
+@pytest.mark.parametrize("in_memory", [False, True])
+def test_tables_from_a_forkserver_when_other_threads_run(tmp_path: Path, in_memory: bool) -> None:
     """Inside a Dagster run other threads are alive, and workers must not be forked from
-    them: they come from a forkserver, and the tables are the same."""
+    them: they come from a forkserver (which cannot share this process's memory: bytes held
+    here reach it as a temporary file), and the tables are the same."""
     data = messy_csv()
     path = tmp_path / "file.csv"
     path.write_bytes(data)
@@ -113,7 +125,7 @@ def test_tables_from_a_forkserver_when_other_threads_run(tmp_path: Path) -> None
     other.start()
     try:
         assert forked.worker_context("pipelines.liger.relay").get_start_method() == "forkserver"
-        rows, tables = relay_tables(path, 2)
+        rows, tables = relay_tables(path, 2, in_memory)
     finally:
         done.set()
         other.join()

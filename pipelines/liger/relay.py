@@ -2,8 +2,9 @@
 
 The file's data lines are cut into segments of about SEGMENT_BYTES at line ends. Worker w of N
 (processes: pipelines/forked.py) normalizes segments w, w+N, w+2N… (pipelines/liger/columnar.py),
-reading them from the file itself: with Arrow's CSV parser when every line of the segment is a
-plain RFC 4180 record (read.record_columns), else with the streaming reader. Then a token goes
+reading them from the file itself (or, forked from an ingest, from the bytes it holds): with
+Arrow's CSV parser when every line of the segment is a plain RFC 4180 record
+(read.record_columns), else with the streaming reader. Then a token goes
 round the ring of workers in segment order; whoever holds it:
 
 - learns where its segment really starts: a record of the previous segment may run past the cut
@@ -45,6 +46,7 @@ import pyarrow.parquet as pq
 
 from pipelines.curation import load
 from pipelines.forked import (
+    WorkerContext,
     collect_garbage_rarely,
     default_signals,
     stop,
@@ -106,31 +108,31 @@ def worth_relay(size: int) -> bool:
 
 
 def segments_of(
-    path: Path, segment_bytes: int = SEGMENT_BYTES
+    stream: io.BufferedIOBase, segment_bytes: int = SEGMENT_BYTES
 ) -> tuple[tuple[str, ...], list[Segment]]:
-    """The header's columns and the data segments. Raises NotLigerCsv."""
-    with path.open("rb") as stream:
-        header = stream.readline()
-        columns = open_liger_csv([header]).columns
-        size = os.fstat(stream.fileno()).st_size
-        buffer = bytearray(1 << 20)  # one buffer for every read: no fresh memory to fault in
-        segments = []
-        start, line = len(header), 2
-        while start < size:
-            stream.seek(start + segment_bytes)
-            stream.readline()  # on to the next line end
-            end = min(stream.tell(), size)
-            segments.append(Segment(start, end, line))
-            stream.seek(start)
-            line += _count_lines(stream, end - start, buffer)
-            start = end
+    """The header's columns and the data segments of a file open from its start. Raises
+    NotLigerCsv."""
+    header = stream.readline()
+    columns = open_liger_csv([header]).columns
+    size = stream.seek(0, os.SEEK_END)
+    buffer = bytearray(1 << 20)  # one buffer for every read: no fresh memory to fault in
+    segments = []
+    start, line = len(header), 2
+    while start < size:
+        stream.seek(start + segment_bytes)
+        stream.readline()  # on to the next line end
+        end = min(stream.tell(), size)
+        segments.append(Segment(start, end, line))
+        stream.seek(start)
+        line += _count_lines(stream, end - start, buffer)
+        start = end
     return columns, segments
 
 
 NEWLINE = ord("\n")
 
 
-def _count_lines(stream: io.BufferedReader, length: int, buffer: bytearray) -> int:
+def _count_lines(stream: io.BufferedIOBase, length: int, buffer: bytearray) -> int:
     """The line ends in the next `length` bytes of the stream, read into `buffer`."""
     lines = 0
     while length > 0:
@@ -154,7 +156,15 @@ def normalize_file(
     if out is not None:
         out.flush()
     fd = out.fileno() if out is not None else None
-    return _run(path, Sink(fd, None), workers, segment_bytes, lambda index, tables: None)
+    # Lines go straight to the caller's file descriptor, which only a forked child shares.
+    context = worker_context(__name__) if fd is None else multiprocessing.get_context("fork")
+    return _run(
+        Input(FileInput(path), context),
+        Sink(fd, None),
+        workers,
+        segment_bytes,
+        lambda i, t: None,
+    )
 
 
 def record_set_file(
@@ -176,12 +186,54 @@ def record_set_file(
     row) and quarantine rows are spooled by each worker as Arrow IPC files, which this process
     maps and merges in segment order. `once_started` is called once the workers run (threads
     started before would make them start from a forkserver, slower)."""
+    source = Input(FileInput(path), worker_context(__name__))
+    return _record_set(
+        source, path.stat().st_size, snapshot_digest, parser_version, workers, segment_bytes,
+        once_started,
+    )  # fmt: skip
+
+
+def record_set_bytes(
+    data: bytes,
+    snapshot_digest: str,
+    parser_version: str,
+    workers: int | None = None,
+    segment_bytes: int | None = None,
+    once_started: Callable[[], None] | None = None,
+) -> RecordSetContent:
+    """record_set_file of a file's bytes held in memory. Forked workers read them where they
+    are (a fork shares this process's memory, copied only on write); workers from a forkserver
+    (this process runs threads) read them from a temporary file."""
+    context = worker_context(__name__)
+    if isinstance(context, multiprocessing.context.ForkContext):
+        source = Input(lambda: io.BytesIO(data), context)  # shares `data`, copies nothing
+        return _record_set(
+            source, len(data), snapshot_digest, parser_version, workers, segment_bytes,
+            once_started,
+        )  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="kindex-ingest-") as workdir:
+        path = Path(workdir) / "snapshot.csv"
+        path.write_bytes(data)
+        return record_set_file(
+            path, snapshot_digest, parser_version, workers, segment_bytes, once_started
+        )
+
+
+def _record_set(
+    source: Input,
+    size: int,
+    snapshot_digest: str,
+    parser_version: str,
+    workers: int | None,
+    segment_bytes: int | None,
+    once_started: Callable[[], None] | None,
+) -> RecordSetContent:
     kept = tuple(name for name in BUILT if name not in ENCODED)
     merged = InOrder(FileTables(snapshot_digest, parser_version, names=kept))
-    spool_dir = _spool_dir(path.stat().st_size * SPOOL_BYTES_PER_CSV_BYTE)
+    spool_dir = _spool_dir(size * SPOOL_BYTES_PER_CSV_BYTE)
     with tempfile.TemporaryDirectory(prefix="kindex-tables-", dir=spool_dir) as spool:
         job = Job(snapshot_digest, parser_version, Path(spool))
-        _run(path, Sink(None, job), workers, segment_bytes, merged.add, once_started)
+        _run(source, Sink(None, job), workers, segment_bytes, merged.add, once_started)
         parts = {
             name: [part.read_bytes() for part in sorted(Path(spool).glob(f"{name}-*.parquet"))]
             for name in ENCODED
@@ -310,19 +362,38 @@ class Sink:
     job: Job | None
 
 
+@dataclass(frozen=True, slots=True)
+class Input:
+    """The CSV the workers read: how each opens it, and how they start (a forked worker may
+    open what this process holds in memory; others need a file)."""
+
+    opener: Callable[[], io.BufferedIOBase]  # picklable unless the context forks
+    context: WorkerContext
+
+
+@dataclass(frozen=True, slots=True)
+class FileInput:
+    """Opens a file for reading (picklable, for workers from a forkserver)."""
+
+    path: Path
+
+    def __call__(self) -> io.BufferedIOBase:
+        return self.path.open("rb")
+
+
 def _run(
-    path: Path,
+    source: Input,
     sink: Sink,
     workers: int | None,
     segment_bytes: int | None,
     on_tables: Callable[[int, Spooled], None],
     once_started: Callable[[], None] | None = None,
 ) -> Counter[str]:
-    columns, segments = segments_of(path, segment_bytes or SEGMENT_BYTES)
+    with source.opener() as stream:
+        columns, segments = segments_of(stream, segment_bytes or SEGMENT_BYTES)
     count = min(workers or usable_cpus(), max(len(segments), 1))
     load()  # read the curation once, before forking
-    # Lines go straight to the caller's file descriptor, which only a forked child shares.
-    context = worker_context(__name__) if sink.fd is None else multiprocessing.get_context("fork")
+    context = source.context
     pipes = [context.Pipe(duplex=False) for _ in range(count)]
     for _, sender in pipes:
         if hasattr(fcntl, "F_SETPIPE_SZ"):  # Linux; elsewhere a token may wait for its reader
@@ -334,7 +405,7 @@ def _run(
             args=(
                 w,
                 count,
-                path,
+                source.opener,
                 columns,
                 segments,
                 sink,
@@ -384,7 +455,7 @@ def _collect(
 def _worker(
     w: int,
     count: int,
-    path: Path,
+    open_input: Callable[[], io.BufferedIOBase],
     columns: tuple[str, ...],
     segments: list[Segment],
     sink: Sink,
@@ -397,7 +468,7 @@ def _worker(
     counts: Counter[str] = Counter()
     layout = Layout.of(columns)
     try:
-        with path.open("rb") as stream, _part_writers(sink.job, w) as parts:
+        with open_input() as stream, _part_writers(sink.job, w) as parts:
             _relay(w, count, stream, layout, segments, sink, receive, send, results, counts, parts)
         results.put((DONE, 0, counts))
     except BrokenPipeError:
@@ -413,7 +484,7 @@ def _worker(
 def _relay(
     w: int,
     count: int,
-    stream: BinaryIO,
+    stream: io.BufferedIOBase,
     layout: Layout,
     segments: list[Segment],
     sink: Sink,
@@ -471,7 +542,12 @@ class _Prepared:
 
 
 def _prepare(
-    stream: BinaryIO, start: int, end: int, line: int, layout: Layout, normalizer: Normalizer
+    stream: io.BufferedIOBase,
+    start: int,
+    end: int,
+    line: int,
+    layout: Layout,
+    normalizer: Normalizer,
 ) -> _Prepared:
     stream.seek(start)
     data = stream.read(end - start)
@@ -497,5 +573,5 @@ def _prepare(
     )
 
 
-def _lines_after(stream: BinaryIO) -> Iterator[bytes]:
+def _lines_after(stream: io.BufferedIOBase) -> Iterator[bytes]:
     yield from iter(stream.readline, b"")
