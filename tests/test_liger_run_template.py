@@ -9,11 +9,12 @@ import io
 from datetime import datetime, timedelta
 
 import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from liger_support import LIGER_CSV
 
-from pipelines.liger.normalize import Normalizer, RowRejected
+from pipelines.liger.normalize import Normalizer, RowRejected, split_identity
 from pipelines.records import Record
 
 TEMPLATED = Normalizer()
@@ -77,3 +78,28 @@ def test_generated_rows_equal_the_reference(
         raise
     (reference, *_), _ = REFERENCE.normalize(row)
     assert_same_run(templated, reference)
+
+
+def test_a_run_identity_is_its_manifest_without_the_metadata() -> None:
+    """The batched path hashes a run's identity from its manifest's bytes after the metadata
+    (normalize.split_identity); it refuses templates where that would not be the identity."""
+    series = TEMPLATED.series("geglu", "liger", "full", "NVIDIA H100 80GB HBM3", "speed")
+    template = series.run_template
+    spec = template.spec % {
+        "v0": "1", "v1": "2", "v2": "3", "s0": "0.1", "s1": "0.2", "s2": "0.3",
+        "observed_at": '"2024-01-01T00:00:00Z"', "external_id": '"x%y"', "workload": '"w"',
+    }  # fmt: skip
+    metadata = '{"name":"n%%"}'
+    identity = (template.identity % {"spec": spec}).encode()
+    manifest = (template.manifest % {"metadata": metadata, "spec": spec}).encode()
+    assert identity == template.identity_head + manifest[template.metadata_lead + len(metadata) :]
+    head, lead = split_identity(template.identity, template.manifest)
+    assert (head, lead) == (template.identity_head, template.metadata_lead)
+    for identity_template, manifest_template in [
+        ('{"a":1,"spec":%(spec)s}', '{"a":2,"metadata":%(metadata)s,"spec":%(spec)s}'),
+        ('{"a":1,"spec":%(spec)s}', '{"a":1,"spec":%(spec)s}'),
+        ('{"spec":%(spec)s}', '{"metadata":%(metadata)s,"spec":%(spec)s,"z":1}'),
+        ('{"a":%(v0)s,"spec":%(spec)s}', '{"a":%(v0)s,"metadata":%(metadata)s,"spec":%(spec)s}'),
+    ]:
+        with pytest.raises(AssertionError):
+            split_identity(identity_template, manifest_template)

@@ -256,21 +256,19 @@ def _assemble(rows: _Rows) -> PlainRuns:
         "version": by_version([version_json(v) for v in rows.versions]),
     }
     codes = rows.series_ids
-    spec = _fill(codes, [t.spec if t else "" for t in templates], holes)
-    holes["spec"] = spec
     labelled = np.array([bool(v) for v in rows.versions])[rows.version_ids]
-    holes["metadata"] = _fill(
+    metadata = _fill(
         codes * 2 + labelled,
         [m for t in templates for m in ((t.unlabelled, t.labelled) if t else ("", ""))],
         holes,
     )
-    identity = _fill(codes, [t.identity if t else "" for t in templates], holes)
-    manifests = _fill(codes, [t.manifest if t else "" for t in templates], holes)
+    holes["metadata"] = metadata
+    manifests = _fill(codes, [t.full_manifest if t else "" for t in templates], holes)
     return PlainRuns(
         positions=rows.positions,
         lines=rows.lines,
         external_ids=external_ids,
-        digests=_digests(identity),
+        digests=_run_digests(manifests, metadata, codes, templates),
         manifests=manifests,
         series=rows.series,
         series_ids=rows.series_ids,
@@ -421,9 +419,25 @@ def utf8_slices(strings: pa.Array) -> Iterator[memoryview]:
     return map(data.__getitem__, map(slice, offsets[:-1], offsets[1:]))
 
 
-def _digests(identity: pa.Array) -> pa.Array:
-    sha256 = hashlib.sha256
-    hexes = [sha256(text).hexdigest() for text in utf8_slices(identity)]
+def _run_digests(
+    manifests: pa.Array, metadata: pa.Array, codes: np.ndarray, templates: Sequence[Any]
+) -> pa.Array:
+    """Each run's digest: the sha256 of its canonical identity, which is its template's
+    identity_head and then its manifest's bytes after the metadata (normalize.split_identity),
+    hashed where they lie rather than copied into an identity of their own."""
+    heads = {t.identity_head: hashlib.sha256(t.identity_head) for t in templates if t}
+    started = [heads[t.identity_head] if t else None for t in templates]
+    leads = np.array([t.metadata_lead if t else 0 for t in templates], dtype=np.int64)
+    offsets = np.array(_offsets(manifests), dtype=np.int64)
+    skip = leads[codes] + pc.binary_length(metadata).to_numpy().astype(np.int64)
+    data = memoryview(manifests.buffers()[2] or b"")
+    hexes = []
+    for code, start, end in zip(
+        codes.tolist(), (offsets[:-1] + skip).tolist(), offsets[1:].tolist(), strict=True
+    ):
+        digest = started[code].copy()
+        digest.update(data[start:end])
+        hexes.append(digest.hexdigest())
     return pc.binary_join_element_wise("sha256:", pa.array(hexes, pa.string()), "")
 
 

@@ -463,15 +463,25 @@ class Series:
         labels = {"liger_version": holes["version"]}
         head, tail = self._external_id_of("\0", "\0").split("\0/\0")
         parts = [slug(part) for part in self._name_parts()]
+        spec_template = _template(spec)
+        identity_template = _template(identity(_manifest("BenchmarkRun", {}, holes["spec"])))  # type: ignore[arg-type]
+        manifest = _template(_manifest("BenchmarkRun", holes["metadata"], holes["spec"]))  # type: ignore[arg-type]
+        full_manifest = manifest.replace("%(spec)s", spec_template)
+        identity_head, metadata_lead = split_identity(
+            identity_template.replace("%(spec)s", spec_template), full_manifest
+        )
         return RunTemplate(
             name_head="-".join(parts) if all(parts) else "",
             external_id_head=head,
             external_id_tail=tail,
-            spec=_template(spec),
-            identity=_template(identity(_manifest("BenchmarkRun", {}, holes["spec"]))),  # type: ignore[arg-type]
-            manifest=_template(_manifest("BenchmarkRun", holes["metadata"], holes["spec"])),  # type: ignore[arg-type]
+            spec=spec_template,
+            identity=identity_template,
+            manifest=manifest,
             labelled=_template({"name": holes["name"], "title": title, "labels": labels}),
             unlabelled=_template({"name": holes["name"], "title": title}),
+            full_manifest=full_manifest,
+            identity_head=identity_head,
+            metadata_lead=metadata_lead,
         )
 
     def _values(self, stats: list[float]) -> list[int]:
@@ -593,6 +603,23 @@ class RunTemplate:
     manifest: str
     labelled: str
     unlabelled: str
+    # The manifest with the spec's holes in place of %(spec)s, and how its bytes give the
+    # identity's: identity_head, then what follows its metadata (`split_identity`).
+    full_manifest: str
+    identity_head: bytes
+    metadata_lead: int  # the manifest's bytes before its metadata
+
+
+def split_identity(identity: str, manifest: str) -> tuple[bytes, int]:
+    """Templates of a canonical identity and of its manifest (sorted keys, so the manifest is
+    the identity with `,"metadata":…` after "kind") as (head, lead): a filled identity is
+    `head` and then the filled manifest's bytes after its metadata, which start `lead` bytes
+    plus the metadata's length in. Raises AssertionError for templates not so made."""
+    before, metadata, after = manifest.partition("%(metadata)s")
+    head = identity.removesuffix(after)
+    if not metadata or head == identity or "%(" in before or not before.startswith(head):
+        raise AssertionError("the manifest is not its identity plus its metadata")
+    return head.replace("%%", "%").encode(), len(before.replace("%%", "%").encode())
 
 
 RUN_HOLES = (
