@@ -11,7 +11,7 @@ met twice keeps its first row, as the builder keeps it.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
@@ -162,8 +162,9 @@ class _PlainRows:
     def column(self, values: pa.Array) -> pa.Array:
         return values.take(pa.array(self.index))
 
-    def constant(self, value: Any, kind: pa.DataType) -> pa.Array:
-        return pa.array([value] * len(self.index), kind)
+    def constant(self, value: Any, kind: pa.DataType, size: int | None = None) -> pa.Array:
+        """`value` on each row (or on `size` rows)."""
+        return pa.repeat(pa.scalar(value, kind), len(self.index) if size is None else size)
 
 
 def _plain_parts(
@@ -301,50 +302,49 @@ def _series_keys(
 
 
 def _manifest_part(rows: _PlainRows) -> _Part:
-    """The manifests of the plain rows, each at the first row that references it."""
+    """The manifests of the plain rows, each at the first row that references it: a series'
+    records at its first row, in their slots, and a workload's at its first row."""
     runs = rows.runs
-    entries: list[tuple[int, int, Record, int]] = []  # position, slot, record, source line
-    for code, position, line in _first_rows(rows, runs.series_ids):
-        series = runs.series[code]
-        assert series is not None  # a plain run's series is known
-        entries += [(position, slot, record, line) for slot, record in _series_records(series)]
-    for code, position, line in _first_rows(rows, runs.workload_ids):
-        workload = runs.workloads[code]
-        assert workload is not None
-        entries.append((position, WORKLOAD_SLOT, workload.record, line))
-    entries.sort(key=lambda e: (e[0], e[1]))
+    series_codes, series_rows = _first_rows(rows, runs.series_ids)
+    workload_codes, workload_rows = _first_rows(rows, runs.workload_ids)
+    records: list[Record] = [
+        record for code in series_codes.tolist() for record in runs.series[code].references
+    ]
+    records += [runs.workloads[code].record for code in workload_codes.tolist()]
+    per_series = len(SERIES_SLOTS)
+    slots = np.concatenate(
+        [np.tile(SERIES_SLOTS, len(series_codes)), np.full(len(workload_codes), WORKLOAD_SLOT)]
+    )
+    at = np.concatenate([np.repeat(series_rows, per_series), workload_rows])
+    positions = rows.positions[at]
+    order = np.lexsort((slots, positions))
+    records = [records[i] for i in order.tolist()]
+    lines = rows.runs.lines.to_numpy()[rows.index[at[order]]]
     table = pa.Table.from_arrays(
         [
-            pa.array([e[2].digest for e in entries], pa.string()),
-            pa.array([e[2].kind for e in entries], pa.string()),
-            pa.array([e[2].manifest.get("metadata", {}).get("name") for e in entries], pa.string()),
-            pa.array([rows.parser_version] * len(entries), pa.string()),
-            pa.array([rows.snapshot_digest] * len(entries), pa.string()),
-            pa.array([e[3] for e in entries], pa.int64()),
-            pa.array([e[2].manifest_json for e in entries], pa.string()),
+            pa.array([r.digest for r in records], pa.string()),
+            pa.array([r.kind for r in records], pa.string()),
+            pa.array([r.manifest.get("metadata", {}).get("name") for r in records], pa.string()),
+            rows.constant(rows.parser_version, pa.string(), len(records)),
+            rows.constant(rows.snapshot_digest, pa.string(), len(records)),
+            pa.array(lines, pa.int64()),
+            pa.array([r.manifest_json for r in records], pa.string()),
         ],
         schema=SCHEMAS["manifests"],
     )
-    return _Part(
-        table,
-        np.array([e[0] for e in entries], dtype=np.int64),
-        np.array([e[1] for e in entries], dtype=np.int64),
-    )
+    return _Part(table, positions[order], slots[order])
 
 
-def _first_rows(rows: _PlainRows, ids: np.ndarray) -> Iterator[tuple[int, int, int]]:
-    """(code, position, source line) of the first plain row with each distinct code."""
-    lines = rows.runs.lines.to_numpy()
-    distinct, first = np.unique(ids[rows.index], return_index=True)
-    for code, row in zip(distinct.tolist(), first.tolist(), strict=True):
-        yield code, int(rows.positions[row]), int(lines[rows.index[row]])
+def _first_rows(rows: _PlainRows, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct codes of the standing rows, and the index (among them) of each one's first
+    row."""
+    codes, first = np.unique(ids[rows.index], return_index=True)
+    return codes, first
 
 
-def _series_records(series: Series) -> Iterator[tuple[int, Record]]:
-    """The records a run's series decides, with their slots in RowOutcome.records order."""
-    operation, project, implementation, protocol, environment = series.references
-    yield from ((0, operation), (1, project), (2, implementation))
-    yield from ((WORKLOAD_SLOT + 1, protocol), (WORKLOAD_SLOT + 2, environment))
+# Where a series' records (Series.references: operation, project, implementation, protocol,
+# environment) go among a row's records: the workload comes between implementation and protocol.
+SERIES_SLOTS = np.array([0, 1, 2, WORKLOAD_SLOT + 1, WORKLOAD_SLOT + 2], dtype=np.int64)
 
 
 def _merged(name: str, parts: list[_Part]) -> pa.Table:
