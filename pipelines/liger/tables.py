@@ -31,7 +31,6 @@ from pipelines.liger.columnar import (
     Batch,
     PlainRuns,
     normalized_batches,
-    utf8_slices,
 )
 from pipelines.liger.normalize import Normalizer, Series, Workload
 from pipelines.records import Record, RowOutcome
@@ -288,17 +287,26 @@ def _series_keys(
     by_workload: dict[str, list[str | None]],
 ) -> pa.Array:
     """record_objects.run_series_key of each reported run: BLAKE2b of its series fields joined
-    by U+001F (none is None in a plain run), read as a signed big-endian 64-bit integer."""
-    runs = rows.runs
-    ids = {"case_key": runs.workload_ids}
-    values = {**by_series, "case_key": by_workload["case_key"]}
-    texts = pc.binary_join_element_wise(
-        *[rows.by(ids.get(f, runs.series_ids), values[f], pa.string()) for f in SERIES_FIELDS],
-        "\x1f",
-    )
+    by U+001F (none is None in a plain run), read as a signed big-endian 64-bit integer. All
+    but the last field (the case key) are the series': their hash state is computed once per
+    series and copied for each run."""
+    assert SERIES_FIELDS[-1] == "case_key"
     blake2b = hashlib.blake2b
-    digests = b"".join(blake2b(text, digest_size=8).digest() for text in utf8_slices(texts))
-    return pa.array(np.frombuffer(digests, dtype=">i8").astype(np.int64))
+    fields = [by_series[name] for name in SERIES_FIELDS[:-1]]
+    heads = [
+        None
+        if kernel is None
+        else blake2b("".join(f"{field[i]}\x1f" for field in fields).encode(), digest_size=8)
+        for i, kernel in enumerate(by_series["kernel"])
+    ]
+    case_keys = [(key or "").encode() for key in by_workload["case_key"]]
+    digests = []
+    series_ids, workload_ids = rows.runs.series_ids[rows.index], rows.runs.workload_ids[rows.index]
+    for series, workload in zip(series_ids.tolist(), workload_ids.tolist(), strict=True):
+        digest = heads[series].copy()  # a plain run's series is known: not None
+        digest.update(case_keys[workload])
+        digests.append(digest.digest())
+    return pa.array(np.frombuffer(b"".join(digests), dtype=">i8").astype(np.int64))
 
 
 def _manifest_part(rows: _PlainRows) -> _Part:
