@@ -356,7 +356,8 @@ SERIES_SLOTS = np.array([0, 1, 2, WORKLOAD_SLOT + 1, WORKLOAD_SLOT + 2], dtype=n
 
 
 def _merged(name: str, parts: list[_Part]) -> pa.Table:
-    """The parts in input order; runs and manifests keep the first row of each digest."""
+    """The parts in input order; manifests keep the first row of each digest. Runs are not
+    checked: a run's digest covers its externalId, which the caller made unique in the file."""
     parts = [p for p in parts if p.table.num_rows]
     if not parts:
         return SCHEMAS[name].empty_table()
@@ -366,10 +367,9 @@ def _merged(name: str, parts: list[_Part]) -> pa.Table:
         slots = np.concatenate([p.slots for p in parts])
         order = np.lexsort((slots, positions))
         table = pa.concat_tables([p.table for p in parts]).take(pa.array(order))
-    key = {"runs": "run_digest", "manifests": "digest"}.get(name)
-    if key is None or pc.count_distinct(table.column(key)).as_py() == table.num_rows:
-        return table  # nothing repeats (runs never do: their externalIds are unique)
-    return _first_seen(table, key, set())
+    if name != "manifests" or pc.count_distinct(table.column("digest")).as_py() == len(table):
+        return table
+    return _first_seen(table, "digest", set())
 
 
 def _first_seen(table: pa.Table, column: str, seen: set[str]) -> pa.Table:
