@@ -49,6 +49,7 @@ from pipelines.forked import (
     WorkerContext,
     collect_garbage_rarely,
     default_signals,
+    reuse_freed_memory,
     stop,
     usable_cpus,
     worker_context,
@@ -465,6 +466,7 @@ def _worker(
 ) -> None:
     default_signals()
     collect_garbage_rarely()
+    reuse_freed_memory()
     counts: Counter[str] = Counter()
     layout = Layout.of(columns)
     try:
