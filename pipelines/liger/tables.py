@@ -159,6 +159,9 @@ class _PlainRows:
         return pa.array(values, kind).take(pa.array(ids[self.index]))
 
     def column(self, values: pa.Array) -> pa.Array:
+        """The standing rows of a PlainRuns column: all of it, uncopied, when all stand."""
+        if len(self.index) == len(values):  # the index is sorted and distinct: every row
+            return values
         return values.take(pa.array(self.index))
 
     def constant(self, value: Any, kind: pa.DataType, size: int | None = None) -> pa.Array:
