@@ -432,17 +432,35 @@ def recompute_run_state(
 
     lineage = FILE_TABLES["lineage_files"]
     touched_lineage = parquet_select(lineage_paths(touched, new_only), lineage)
+    con.execute(
+        f"""CREATE TEMP VIEW candidate_rows AS
+            SELECT run_digest, true AS in_series, snapshot_digest FROM series_runs
+            UNION ALL SELECT run_digest, false, snapshot_digest FROM ({touched_lineage})"""
+    )
+    # The candidates whose state may change or be set: superseded in their series, held by
+    # a snapshot that is no key's newest read, or with a state already. Any other candidate is
+    # held, superseded by nothing and without a state, and stays so: it is left out before
+    # grouping (a first ingest of a million runs has none of the three).
+    con.execute(
+        """CREATE TEMP TABLE had_state AS
+           SELECT DISTINCT c.run_digest FROM candidate_rows c
+           SEMI JOIN old_run_state o ON o.run_digest = c.run_digest"""
+    )
+    con.execute(
+        """CREATE TEMP TABLE candidates AS
+           WITH worth AS (
+               SELECT run_digest FROM successors
+               UNION SELECT run_digest FROM candidate_rows
+                     WHERE snapshot_digest NOT IN (SELECT snapshot_digest FROM newest)
+               UNION SELECT run_digest FROM had_state
+           )
+           SELECT run_digest, bool_or(in_series) AS in_series,
+                  bool_or(snapshot_digest IN (SELECT snapshot_digest FROM newest)) AS held
+           FROM candidate_rows c SEMI JOIN worth w ON w.run_digest = c.run_digest
+           GROUP BY run_digest"""
+    )
     # A run of a snapshot that is some key's newest read is held; only the other candidates
     # are looked up in the newest snapshots' lineage.
-    con.execute(
-        f"""CREATE TEMP TABLE candidates AS
-            SELECT run_digest, bool_or(in_series) AS in_series,
-                   bool_or(snapshot_digest IN (SELECT snapshot_digest FROM newest)) AS held
-            FROM (
-                SELECT run_digest, true AS in_series, snapshot_digest FROM series_runs
-                UNION ALL SELECT run_digest, false, snapshot_digest FROM ({touched_lineage}))
-            GROUP BY run_digest"""
-    )
     unsure = con.execute("SELECT count(*) FROM candidates WHERE NOT held").fetchone()
     newest_lineage = parquet_select(lineage_paths(newest) if unsure and unsure[0] else [], lineage)
     con.execute(
@@ -465,7 +483,7 @@ def recompute_run_state(
     con.execute(
         """CREATE TEMP TABLE run_state AS
            SELECT * FROM old_run_state
-           WHERE run_digest NOT IN (SELECT run_digest FROM candidates)
+           WHERE run_digest NOT IN (SELECT run_digest FROM had_state)
            UNION ALL
            SELECT run_digest, superseded_by,
                   superseded_by IS NULL AND NOT held AS retracted_in_source
