@@ -188,10 +188,10 @@ def record_set_file(
     maps and merges in segment order. `once_started` is called once the workers run (threads
     started before would make them start from a forkserver, slower)."""
     source = Input(FileInput(path), worker_context(__name__))
+    size = path.stat().st_size
     return _record_set(
-        source, path.stat().st_size, snapshot_digest, parser_version, workers, segment_bytes,
-        once_started,
-    )  # fmt: skip
+        source, size, snapshot_digest, parser_version, workers, segment_bytes, once_started
+    )
 
 
 def record_set_bytes(
@@ -209,9 +209,8 @@ def record_set_bytes(
     if isinstance(context, multiprocessing.context.ForkContext):
         source = Input(lambda: io.BytesIO(data), context)  # shares `data`, copies nothing
         return _record_set(
-            source, len(data), snapshot_digest, parser_version, workers, segment_bytes,
-            once_started,
-        )  # fmt: skip
+            source, len(data), snapshot_digest, parser_version, workers, segment_bytes, once_started
+        )
     with tempfile.TemporaryDirectory(prefix="kindex-ingest-") as workdir:
         path = Path(workdir) / "snapshot.csv"
         path.write_bytes(data)
