@@ -210,8 +210,10 @@ def write_record_set(
     source: str,
     content: RecordSetContent,
 ) -> SnapshotRecords:
-    """Write the record set's objects, then its summary; then keep the objects in the local
-    cache of published files too, since the publish that follows reads them."""
+    """Write the record set's objects, then its summary; and keep the objects in the local
+    cache of published files too, since the publish that follows reads them. Parts are named by
+    this write's attempt, which no other write makes: they are cached while they upload. The
+    other objects are cached once the summary names them (then they never change)."""
     files: dict[str, list[str]] = {}
     written: dict[str, bytes] = {}
     attempt = secrets.token_hex(4)
@@ -223,7 +225,12 @@ def write_record_set(
         encoded = parts if parts is not None else [parquet_bytes(content.tables[name])]
         for object_name, data in zip(files[name], encoded, strict=True):
             written[prefix + object_name] = data
-    put_objects(store, written, "application/vnd.apache.parquet")
+    own = {prefix + object_name for name in content.parts for object_name in files[name]}
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kindex-cache") as cache:
+        cached = [cache.submit(write_atomically, layout.cached_path(k), written[k]) for k in own]
+        put_objects(store, written, "application/vnd.apache.parquet")
+        for future in cached:
+            future.result()
     if content.lineage_in_runs:
         files["lineage"] = files["runs"]
     pause_point(RECORD_FILES_WRITTEN)
@@ -246,7 +253,8 @@ def write_record_set(
     }
     store.put_bytes(prefix + SUMMARY_FILE, orjson.dumps(summary), content_type="application/json")
     for key, data in written.items():  # named by the summary now: they never change
-        write_atomically(layout.cached_path(key), data)
+        if key not in own:
+            write_atomically(layout.cached_path(key), data)
     return records_from_summary(summary, snapshot.key, prefix, reused=False)
 
 
