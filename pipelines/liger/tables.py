@@ -70,8 +70,6 @@ class FileTables:
     parser_version: str
     names: tuple[str, ...] = NAMES  # the tables merged here (a batch may hold only those)
     rows: int = 0
-    runs: set[str] = field(default_factory=set)
-    manifests: set[str] = field(default_factory=set)
     parts: dict[str, list[pa.Table]] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -79,19 +77,18 @@ class FileTables:
 
     def merge(self, batch: BatchTables) -> None:
         self.rows += batch.rows
-        tables = dict(batch.tables)
-        if "runs" in self.parts:
-            tables["runs"] = _first_seen(tables["runs"], "run_digest", self.runs)
-        if "manifests" in self.parts:
-            tables["manifests"] = _first_seen(tables["manifests"], "digest", self.manifests)
         for name in self.names:
-            self.parts[name].append(tables[name])
+            self.parts[name].append(batch.tables[name])
 
     def tables(self) -> dict[str, pa.Table]:
-        return {
+        tables = {
             name: pa.concat_tables(parts) if parts else SCHEMAS[name].empty_table()
             for name, parts in self.parts.items()
         }
+        for name, key in (("runs", "run_digest"), ("manifests", "digest")):
+            if name in tables:
+                tables[name] = _first_seen(tables[name], key)
+        return tables
 
 
 @dataclass(slots=True)
@@ -372,14 +369,17 @@ def _merged(name: str, parts: list[_Part]) -> pa.Table:
         table = pa.concat_tables([p.table for p in parts]).take(pa.array(order))
     if name != "manifests" or pc.count_distinct(table.column("digest")).as_py() == len(table):
         return table
-    return _first_seen(table, "digest", set())
+    return _first_seen(table, "digest")
 
 
-def _first_seen(table: pa.Table, column: str, seen: set[str]) -> pa.Table:
-    """The rows of `table` whose `column` value is not in `seen` nor on an earlier row; adds
-    the values to `seen`."""
-    keep = []
-    for value in table.column(column).to_pylist():
-        keep.append(value not in seen)
-        seen.add(value)
-    return table if all(keep) else table.filter(pa.array(keep, pa.bool_()))
+def _first_seen(table: pa.Table, column: str) -> pa.Table:
+    """The rows of `table` whose `column` value no earlier row has. Arrow numbers the distinct
+    values in order of first appearance, so a row is a first exactly when its number is above
+    every earlier row's."""
+    if not len(table):
+        return table
+    values = table.column(column).combine_chunks()
+    codes = pc.dictionary_encode(values, null_encoding="encode").indices.to_numpy()
+    first = np.ones(len(codes), dtype=bool)
+    first[1:] = codes[1:] > np.maximum.accumulate(codes)[:-1]
+    return table if first.all() else table.filter(pa.array(first))
