@@ -37,7 +37,7 @@ from pipelines.index.record_objects import (
     preview,
     value_counts,
 )
-from pipelines.liger.relay import record_set_bytes, worth_relay
+from pipelines.liger.relay import record_set_file, worth_relay
 from pipelines.liger.tables import record_tables as record_tables_of_csv
 from pipelines.sources import normalize_object
 from pipelines.storage.base import ObjectStore
@@ -186,7 +186,7 @@ def record_set_content(
 ) -> RecordSetContent:
     """The record set of one normalized object; a large Liger CSV on every core."""
     if result.source == "liger-csv" and worth_relay(len(data)):
-        return record_set_bytes(
+        return record_set_file(
             data, snapshot_digest, result.parser_version, once_started=once_started
         )
     once_started()

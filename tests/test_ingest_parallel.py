@@ -39,14 +39,10 @@ def serial_tables(data: bytes) -> tuple[int, dict[str, Any]]:
 def relay_tables(path: Path, workers: int, in_memory: bool = False) -> tuple[int, dict[str, Any]]:
     """The relay's record set as whole tables: its parts read back, in input order. The
     workers read the file, or (`in_memory`) its bytes as this process holds them."""
-    if in_memory:
-        content = relay.record_set_bytes(
-            path.read_bytes(), DIGEST, PARSER_VERSION, workers=workers, segment_bytes=40_000
-        )
-    else:
-        content = relay.record_set_file(
-            path, DIGEST, PARSER_VERSION, workers=workers, segment_bytes=40_000
-        )
+    csv = path.read_bytes() if in_memory else path
+    content = relay.record_set_file(
+        csv, DIGEST, PARSER_VERSION, workers=workers, segment_bytes=40_000
+    )
     tables = dict(content.tables)
     for name, parts in content.parts.items():
         assert len(parts) == workers  # a part per worker, none empty of its schema

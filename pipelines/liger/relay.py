@@ -169,14 +169,15 @@ def normalize_file(
 
 
 def record_set_file(
-    path: Path,
+    csv: Path | bytes,
     snapshot_digest: str,
     parser_version: str,
     workers: int | None = None,
     segment_bytes: int | None = None,
     once_started: Callable[[], None] | None = None,
 ) -> RecordSetContent:
-    """The file's record set, with the tables tables.record_tables builds on one core.
+    """The record set of a file (its path, or its bytes held in memory), with the tables
+    tables.record_tables builds on one core.
 
     Runs (a row per CSV row) are encoded by the workers themselves: each writes a Parquet part,
     a row group per segment, so the encoding runs on every core. Their rows are the serial
@@ -186,37 +187,26 @@ def record_set_file(
     digest), read from the runs parts. Manifests (one row per distinct record, kept at its first
     row) and quarantine rows are spooled by each worker as Arrow IPC files, which this process
     maps and merges in segment order. `once_started` is called once the workers run (threads
-    started before would make them start from a forkserver, slower)."""
-    source = Input(FileInput(path), worker_context(__name__))
-    size = path.stat().st_size
+    started before would make them start from a forkserver, slower).
+
+    Forked workers read bytes where this process holds them (a fork shares its memory, copied
+    only on write); workers from a forkserver (this process runs threads) need a file, so the
+    bytes are written to a temporary one first."""
+    context = worker_context(__name__)
+    if isinstance(csv, Path):
+        source, size = Input(FileInput(csv), context), csv.stat().st_size
+    elif isinstance(context, multiprocessing.context.ForkContext):
+        source, size = Input(lambda: io.BytesIO(csv), context), len(csv)  # shares, copies nothing
+    else:
+        with tempfile.TemporaryDirectory(prefix="kindex-ingest-") as workdir:
+            path = Path(workdir) / "snapshot.csv"
+            path.write_bytes(csv)
+            return record_set_file(
+                path, snapshot_digest, parser_version, workers, segment_bytes, once_started
+            )
     return _record_set(
         source, size, snapshot_digest, parser_version, workers, segment_bytes, once_started
     )
-
-
-def record_set_bytes(
-    data: bytes,
-    snapshot_digest: str,
-    parser_version: str,
-    workers: int | None = None,
-    segment_bytes: int | None = None,
-    once_started: Callable[[], None] | None = None,
-) -> RecordSetContent:
-    """record_set_file of a file's bytes held in memory. Forked workers read them where they
-    are (a fork shares this process's memory, copied only on write); workers from a forkserver
-    (this process runs threads) read them from a temporary file."""
-    context = worker_context(__name__)
-    if isinstance(context, multiprocessing.context.ForkContext):
-        source = Input(lambda: io.BytesIO(data), context)  # shares `data`, copies nothing
-        return _record_set(
-            source, len(data), snapshot_digest, parser_version, workers, segment_bytes, once_started
-        )
-    with tempfile.TemporaryDirectory(prefix="kindex-ingest-") as workdir:
-        path = Path(workdir) / "snapshot.csv"
-        path.write_bytes(data)
-        return record_set_file(
-            path, snapshot_digest, parser_version, workers, segment_bytes, once_started
-        )
 
 
 def _record_set(
