@@ -6,6 +6,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,6 +19,7 @@ from pipelines.storage.s3 import (
     S3Store,
     StorageAccessDenied,
     StorageUnreachable,
+    make_client,
     store_session,
 )
 
@@ -228,3 +230,28 @@ def test_a_body_that_breaks_off_is_fetched_again(
     monkeypatch.setattr(s3_store.client, "get_object", get_object)
     assert s3_store.get_bytes("k") == b"whole body"
     assert len(calls) == 2
+
+
+def test_bodies_sent_on_loopback_are_not_hashed_for_signing(s3_store: S3Store) -> None:
+    """boto3 signs each body's sha256 over plain HTTP; to the embedded server, on loopback,
+    it sends UNSIGNED-PAYLOAD instead, which the server takes. Elsewhere boto3 decides."""
+    sent: list[str] = []
+
+    def capture(request: Any, **_: Any) -> None:
+        sent.append(request.headers.get("X-Amz-Content-SHA256", b"").decode())
+
+    events = s3_store.client.meta.events
+    events.register("before-send.s3.PutObject", capture)
+    try:
+        s3_store.put_bytes("loopback/body.bin", b"x" * 100_000)
+    finally:
+        events.unregister("before-send.s3.PutObject", capture)
+    assert sent == ["UNSIGNED-PAYLOAD"]
+    assert s3_store.get_bytes("loopback/body.bin") == b"x" * 100_000
+    remote = make_client(
+        endpoint_url="http://storage.example:9000",
+        region="us-east-1",
+        path_style=True,
+        credentials=None,
+    )
+    assert "payload_signing_enabled" not in remote.meta.config.s3
