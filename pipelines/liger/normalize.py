@@ -467,9 +467,7 @@ class Series:
         identity_template = _template(identity(_manifest("BenchmarkRun", {}, holes["spec"])))  # type: ignore[arg-type]
         manifest = _template(_manifest("BenchmarkRun", holes["metadata"], holes["spec"]))  # type: ignore[arg-type]
         full_manifest = manifest.replace("%(spec)s", spec_template)
-        identity_head, metadata_lead = split_identity(
-            identity_template.replace("%(spec)s", spec_template), full_manifest
-        )
+        identity_head, metadata_lead = split_identity(identity_template, manifest)
         return RunTemplate(
             name_head="-".join(parts) if all(parts) else "",
             external_id_head=head,

@@ -319,15 +319,14 @@ def _manifest_part(rows: _PlainRows) -> _Part:
         record for code in series_codes.tolist() for record in runs.series[code].references
     ]
     records += [runs.workloads[code].record for code in workload_codes.tolist()]
-    per_series = len(SERIES_SLOTS)
     slots = np.concatenate(
         [np.tile(SERIES_SLOTS, len(series_codes)), np.full(len(workload_codes), WORKLOAD_SLOT)]
     )
-    at = np.concatenate([np.repeat(series_rows, per_series), workload_rows])
+    at = np.concatenate([np.repeat(series_rows, len(SERIES_SLOTS)), workload_rows])
     positions = rows.positions[at]
     order = np.lexsort((slots, positions))
     records = [records[i] for i in order.tolist()]
-    lines = rows.runs.lines.to_numpy()[rows.index[at[order]]]
+    lines = runs.lines.to_numpy()[rows.index[at[order]]]
     table = pa.Table.from_arrays(
         [
             pa.array([r.digest for r in records], pa.string()),
@@ -346,8 +345,7 @@ def _manifest_part(rows: _PlainRows) -> _Part:
 def _first_rows(rows: _PlainRows, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The distinct codes of the standing rows, and the index (among them) of each one's first
     row."""
-    codes, first = np.unique(ids[rows.index], return_index=True)
-    return codes, first
+    return np.unique(ids[rows.index], return_index=True)
 
 
 # Where a series' records (Series.references: operation, project, implementation, protocol,
@@ -367,9 +365,7 @@ def _merged(name: str, parts: list[_Part]) -> pa.Table:
         slots = np.concatenate([p.slots for p in parts])
         order = np.lexsort((slots, positions))
         table = pa.concat_tables([p.table for p in parts]).take(pa.array(order))
-    if name != "manifests" or pc.count_distinct(table.column("digest")).as_py() == len(table):
-        return table
-    return _first_seen(table, "digest")
+    return _first_seen(table, "digest") if name == "manifests" else table
 
 
 def _first_seen(table: pa.Table, column: str) -> pa.Table:
