@@ -214,23 +214,15 @@ def write_record_set(
     cache of published files too, since the publish that follows reads them. Parts are named by
     this write's attempt, which no other write makes: they are cached while they upload. The
     other objects are cached once the summary names them (then they never change)."""
-    files: dict[str, list[str]] = {}
-    written: dict[str, bytes] = {}
     attempt = secrets.token_hex(4)
-    for name in RECORD_FILES:
-        if name == "lineage" and content.lineage_in_runs:
-            continue  # named below: the runs objects hold it
-        parts = content.parts.get(name)
-        files[name] = object_names(name, None if parts is None else len(parts), attempt)
-        encoded = parts if parts is not None else [parquet_bytes(content.tables[name])]
-        for object_name, data in zip(files[name], encoded, strict=True):
-            written[prefix + object_name] = data
-    own = {prefix + object_name for name in content.parts for object_name in files[name]}
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kindex-cache") as cache:
-        cached = [cache.submit(write_atomically, layout.cached_path(k), written[k]) for k in own]
-        put_objects(store, written, "application/vnd.apache.parquet")
-        for future in cached:
-            future.result()
+    files = {
+        name: object_names(
+            name, len(content.parts[name]) if name in content.parts else None, attempt
+        )
+        for name in RECORD_FILES
+        if not (name == "lineage" and content.lineage_in_runs)  # named below: the runs hold it
+    }
+    written = _put_record_objects(store, layout, prefix, files, content)
     if content.lineage_in_runs:
         files["lineage"] = files["runs"]
     pause_point(RECORD_FILES_WRITTEN)
@@ -253,24 +245,41 @@ def write_record_set(
     }
     store.put_bytes(prefix + SUMMARY_FILE, orjson.dumps(summary), content_type="application/json")
     for key, data in written.items():  # named by the summary now: they never change
-        if key not in own:
-            write_atomically(layout.cached_path(key), data)
+        write_atomically(layout.cached_path(key), data)
     return records_from_summary(summary, snapshot.key, prefix, reused=False)
 
 
 UPLOAD_THREADS = 4
+PARQUET = "application/vnd.apache.parquet"
 
 
-def put_objects(store: ObjectStore, objects: dict[str, bytes], content_type: str) -> None:
-    """PUT each object, several at once (S3 servers take parallel requests; boto3 clients are
-    thread-safe)."""
-    with ThreadPoolExecutor(UPLOAD_THREADS, thread_name_prefix="kindex-put") as pool:
-        puts = [
-            pool.submit(store.put_bytes, key, data, content_type=content_type)
-            for key, data in objects.items()
-        ]
-        for put in puts:
-            put.result()
+def _put_record_objects(
+    store: ObjectStore,
+    layout: IndexLayout,
+    prefix: str,
+    files: dict[str, list[str]],
+    content: RecordSetContent,
+) -> dict[str, bytes]:
+    """PUT the record set's objects, several at once (boto3 clients are thread-safe), parts
+    first: those are encoded already, so they upload while the other tables are encoded. Parts
+    are cached as they upload; the other objects are returned, by key, to be cached later."""
+    written: dict[str, bytes] = {}
+    with (
+        ThreadPoolExecutor(UPLOAD_THREADS, thread_name_prefix="kindex-put") as puts,
+        ThreadPoolExecutor(max_workers=1, thread_name_prefix="kindex-cache") as cache,
+    ):
+        pending: list[Future[Any]] = []
+        for name, parts in content.parts.items():
+            for key, data in zip([prefix + n for n in files[name]], parts, strict=True):
+                pending.append(puts.submit(store.put_bytes, key, data, content_type=PARQUET))
+                pending.append(cache.submit(write_atomically, layout.cached_path(key), data))
+        for name in files.keys() - content.parts.keys():
+            key = prefix + files[name][0]
+            written[key] = parquet_bytes(content.tables[name])
+            pending.append(puts.submit(store.put_bytes, key, written[key], content_type=PARQUET))
+        for future in pending:
+            future.result()
+    return written
 
 
 def records_from_summary(

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import io
+import mmap
 import multiprocessing
 import os
 import queue
@@ -318,10 +319,19 @@ def spool_tables(tables: BatchTables, folder: Path, index: int, facts: PartFacts
 
 def unspool_tables(rows: int, files: dict[str, Path]) -> BatchTables:
     """A segment's tables back from their files, memory-mapped (not copied)."""
-    tables = {
-        name: pa.ipc.open_file(pa.memory_map(str(path))).read_all() for name, path in files.items()
-    }
-    return BatchTables(rows, tables)
+    return BatchTables(rows, {name: _mapped_table(path) for name, path in files.items()})
+
+
+def _mapped_table(path: Path) -> pa.Table:
+    """An Arrow IPC file's table, its buffers in a map of the file. On Linux the map is filled
+    at once (MAP_POPULATE), while the workers still run: faulting pages in one by one later, on
+    first touch, cost more (merging a 1M-row file's tables: 0.25 -> 0.18 s of CPU)."""
+    populate = getattr(mmap, "MAP_POPULATE", 0)
+    if not populate:
+        return pa.ipc.open_file(pa.memory_map(str(path))).read_all()
+    with path.open("rb") as file:
+        mapped = mmap.mmap(file.fileno(), 0, flags=mmap.MAP_SHARED | populate, prot=mmap.PROT_READ)
+    return pa.ipc.open_file(pa.py_buffer(mapped)).read_all()
 
 
 @dataclass(slots=True)
