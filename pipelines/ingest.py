@@ -4,6 +4,7 @@ and files on disk all the way through (`kindex ingest`). Dagster assets call the
 
 from __future__ import annotations
 
+import functools
 import io
 import secrets
 import sys
@@ -132,20 +133,25 @@ def prepare_records(
     store: ObjectStore,
     settings: Any,
     key: str,
-    digest: str,
+    digest: str | Callable[[], str],
     data: bytes,
     once_started: Callable[[], None] = lambda: None,
 ) -> PreparedRecords:
-    """The records of the bytes (hashing to `digest`) of an object read at `key`, unless their
-    record set exists. `once_started`: called once the work runs on every core (or at once)."""
+    """The records of the bytes of an object read at `key`, unless their record set exists.
+    `digest`: the bytes' content digest, or a function computing it, which is called only once
+    the work runs on every core (hashing then overlaps it). `once_started`: called once the
+    work runs on every core (or at once)."""
     layout = IndexLayout.of(settings)
     result = normalize_object(key, data, known_digest=known_manifests(store, settings))
-    prefix = layout.record_set_prefix(result.parser_version, digest)
-    content = None
-    if store.head(prefix + SUMMARY_FILE) is None:
-        content = record_set_content(result, data, digest, once_started)
-    else:
+    digest_of = digest if callable(digest) else lambda: digest
+
+    def digest_unless_written() -> str | None:
         once_started()
+        prefix = layout.record_set_prefix(result.parser_version, digest_of())
+        return digest_of() if store.head(prefix + SUMMARY_FILE) is None else None
+
+    content = record_set_content(result, data, digest_unless_written)
+    prefix = layout.record_set_prefix(result.parser_version, digest_of())
     return PreparedRecords(result.parser_version, result.source, prefix, content)
 
 
@@ -179,17 +185,15 @@ def write_records(
 
 
 def record_set_content(
-    result: Any,
-    data: bytes,
-    snapshot_digest: str,
-    once_started: Callable[[], None] = lambda: None,
-) -> RecordSetContent:
-    """The record set of one normalized object; a large Liger CSV on every core."""
+    result: Any, data: bytes, digest_unless_written: Callable[[], str | None]
+) -> RecordSetContent | None:
+    """The record set of one normalized object (a large Liger CSV on every core), unless
+    `digest_unless_written`, called once the work runs, gives None: then nothing is built."""
     if result.source == "liger-csv" and worth_relay(len(data)):
-        return record_set_file(
-            data, snapshot_digest, result.parser_version, once_started=once_started
-        )
-    once_started()
+        return record_set_file(data, digest_unless_written, result.parser_version)
+    snapshot_digest = digest_unless_written()
+    if snapshot_digest is None:
+        return None
     if result.source == "liger-csv":
         rows, tables = record_tables_of_csv(
             io.BytesIO(data), snapshot_digest, result.parser_version
@@ -322,7 +326,9 @@ def ingest_file(store: ObjectStore, settings: Any, path: Path) -> SnapshotRecord
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kindex-upload") as pool:
         upload: list[Future[Any]] = []
 
-        key, digest = incoming_key(settings, path), content_digest(data)
+        key = incoming_key(settings, path)
+        # Hashed once the records' work runs on every core, beside it (or by the upload, first).
+        digest = functools.cache(functools.partial(content_digest, data))
 
         def start_upload() -> None:
             if not upload:
@@ -339,12 +345,12 @@ def ingest_file(store: ObjectStore, settings: Any, path: Path) -> SnapshotRecord
 
 
 def _upload_and_snapshot(
-    store: ObjectStore, settings: Any, path: Path, data: bytes, digest: str
+    store: ObjectStore, settings: Any, path: Path, data: bytes, digest: Callable[[], str]
 ) -> Any:
     from pipelines.snapshots import snapshot_written
 
     written = put_incoming(store, settings, path, data)
-    return snapshot_written(store, settings, written, data, digest)
+    return snapshot_written(store, settings, written, data, digest())
 
 
 def ingest_paths(

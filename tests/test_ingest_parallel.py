@@ -3,6 +3,7 @@ duplicates and bad rows included, and an ingest through them gives the same inde
 
 from __future__ import annotations
 
+import multiprocessing
 import threading
 from pathlib import Path
 from typing import Any
@@ -139,3 +140,35 @@ def test_tables_spool_to_shared_memory_only_when_it_has_room(
     assert relay._spool_dir(1 << 62) is None  # no room: the temporary directory
     monkeypatch.setattr(relay, "SHARED_MEMORY", tmp_path / "absent")
     assert relay._spool_dir(1) is None
+
+
+def test_a_digest_function_runs_once_the_workers_do_and_none_stops_them(tmp_path: Path) -> None:
+    """An ingest hashes the bytes (and checks for their record set) while the workers read
+    their first segments; when the record set exists, the workers are stopped."""
+    path = tmp_path / "file.csv"
+    path.write_bytes(messy_csv())
+    running: list[int] = []
+
+    def digest_unless_written() -> str | None:
+        running.append(len(multiprocessing.active_children()))
+        return None
+
+    assert relay.record_set_file(path, digest_unless_written, PARSER_VERSION, 2, 40_000) is None
+    assert running == [2]
+    assert multiprocessing.active_children() == []
+
+
+def test_reingesting_a_file_through_the_parallel_path_builds_nothing(
+    s3_store: Any, index_settings: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(ingest_module, "worth_relay", lambda size: True)
+    monkeypatch.setattr(relay, "SEGMENT_BYTES", 50_000)
+    path = tmp_path / "messy.csv"
+    path.write_bytes(messy_csv())
+    first = ingest_module.ingest_paths([path], index_settings, progress=False, store=s3_store)
+    before = fingerprints(index_settings)
+    again = ingest_module.ingest_paths([path], index_settings, progress=False, store=s3_store)
+    assert [f.reused for f in first.files] == [False]
+    assert [f.reused for f in again.files] == [True]
+    assert again.files[0].snapshot_digest == first.files[0].snapshot_digest
+    assert fingerprints(index_settings) == before

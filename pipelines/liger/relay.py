@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from itertools import compress
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, overload
 
 import numpy as np
 import pyarrow as pa
@@ -102,6 +102,7 @@ class Token:
     start: int  # where the segment's first record really starts
     line: int
     recent: tuple[bytes, ...]  # first-seen externalId digests of the last N-1 segments
+    snapshot_digest: str  # of the bytes read, for the tables: known once the workers run
 
 
 def worth_relay(size: int) -> bool:
@@ -160,25 +161,54 @@ def normalize_file(
     fd = out.fileno() if out is not None else None
     # Lines go straight to the caller's file descriptor, which only a forked child shares.
     context = worker_context(__name__) if fd is None else multiprocessing.get_context("fork")
-    return _run(
-        Input(FileInput(path), context),
-        Sink(fd, None),
-        workers,
-        segment_bytes,
-        lambda i, t: None,
+    return (
+        _run(
+            Input(FileInput(path), context),
+            Sink(fd, None),
+            workers,
+            segment_bytes,
+            lambda i, t: None,
+            lambda: "",
+        )
+        or Counter()
     )
 
 
+# The snapshot digest of the bytes a relay reads, or a function giving it (or None: build
+# nothing) once the workers run, so that hashing the bytes (0.15 s for 1M rows) and what else
+# the caller does then (checking whether the record set exists) overlap their first segments.
+SnapshotDigest = str | Callable[[], str | None]
+
+
+@overload
 def record_set_file(
     csv: Path | bytes,
     snapshot_digest: str,
     parser_version: str,
     workers: int | None = None,
     segment_bytes: int | None = None,
-    once_started: Callable[[], None] | None = None,
-) -> RecordSetContent:
+) -> RecordSetContent: ...
+
+
+@overload
+def record_set_file(
+    csv: Path | bytes,
+    snapshot_digest: SnapshotDigest,
+    parser_version: str,
+    workers: int | None = None,
+    segment_bytes: int | None = None,
+) -> RecordSetContent | None: ...
+
+
+def record_set_file(
+    csv: Path | bytes,
+    snapshot_digest: SnapshotDigest,
+    parser_version: str,
+    workers: int | None = None,
+    segment_bytes: int | None = None,
+) -> RecordSetContent | None:
     """The record set of a file (its path, or its bytes held in memory), with the tables
-    tables.record_tables builds on one core.
+    tables.record_tables builds on one core; None when `snapshot_digest`, a function, gave None.
 
     Runs (a row per CSV row) are encoded by the workers themselves: each writes a Parquet part,
     a row group per segment, so the encoding runs on every core. Their rows are the serial
@@ -187,8 +217,9 @@ def record_set_file(
     The lineage table is not written apart: its rows are the runs' own (snapshot, parser, line,
     digest), read from the runs parts. Manifests (one row per distinct record, kept at its first
     row) and quarantine rows are spooled by each worker as Arrow IPC files, which this process
-    maps and merges in segment order. `once_started` is called once the workers run (threads
-    started before would make them start from a forkserver, slower).
+    maps and merges in segment order. A `snapshot_digest` function is called once the workers
+    run: it may start threads (threads started before would make them start from a
+    forkserver, slower).
 
     Forked workers read bytes where this process holds them (a fork shares its memory, copied
     only on write); workers from a forkserver (this process runs threads) need a file, so the
@@ -202,29 +233,27 @@ def record_set_file(
         with tempfile.TemporaryDirectory(prefix="kindex-ingest-") as workdir:
             path = Path(workdir) / "snapshot.csv"
             path.write_bytes(csv)
-            return record_set_file(
-                path, snapshot_digest, parser_version, workers, segment_bytes, once_started
-            )
-    return _record_set(
-        source, size, snapshot_digest, parser_version, workers, segment_bytes, once_started
-    )
+            return record_set_file(path, snapshot_digest, parser_version, workers, segment_bytes)
+    digest = snapshot_digest if callable(snapshot_digest) else lambda: snapshot_digest
+    return _record_set(source, size, digest, parser_version, workers, segment_bytes)
 
 
 def _record_set(
     source: Input,
     size: int,
-    snapshot_digest: str,
+    snapshot_digest: Callable[[], str | None],
     parser_version: str,
     workers: int | None,
     segment_bytes: int | None,
-    once_started: Callable[[], None] | None,
-) -> RecordSetContent:
+) -> RecordSetContent | None:
     kept = tuple(name for name in BUILT if name not in ENCODED)
-    merged = InOrder(FileTables(snapshot_digest, parser_version, names=kept))
+    merged = InOrder(FileTables(names=kept))
     spool_dir = _spool_dir(size * SPOOL_BYTES_PER_CSV_BYTE)
     with tempfile.TemporaryDirectory(prefix="kindex-tables-", dir=spool_dir) as spool:
-        job = Job(snapshot_digest, parser_version, Path(spool))
-        _run(source, Sink(None, job), workers, segment_bytes, merged.add, once_started)
+        job = Job(parser_version, Path(spool))
+        sink = Sink(None, job)
+        if _run(source, sink, workers, segment_bytes, merged.add, snapshot_digest) is None:
+            return None
         parts = {
             name: [part.read_bytes() for part in sorted(Path(spool).glob(f"{name}-*.parquet"))]
             for name in ENCODED
@@ -257,9 +286,9 @@ BUILT = tuple(name for name in NAMES if name != "lineage")
 
 @dataclass(frozen=True, slots=True)
 class Job:
-    """Record tables to build: of which snapshot, by which parser, spooled where."""
+    """Record tables to build: by which parser, spooled where (of which snapshot: the tokens
+    say)."""
 
-    snapshot_digest: str
     parser_version: str
     spool: Path
 
@@ -387,8 +416,10 @@ def _run(
     workers: int | None,
     segment_bytes: int | None,
     on_tables: Callable[[int, Spooled], None],
-    once_started: Callable[[], None] | None = None,
-) -> Counter[str]:
+    snapshot_digest: Callable[[], str | None],
+) -> Counter[str] | None:
+    """Run the workers: their counts, or None when `snapshot_digest` (called once they run)
+    gave None, and they were stopped."""
     with source.opener() as stream:
         columns, segments = segments_of(stream, segment_bytes or SEGMENT_BYTES)
     count = min(workers or usable_cpus(), max(len(segments), 1))
@@ -419,10 +450,11 @@ def _run(
     for process in processes:
         process.start()
     try:
-        if once_started is not None:
-            once_started()
+        digest = snapshot_digest()
+        if digest is None:
+            return None
         if segments:
-            pipes[0][1].send(Token(segments[0].start, segments[0].line, ()))
+            pipes[0][1].send(Token(segments[0].start, segments[0].line, (), digest))
         return _collect(results, processes, on_tables)
     finally:
         stop(processes)
@@ -519,14 +551,14 @@ def _relay(
         if index + 1 < len(segments):
             mine = b"".join(compress(prepared.digests, first))
             recent = (*token.recent, mine)[-(count - 1) :] if count > 1 else ()
-            send.send(Token(prepared.end, prepared.next_line, recent))
+            send.send(Token(prepared.end, prepared.next_line, recent, token.snapshot_digest))
         # Counts and tables are built after the token went on: they need no order here. An
         # ingest counts from its tables (PartFacts), not from these.
         if parts is None:
             count_outcomes(prepared.batch, counts)
         else:
             job = parts.job
-            tables = batch_tables(prepared.batch, job.snapshot_digest, job.parser_version, BUILT)
+            tables = batch_tables(prepared.batch, token.snapshot_digest, job.parser_version, BUILT)
             rest, facts = parts.write(tables)
             results.put((TABLES, index, spool_tables(rest, job.spool, index, facts)))
 

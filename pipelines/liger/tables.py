@@ -55,7 +55,7 @@ def record_tables(
     rows: int = BATCH_ROWS,
 ) -> tuple[int, dict[str, pa.Table]]:
     """(rows read, record tables) of a whole Liger CSV, batch by batch; raises NotLigerCsv."""
-    merged = FileTables(snapshot_digest, parser_version)
+    merged = FileTables()
     for batch in normalized_batches(stream, normalizer, rows):
         merged.merge(batch_tables(batch, snapshot_digest, parser_version))
     return merged.rows, merged.tables()
@@ -64,13 +64,16 @@ def record_tables(
 @dataclass(slots=True)
 class FileTables:
     """Batch tables merged in file order: a run or manifest that an earlier batch had keeps
-    that batch's row (its lineage rows stay), as RecordSetBuilder keeps the first."""
+    that batch's row (its lineage rows stay), as RecordSetBuilder keeps the first.
 
-    snapshot_digest: str
-    parser_version: str
+    Manifests (at most one per distinct record, fewer than runs) are checked batch by batch
+    against the digests merged so far, while later batches are still being built (the relay's
+    workers run meanwhile); runs, one per row, once at the end, vectorized."""
+
     names: tuple[str, ...] = NAMES  # the tables merged here (a batch may hold only those)
     rows: int = 0
     parts: dict[str, list[pa.Table]] = field(init=False)
+    manifest_digests: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.parts = {name: [] for name in self.names}
@@ -78,16 +81,23 @@ class FileTables:
     def merge(self, batch: BatchTables) -> None:
         self.rows += batch.rows
         for name in self.names:
-            self.parts[name].append(batch.tables[name])
+            table = batch.tables[name]
+            self.parts[name].append(self._new_manifests(table) if name == "manifests" else table)
+
+    def _new_manifests(self, table: pa.Table) -> pa.Table:
+        """The batch's manifests (each once) that no earlier batch had."""
+        digests = table.column("digest").to_pylist()
+        new = [digest not in self.manifest_digests for digest in digests]
+        self.manifest_digests.update(digests)
+        return table if all(new) else table.filter(new)
 
     def tables(self) -> dict[str, pa.Table]:
         tables = {
             name: pa.concat_tables(parts) if parts else SCHEMAS[name].empty_table()
             for name, parts in self.parts.items()
         }
-        for name, key in (("runs", "run_digest"), ("manifests", "digest")):
-            if name in tables:
-                tables[name] = _first_seen(tables[name], key)
+        if "runs" in tables:
+            tables["runs"] = _first_seen(tables["runs"], "run_digest")
         return tables
 
 
