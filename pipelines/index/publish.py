@@ -382,10 +382,15 @@ def recompute_run_state(
     Supersession: within a series, a run is superseded by the earliest run (lowest digest on a
     tie) observed strictly later. Retraction: a run not superseded and held by no key's newest
     read (newest by LastModified, then read time)."""
+    # The old runs of the new runs' series are probed once; the new runs stay where they are
+    # (their record set's Parquet, or a temporary table), read again column by column.
     con.execute(
-        """CREATE TEMP TABLE series_runs AS
+        """CREATE TEMP TABLE old_series_runs AS
            SELECT run_digest, series_key, observed_at, snapshot_digest FROM old_run_segments
-           WHERE series_key IN (SELECT DISTINCT series_key FROM new_runs)
+           WHERE series_key IN (SELECT DISTINCT series_key FROM new_runs)"""
+    )
+    con.execute(
+        """CREATE TEMP VIEW series_runs AS SELECT * FROM old_series_runs
            UNION ALL SELECT run_digest, series_key, observed_at, snapshot_digest FROM new_runs"""
     )
     # Only a series observed at two times or more has a superseded run (min and max skip
