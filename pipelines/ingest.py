@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import functools
 import io
+import os
 import secrets
 import sys
+import tempfile
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -125,8 +128,21 @@ class PreparedRecords:
 def process_snapshot(store: ObjectStore, settings: Any, snapshot: Any) -> SnapshotRecords:
     """Normalize a snapshot's bytes and write its record objects (once per parser version)."""
     data = snapshot_data(store, settings, snapshot)
-    prepared = prepare_records(store, settings, snapshot.key, snapshot.digest, data)
-    return write_records(store, settings, snapshot, prepared)
+    with parts_folder(settings) as parts_dir:
+        prepared = prepare_records(
+            store, settings, snapshot.key, snapshot.digest, data, parts_dir=parts_dir
+        )
+        return write_records(store, settings, snapshot, prepared)
+
+
+@contextmanager
+def parts_folder(settings: Any) -> Iterator[Path]:
+    """An empty folder for the Parquet parts a relay's workers write, beside the local cache
+    (on its file system): once uploaded, a part moves into the cache by a rename, not a copy."""
+    cache = IndexLayout.of(settings).cache_dir
+    cache.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".parts-", dir=cache) as folder:
+        yield Path(folder)
 
 
 def prepare_records(
@@ -136,11 +152,14 @@ def prepare_records(
     digest: str | Callable[[], str],
     data: bytes,
     once_started: Callable[[], None] = lambda: None,
+    *,
+    parts_dir: Path,
 ) -> PreparedRecords:
     """The records of the bytes of an object read at `key`, unless their record set exists.
     `digest`: the bytes' content digest, or a function computing it, which is called only once
     the work runs on every core (hashing then overlaps it). `once_started`: called once the
-    work runs on every core (or at once)."""
+    work runs on every core (or at once). `parts_dir`: where the work on every core writes
+    Parquet parts (parts_folder)."""
     layout = IndexLayout.of(settings)
     result = normalize_object(key, data, known_digest=known_manifests(store, settings))
     digest_of = digest if callable(digest) else lambda: digest
@@ -150,7 +169,7 @@ def prepare_records(
         prefix = layout.record_set_prefix(result.parser_version, digest_of())
         return digest_of() if store.head(prefix + SUMMARY_FILE) is None else None
 
-    content = record_set_content(result, data, digest_unless_written)
+    content = record_set_content(result, data, digest_unless_written, parts_dir)
     prefix = layout.record_set_prefix(result.parser_version, digest_of())
     return PreparedRecords(result.parser_version, result.source, prefix, content)
 
@@ -185,12 +204,17 @@ def write_records(
 
 
 def record_set_content(
-    result: Any, data: bytes, digest_unless_written: Callable[[], str | None]
+    result: Any,
+    data: bytes,
+    digest_unless_written: Callable[[], str | None],
+    parts_dir: Path,
 ) -> RecordSetContent | None:
     """The record set of one normalized object (a large Liger CSV on every core), unless
     `digest_unless_written`, called once the work runs, gives None: then nothing is built."""
     if result.source == "liger-csv" and worth_relay(len(data)):
-        return record_set_file(data, digest_unless_written, result.parser_version)
+        return record_set_file(
+            data, digest_unless_written, result.parser_version, parts_dir=parts_dir
+        )
     snapshot_digest = digest_unless_written()
     if snapshot_digest is None:
         return None
@@ -216,7 +240,7 @@ def write_record_set(
 ) -> SnapshotRecords:
     """Write the record set's objects, then its summary; and keep the objects in the local
     cache of published files too, since the publish that follows reads them. Parts are named by
-    this write's attempt, which no other write makes: they are cached while they upload. The
+    this write's attempt, which no other write makes: they move into the cache once uploaded. The
     other objects are cached once the summary names them (then they never change)."""
     attempt = secrets.token_hex(4)
     files = {
@@ -266,17 +290,14 @@ def _put_record_objects(
 ) -> dict[str, bytes]:
     """PUT the record set's objects, several at once (boto3 clients are thread-safe), parts
     first: those are encoded already, so they upload while the other tables are encoded. Parts
-    are cached as they upload; the other objects are returned, by key, to be cached later."""
+    move into the cache once uploaded; the other objects are returned, by key, to be cached
+    later."""
     written: dict[str, bytes] = {}
-    with (
-        ThreadPoolExecutor(UPLOAD_THREADS, thread_name_prefix="kindex-put") as puts,
-        ThreadPoolExecutor(max_workers=1, thread_name_prefix="kindex-cache") as cache,
-    ):
+    with ThreadPoolExecutor(UPLOAD_THREADS, thread_name_prefix="kindex-put") as puts:
         pending: list[Future[Any]] = []
         for name, parts in content.parts.items():
-            for key, data in zip([prefix + n for n in files[name]], parts, strict=True):
-                pending.append(puts.submit(store.put_bytes, key, data, content_type=PARQUET))
-                pending.append(cache.submit(write_atomically, layout.cached_path(key), data))
+            for key, part in zip([prefix + n for n in files[name]], parts, strict=True):
+                pending.append(puts.submit(_put_part, store, key, part, layout.cached_path(key)))
         for name in files.keys() - content.parts.keys():
             key = prefix + files[name][0]
             written[key] = parquet_bytes(content.tables[name])
@@ -284,6 +305,14 @@ def _put_record_objects(
         for future in pending:
             future.result()
     return written
+
+
+def _put_part(store: ObjectStore, key: str, part: Path, cached: Path) -> None:
+    """PUT a part, then move its file into the cache: it is named by its write's attempt, which
+    no other write makes, so nothing else writes that cache entry."""
+    store.put_bytes(key, part.read_bytes(), content_type=PARQUET)
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(part, cached)
 
 
 def records_from_summary(
@@ -323,7 +352,10 @@ def ingest_file(store: ObjectStore, settings: Any, path: Path) -> SnapshotRecord
             store, settings, take_snapshot(store, settings, info.key, info.etag)
         )
     data = path.read_bytes()
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kindex-upload") as pool:
+    with (
+        parts_folder(settings) as parts_dir,
+        ThreadPoolExecutor(max_workers=1, thread_name_prefix="kindex-upload") as pool,
+    ):
         upload: list[Future[Any]] = []
 
         key = incoming_key(settings, path)
@@ -337,11 +369,13 @@ def ingest_file(store: ObjectStore, settings: Any, path: Path) -> SnapshotRecord
                 )
 
         try:
-            prepared = prepare_records(store, settings, key, digest, data, start_upload)
+            prepared = prepare_records(
+                store, settings, key, digest, data, start_upload, parts_dir=parts_dir
+            )
         finally:
             start_upload()  # the file lands even when its records could not be built
         snapshot = upload[0].result()
-    return write_records(store, settings, snapshot, prepared)
+        return write_records(store, settings, snapshot, prepared)
 
 
 def _upload_and_snapshot(

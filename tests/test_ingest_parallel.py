@@ -41,13 +41,16 @@ def relay_tables(path: Path, workers: int, in_memory: bool = False) -> tuple[int
     """The relay's record set as whole tables: its parts read back, in input order. The
     workers read the file, or (`in_memory`) its bytes as this process holds them."""
     csv = path.read_bytes() if in_memory else path
+    parts_dir = path.parent / "parts"
+    parts_dir.mkdir()
     content = relay.record_set_file(
-        csv, DIGEST, PARSER_VERSION, workers=workers, segment_bytes=40_000
+        csv, DIGEST, PARSER_VERSION, workers=workers, segment_bytes=40_000, parts_dir=parts_dir
     )
     tables = dict(content.tables)
     for name, parts in content.parts.items():
         assert len(parts) == workers  # a part per worker, none empty of its schema
-        read = [pq.read_table(pa.BufferReader(part)) for part in parts]
+        assert {part.parent for part in parts} == {parts_dir}
+        read = [pq.read_table(part) for part in parts]
         tables[name] = pa.concat_tables(read).sort_by("source_line")
     # The lineage is the runs' own lineage columns.
     assert content.lineage_in_runs and "lineage" not in content.tables
@@ -153,7 +156,12 @@ def test_a_digest_function_runs_once_the_workers_do_and_none_stops_them(tmp_path
         running.append(len(multiprocessing.active_children()))
         return None
 
-    assert relay.record_set_file(path, digest_unless_written, PARSER_VERSION, 2, 40_000) is None
+    parts_dir = tmp_path / "parts"
+    parts_dir.mkdir()
+    content = relay.record_set_file(
+        path, digest_unless_written, PARSER_VERSION, 2, 40_000, parts_dir=parts_dir
+    )
+    assert content is None
     assert running == [2]
     assert multiprocessing.active_children() == []
 

@@ -23,6 +23,7 @@ import hashlib
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -431,11 +432,11 @@ class PartFacts:
 @dataclass(slots=True)
 class RecordSetContent:
     """A record set before it is written: tables in memory (one Parquet object each), and
-    tables already encoded as Parquet parts (by a relay's workers), with their facts."""
+    tables already encoded as Parquet parts (files a relay's workers wrote), with their facts."""
 
     rows: int  # rows read from the source
     tables: dict[str, pa.Table]
-    parts: dict[str, list[bytes]] = field(default_factory=dict)
+    parts: dict[str, list[Path]] = field(default_factory=dict)
     part_facts: PartFacts = field(default_factory=PartFacts)
     # The lineage table is the runs objects' LINEAGE_SCHEMA columns: in a record set each run
     # is unique and held by one row, its own (snapshot, parser, line), so nothing else is written.

@@ -187,6 +187,8 @@ def record_set_file(
     parser_version: str,
     workers: int | None = None,
     segment_bytes: int | None = None,
+    *,
+    parts_dir: Path,
 ) -> RecordSetContent: ...
 
 
@@ -197,6 +199,8 @@ def record_set_file(
     parser_version: str,
     workers: int | None = None,
     segment_bytes: int | None = None,
+    *,
+    parts_dir: Path,
 ) -> RecordSetContent | None: ...
 
 
@@ -206,14 +210,18 @@ def record_set_file(
     parser_version: str,
     workers: int | None = None,
     segment_bytes: int | None = None,
+    *,
+    parts_dir: Path,
 ) -> RecordSetContent | None:
     """The record set of a file (its path, or its bytes held in memory), with the tables
     tables.record_tables builds on one core; None when `snapshot_digest`, a function, gave None.
 
-    Runs (a row per CSV row) are encoded by the workers themselves: each writes a Parquet part,
-    a row group per segment, so the encoding runs on every core. Their rows are the serial
-    table's rows, in another order (by worker, then segment): a run is unique within a file
-    without merging, as its digest covers its externalId, which a duplicate check makes unique.
+    Runs (a row per CSV row) are encoded by the workers themselves: each writes a Parquet part
+    into `parts_dir` (an empty folder, which the caller keeps until it has used them: an ingest
+    moves them into its cache), a row group per segment, so the encoding runs on every core.
+    Their rows are the serial table's rows, in another order (by worker, then segment): a run is
+    unique within a file without merging, as its digest covers its externalId, which a
+    duplicate check makes unique.
     The lineage table is not written apart: its rows are the runs' own (snapshot, parser, line,
     digest), read from the runs parts. Manifests (one row per distinct record, kept at its first
     row) and quarantine rows are spooled by each worker as Arrow IPC files, which this process
@@ -233,9 +241,11 @@ def record_set_file(
         with tempfile.TemporaryDirectory(prefix="kindex-ingest-") as workdir:
             path = Path(workdir) / "snapshot.csv"
             path.write_bytes(csv)
-            return record_set_file(path, snapshot_digest, parser_version, workers, segment_bytes)
+            return record_set_file(
+                path, snapshot_digest, parser_version, workers, segment_bytes, parts_dir=parts_dir
+            )
     digest = snapshot_digest if callable(snapshot_digest) else lambda: snapshot_digest
-    return _record_set(source, size, digest, parser_version, workers, segment_bytes)
+    return _record_set(source, size, digest, parser_version, workers, segment_bytes, parts_dir)
 
 
 def _record_set(
@@ -245,19 +255,17 @@ def _record_set(
     parser_version: str,
     workers: int | None,
     segment_bytes: int | None,
+    parts_dir: Path,
 ) -> RecordSetContent | None:
     kept = tuple(name for name in BUILT if name not in ENCODED)
     merged = InOrder(FileTables(names=kept))
     spool_dir = _spool_dir(size * SPOOL_BYTES_PER_CSV_BYTE)
     with tempfile.TemporaryDirectory(prefix="kindex-tables-", dir=spool_dir) as spool:
-        job = Job(parser_version, Path(spool))
+        job = Job(parser_version, Path(spool), parts_dir)
         sink = Sink(None, job)
         if _run(source, sink, workers, segment_bytes, merged.add, snapshot_digest) is None:
             return None
-        parts = {
-            name: [part.read_bytes() for part in sorted(Path(spool).glob(f"{name}-*.parquet"))]
-            for name in ENCODED
-        }
+    parts = {name: sorted(parts_dir.glob(f"{name}-*.parquet")) for name in ENCODED}
     return RecordSetContent(
         merged.tables.rows, merged.tables.tables(), parts, merged.facts, lineage_in_runs=True
     )
@@ -286,22 +294,24 @@ BUILT = tuple(name for name in NAMES if name != "lineage")
 
 @dataclass(frozen=True, slots=True)
 class Job:
-    """Record tables to build: by which parser, spooled where (of which snapshot: the tokens
-    say)."""
+    """Record tables to build: by which parser, spooled where, with their Parquet parts where
+    (of which snapshot: the tokens say)."""
 
     parser_version: str
     spool: Path
+    parts: Path
 
 
 class PartWriters:
-    """A worker's Parquet part of each ENCODED table, `<table>-<worker>.parquet` in the spool
-    folder: a row group (or more) per segment. Opened at once, so every worker leaves a part."""
+    """A worker's Parquet part of each ENCODED table, `<table>-<worker>.parquet` in the job's
+    parts folder: a row group (or more) per segment. Opened at once, so every worker leaves a
+    part."""
 
     def __init__(self, job: Job, worker: int) -> None:
         self.job = job
         self.writers = {
             name: pq.ParquetWriter(
-                str(job.spool / f"{name}-{worker:03d}.parquet"),
+                str(job.parts / f"{name}-{worker:03d}.parquet"),
                 SCHEMAS[name],
                 **parquet_options(SCHEMAS[name]),
             )
