@@ -46,6 +46,7 @@ def relay_tables(path: Path, workers: int, in_memory: bool = False) -> tuple[int
     content = relay.record_set_file(
         csv, DIGEST, PARSER_VERSION, workers=workers, segment_bytes=40_000, parts_dir=parts_dir
     )
+    assert content is not None
     tables = dict(content.tables)
     for name, parts in content.parts.items():
         assert len(parts) == workers  # a part per worker, none empty of its schema

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from itertools import compress
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, BinaryIO, overload
+from typing import Any, BinaryIO
 
 import numpy as np
 import pyarrow as pa
@@ -178,30 +178,6 @@ def normalize_file(
 # nothing) once the workers run, so that hashing the bytes (0.15 s for 1M rows) and what else
 # the caller does then (checking whether the record set exists) overlap their first segments.
 SnapshotDigest = str | Callable[[], str | None]
-
-
-@overload
-def record_set_file(
-    csv: Path | bytes,
-    snapshot_digest: str,
-    parser_version: str,
-    workers: int | None = None,
-    segment_bytes: int | None = None,
-    *,
-    parts_dir: Path,
-) -> RecordSetContent: ...
-
-
-@overload
-def record_set_file(
-    csv: Path | bytes,
-    snapshot_digest: SnapshotDigest,
-    parser_version: str,
-    workers: int | None = None,
-    segment_bytes: int | None = None,
-    *,
-    parts_dir: Path,
-) -> RecordSetContent | None: ...
 
 
 def record_set_file(
