@@ -197,7 +197,7 @@ def write_records(
             prepared.content,
         )
     read = object_read(snapshot, layout.bucket, prepared.parser_version, prepared.source)
-    store.put_bytes(
+    store.put(
         f"{prefix}{READS_DIR}/{read.read_id}.json", read.to_json(), content_type="application/json"
     )
     return records
@@ -271,7 +271,7 @@ def write_record_set(
         "quarantine_preview": preview(quarantine, QUARANTINE_PREVIEW_COLUMNS),
         "written_at": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
     }
-    store.put_bytes(prefix + SUMMARY_FILE, orjson.dumps(summary), content_type="application/json")
+    store.put(prefix + SUMMARY_FILE, orjson.dumps(summary), content_type="application/json")
     for key, data in written.items():  # named by the summary now: they never change
         write_atomically(layout.cached_path(key), data)
     return records_from_summary(summary, snapshot.key, prefix, reused=False)
@@ -301,7 +301,7 @@ def _put_record_objects(
         for name in files.keys() - content.parts.keys():
             key = prefix + files[name][0]
             written[key] = parquet_bytes(content.tables[name])
-            pending.append(puts.submit(store.put_bytes, key, written[key], content_type=PARQUET))
+            pending.append(puts.submit(store.put, key, written[key], content_type=PARQUET))
         for future in pending:
             future.result()
     return written
@@ -310,7 +310,7 @@ def _put_record_objects(
 def _put_part(store: ObjectStore, key: str, part: Path, cached: Path) -> None:
     """PUT a part, then move its file into the cache: it is named by its write's attempt, which
     no other write makes, so nothing else writes that cache entry."""
-    store.put_bytes(key, part.read_bytes(), content_type=PARQUET)
+    store.put(key, part.read_bytes(), content_type=PARQUET)
     cached.parent.mkdir(parents=True, exist_ok=True)
     os.replace(part, cached)
 

@@ -142,7 +142,7 @@ def _keep(
     if store.head(raw_key) is None and not store.copy_unchanged(
         key, raw_key, etag=info.etag, size=len(data), content_type=SNAPSHOT_CONTENT_TYPE
     ):
-        store.put_bytes(raw_key, data, content_type=SNAPSHOT_CONTENT_TYPE)
+        store.put(raw_key, data, content_type=SNAPSHOT_CONTENT_TYPE)
     record_key = read_record_key(settings, key, digest)
     previous = _load_read(store, record_key)
     if (
@@ -161,7 +161,7 @@ def _keep(
         last_modified=info.last_modified,
         read_at=datetime.now(UTC),
     )
-    store.put_bytes(record_key, snapshot.to_json(), content_type="application/json")
+    store.put(record_key, snapshot.to_json(), content_type="application/json")
     return snapshot
 
 

@@ -19,6 +19,7 @@ ACTIONS_BY_METHOD = {
     "get_object": "s3:GetObject",
     "head": "s3:GetObject",
     "put_bytes": "s3:PutObject",
+    "put": "s3:PutObject",
     "delete": "s3:DeleteObject",
 }
 

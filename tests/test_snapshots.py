@@ -19,6 +19,7 @@ from pipelines.snapshots import (
     latest_read_per_key,
     list_reads,
     load_snapshot,
+    read_record_key,
     read_snapshot,
     reads_prefix,
     snapshot_key,
@@ -163,13 +164,16 @@ def test_an_unchanged_key_is_copied_on_the_server(
     data = os.urandom(10_000)
     s3_store.put_bytes("incoming/same.csv", data)
     uploads: list[str] = []
-    put_bytes = s3_store.put_bytes
-    monkeypatch.setattr(
-        s3_store, "put_bytes", lambda key, *a, **k: uploads.append(key) or put_bytes(key, *a, **k)
-    )
+    for method in ("put_bytes", "put"):
+        put = getattr(s3_store, method)
+        monkeypatch.setattr(
+            s3_store,
+            method,
+            lambda key, *a, _put=put, **k: uploads.append(key) or _put(key, *a, **k),
+        )
     snap = take_snapshot(s3_store, settings, "incoming/same.csv")
     assert read_snapshot(s3_store, settings, snap) == data
-    assert f"snapshots/sha256/{snap.hex}" not in uploads  # only the read record was uploaded
+    assert uploads == [read_record_key(settings, "incoming/same.csv", snap.digest)]  # only it
 
 
 def test_a_version_just_written_is_snapshotted_without_reading_it_back(

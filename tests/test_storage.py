@@ -104,6 +104,27 @@ def test_put_get_head_roundtrip(s3_store: S3Store) -> None:
     assert response["Metadata"] == {"origin": "test"}
 
 
+def test_put_writes_with_one_request(s3_store: S3Store) -> None:
+    """`put` is a PUT alone; `put_bytes` reads back what it wrote (a HEAD) to describe it."""
+    calls: list[str] = []
+    events = s3_store.client.meta.events
+
+    def record(model: Any, **kwargs: Any) -> None:
+        calls.append(model.name)
+
+    events.register("before-call.s3", record)
+    try:
+        s3_store.put("one/request", b"payload", content_type="text/plain")
+        assert calls == ["PutObject"]
+        s3_store.put_bytes("two/requests", b"payload")
+        assert calls == ["PutObject", "PutObject", "HeadObject"]
+    finally:
+        events.unregister("before-call.s3", record)
+    assert s3_store.get_bytes("one/request") == b"payload"
+    response = s3_store.client.head_object(Bucket=s3_store.bucket, Key="one/request")
+    assert response["ContentType"] == "text/plain"
+
+
 def test_missing_keys(s3_store: S3Store) -> None:
     assert s3_store.head("nothing/here") is None
     with pytest.raises(NoSuchKey):

@@ -68,7 +68,7 @@ def fetch(store: ObjectStore, layout: IndexLayout, key: str) -> Path:
 
 
 def put_file(store: ObjectStore, key: str, path: Path) -> None:
-    store.put_bytes(key, path.read_bytes(), content_type="application/vnd.apache.parquet")
+    store.put(key, path.read_bytes(), content_type="application/vnd.apache.parquet")
 
 
 def install_local(store: ObjectStore, layout: IndexLayout, manifest: dict[str, Any]) -> Path:

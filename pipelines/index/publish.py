@@ -162,10 +162,10 @@ def publish_index(store: ObjectStore, settings: Any) -> IndexVersion:
         )
         manifest["reads"] = sorted(included_reads | set(pending_read_keys))
         manifest_key = layout.manifest_key(version)
-        store.put_bytes(manifest_key, orjson.dumps(manifest), content_type="application/json")
+        store.put(manifest_key, orjson.dumps(manifest), content_type="application/json")
         pause_point(INDEX_FILES_WRITTEN)
         pointer = {"version": version, "manifest": manifest_key}
-        store.put_bytes(layout.pointer_key, orjson.dumps(pointer), content_type="application/json")
+        store.put(layout.pointer_key, orjson.dumps(pointer), content_type="application/json")
         install_local(store, layout, manifest)
         return version_result(manifest, published=True)
 

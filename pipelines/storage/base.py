@@ -34,6 +34,11 @@ class ObjectStore(Protocol):
         metadata: Mapping[str, str] | None = None,
     ) -> ObjectInfo: ...
 
+    def put(self, key: str, data: bytes, *, content_type: str | None = None) -> None:
+        """One PUT, nothing read back: put_bytes also asks for the object it wrote (a HEAD,
+        for its LastModified), which callers that only write need not wait for."""
+        ...
+
     def upload_file(
         self,
         path: Path | str,

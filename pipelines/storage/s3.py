@@ -136,13 +136,18 @@ class S3Store:
         content_type: str | None = None,
         metadata: Mapping[str, str] | None = None,
     ) -> ObjectInfo:
-        extra = _put_args(content_type, metadata)
-        response = self._call(
+        response = self._put_object(key, data, _put_args(content_type, metadata))
+        return self._written(key, response, len(data))
+
+    def put(self, key: str, data: bytes, *, content_type: str | None = None) -> None:
+        self._put_object(key, data, _put_args(content_type, None))
+
+    def _put_object(self, key: str, data: bytes, extra: Mapping[str, Any]) -> Any:
+        return self._call(
             "put",
             key,
             lambda: self.client.put_object(Bucket=self.bucket, Key=key, Body=data, **extra),
         )
-        return self._written(key, response, len(data))
 
     def copy_unchanged(
         self, source_key: str, key: str, *, etag: str, size: int, content_type: str | None = None
