@@ -298,7 +298,7 @@ def _put_record_objects(
         for name, parts in content.parts.items():
             for key, part in zip([prefix + n for n in files[name]], parts, strict=True):
                 pending.append(puts.submit(_put_part, store, key, part, layout.cached_path(key)))
-        for name in files.keys() - content.parts.keys():
+        for name in [name for name in files if name not in content.parts]:
             key = prefix + files[name][0]
             written[key] = parquet_bytes(content.tables[name])
             pending.append(puts.submit(store.put, key, written[key], content_type=PARQUET))
