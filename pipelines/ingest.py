@@ -26,7 +26,7 @@ from pipelines.incoming import incoming_key, put_incoming, upload_incoming
 from pipelines.index.faults import RECORD_FILES_WRITTEN, pause_point
 from pipelines.index.known import known_manifests
 from pipelines.index.layout import IndexLayout
-from pipelines.index.local import write_atomically
+from pipelines.index.local import PARQUET_CONTENT_TYPE, put_file, write_atomically
 from pipelines.index.publish import IndexVersion, publish_index
 from pipelines.index.reads import ObjectRead
 from pipelines.index.record_objects import (
@@ -164,14 +164,15 @@ def prepare_records(
     result = normalize_object(key, data, known_digest=known_manifests(store, settings))
     digest_of = digest if callable(digest) else lambda: digest
 
+    def prefix() -> str:
+        return layout.record_set_prefix(result.parser_version, digest_of())
+
     def digest_unless_written() -> str | None:
         once_started()
-        prefix = layout.record_set_prefix(result.parser_version, digest_of())
-        return digest_of() if store.head(prefix + SUMMARY_FILE) is None else None
+        return digest_of() if store.head(prefix() + SUMMARY_FILE) is None else None
 
     content = record_set_content(result, data, digest_unless_written, parts_dir)
-    prefix = layout.record_set_prefix(result.parser_version, digest_of())
-    return PreparedRecords(result.parser_version, result.source, prefix, content)
+    return PreparedRecords(result.parser_version, result.source, prefix(), content)
 
 
 def write_records(
@@ -278,7 +279,6 @@ def write_record_set(
 
 
 UPLOAD_THREADS = 4
-PARQUET = "application/vnd.apache.parquet"
 
 
 def _put_record_objects(
@@ -301,7 +301,8 @@ def _put_record_objects(
         for name in [name for name in files if name not in content.parts]:
             key = prefix + files[name][0]
             written[key] = parquet_bytes(content.tables[name])
-            pending.append(puts.submit(store.put, key, written[key], content_type=PARQUET))
+            put = puts.submit(store.put, key, written[key], content_type=PARQUET_CONTENT_TYPE)
+            pending.append(put)
         for future in pending:
             future.result()
     return written
@@ -310,7 +311,7 @@ def _put_record_objects(
 def _put_part(store: ObjectStore, key: str, part: Path, cached: Path) -> None:
     """PUT a part, then move its file into the cache: it is named by its write's attempt, which
     no other write makes, so nothing else writes that cache entry."""
-    store.put(key, part.read_bytes(), content_type=PARQUET)
+    put_file(store, key, part)
     cached.parent.mkdir(parents=True, exist_ok=True)
     os.replace(part, cached)
 

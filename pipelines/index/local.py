@@ -23,6 +23,7 @@ from pipelines.index.tables import FILE_TABLES, MANIFEST_FORMAT, create_views
 from pipelines.storage.base import NoSuchKey, ObjectStore
 
 KEEP_LOCAL_DATABASES = 4
+PARQUET_CONTENT_TYPE = "application/vnd.apache.parquet"
 EMPTY_VERSION = "empty"
 
 
@@ -68,7 +69,7 @@ def fetch(store: ObjectStore, layout: IndexLayout, key: str) -> Path:
 
 
 def put_file(store: ObjectStore, key: str, path: Path) -> None:
-    store.put(key, path.read_bytes(), content_type="application/vnd.apache.parquet")
+    store.put(key, path.read_bytes(), content_type=PARQUET_CONTENT_TYPE)
 
 
 def install_local(store: ObjectStore, layout: IndexLayout, manifest: dict[str, Any]) -> Path:
