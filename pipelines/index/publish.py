@@ -253,7 +253,8 @@ def build_version(
     # The lineage of a set whose runs are all new holds only those runs, which are candidates
     # already: it need not be read again.
     new_only = set(pending[0].file_keys("lineage")) if runs_whole and new_runs else set()
-    recompute_run_state(con, lineage_by_snapshot, store, layout, new_only)
+    new_snapshots = {rs.snapshot_digest for rs in pending}
+    recompute_run_state(con, lineage_by_snapshot, store, layout, new_only, new_snapshots)
 
     prefix = layout.version_prefix(version)
     files: dict[str, list[str]] = {
@@ -375,9 +376,11 @@ def recompute_run_state(
     store: ObjectStore,
     layout: IndexLayout,
     new_only: set[str],
+    new_snapshots: set[str],
 ) -> None:
     """run_state for the new version: the old one, with the runs the new work can change redone.
     `new_only`: lineage objects that hold only new runs (left out of the keys read again).
+    `new_snapshots`: the snapshots of the record sets being added.
 
     Supersession: within a series, a run is superseded by the earliest run (lowest digest on a
     tie) observed strictly later. Retraction: a run not superseded and held by no key's newest
@@ -445,25 +448,20 @@ def recompute_run_state(
     # The candidates whose state may change or be set: superseded in their series, held by
     # a snapshot that is no key's newest read, or with a state already. Any other candidate is
     # held, superseded by nothing and without a state, and stays so: it is left out before
-    # grouping (a first ingest of a million runs has none of the three).
+    # grouping. Where small tables tell that every candidate is held and none has a state (a
+    # first ingest of a million runs), the superseded ones are all there is to look at.
     con.execute(
         """CREATE TEMP TABLE had_state AS
            SELECT DISTINCT c.run_digest FROM candidate_rows c
            SEMI JOIN old_run_state o ON o.run_digest = c.run_digest"""
     )
-    con.execute(
-        """CREATE TEMP TABLE candidates AS
-           WITH worth AS (
-               SELECT run_digest FROM successors
-               UNION SELECT run_digest FROM candidate_rows
-                     WHERE snapshot_digest NOT IN (SELECT snapshot_digest FROM newest)
-               UNION SELECT run_digest FROM had_state
-           )
-           SELECT run_digest, bool_or(in_series) AS in_series,
-                  bool_or(snapshot_digest IN (SELECT snapshot_digest FROM newest)) AS held
-           FROM candidate_rows c SEMI JOIN worth w ON w.run_digest = c.run_digest
-           GROUP BY run_digest"""
-    )
+    if _all_held_and_stateless(con, [*touched, *new_snapshots]):
+        con.execute(
+            "CREATE TEMP TABLE candidates AS "
+            "SELECT DISTINCT run_digest, true AS in_series, true AS held FROM successors"
+        )
+    else:
+        _create_candidates(con)
     # A run of a snapshot that is some key's newest read is held; only the other candidates
     # are looked up in the newest snapshots' lineage.
     unsure = con.execute("SELECT count(*) FROM candidates WHERE NOT held").fetchone()
@@ -493,6 +491,38 @@ def recompute_run_state(
            SELECT run_digest, superseded_by,
                   superseded_by IS NULL AND NOT held AS retracted_in_source
            FROM changed_state WHERE superseded_by IS NOT NULL OR NOT held"""
+    )
+
+
+def _all_held_and_stateless(con: duckdb.DuckDBPyConnection, snapshots: list[str]) -> bool:
+    """Whether no candidate has a state and every snapshot that holds one is some key's newest
+    read. `snapshots`: those of the new runs and of the lineage read; the old runs' are in
+    old_series_runs."""
+    row = con.execute(
+        """SELECT (SELECT count(*) FROM had_state)
+                  + (SELECT count(*) FROM (
+                         SELECT snapshot_digest FROM old_series_runs
+                         UNION SELECT unnest($snapshots::VARCHAR[])
+                     ) WHERE snapshot_digest NOT IN (SELECT snapshot_digest FROM newest))""",
+        {"snapshots": snapshots},
+    ).fetchone()
+    return row is not None and row[0] == 0
+
+
+def _create_candidates(con: duckdb.DuckDBPyConnection) -> None:
+    """The candidates worth a look, once each, with whether one is in a series and held."""
+    con.execute(
+        """CREATE TEMP TABLE candidates AS
+           WITH worth AS (
+               SELECT run_digest FROM successors
+               UNION SELECT run_digest FROM candidate_rows
+                     WHERE snapshot_digest NOT IN (SELECT snapshot_digest FROM newest)
+               UNION SELECT run_digest FROM had_state
+           )
+           SELECT run_digest, bool_or(in_series) AS in_series,
+                  bool_or(snapshot_digest IN (SELECT snapshot_digest FROM newest)) AS held
+           FROM candidate_rows c SEMI JOIN worth w ON w.run_digest = c.run_digest
+           GROUP BY run_digest"""
     )
 
 

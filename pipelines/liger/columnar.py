@@ -296,52 +296,78 @@ _HOLE = re.compile(r"%\((\w+)\)s")
 
 
 def _fill(codes: np.ndarray, templates: Sequence[str], holes: dict[str, pa.Array]) -> pa.Array:
-    """Each row's template (`templates[code]`) with its holes filled. Templates that share
-    their holes' order (a latency or a memory run, a labelled or an unlabelled name) are filled
-    together, one column-wise join per order; a literal piece that all of them share is passed
-    once rather than copied to every row."""
-    split = [_split(t) for t in templates]
-    orders = [order for _, order in split]
-    order_ids: dict[tuple[str, ...], int] = {}
-    row_orders = np.array([order_ids.setdefault(o, len(order_ids)) for o in orders])[codes]
-    present = np.unique(row_orders).tolist()
-    distinct_orders = list(order_ids)
-    if len(present) == 1:
-        return _join(distinct_orders[present[0]], split, codes, holes, None)
-    parts, rows_of_part = [], []
-    for order_id in present:
-        rows = np.flatnonzero(row_orders == order_id)
-        parts.append(_join(distinct_orders[order_id], split, codes[rows], holes, rows))
-        rows_of_part.append(rows)
-    inverse = np.empty(len(codes), dtype=np.int64)
-    inverse[np.concatenate(rows_of_part)] = np.arange(len(codes))
-    return pa.concat_arrays(parts).take(pa.array(inverse))
-
-
-def _join(
-    order: tuple[str, ...],
-    split: Sequence[tuple[tuple[str, ...], tuple[str, ...]]],
-    codes: np.ndarray,
-    holes: dict[str, pa.Array],
-    rows: np.ndarray | None,
-) -> pa.Array:
-    """Rows (all, or those at `rows`) whose templates have holes in `order`, filled."""
-    mine = [pieces if o == order else None for pieces, o in split]
-    used = [mine[c] for c in np.unique(codes).tolist()]
+    """Each row's template (`templates[code]`) with its holes filled, in one column-wise join.
+    Templates may order their holes differently (a latency and a memory run list their values
+    in another order): the join runs over slots that hold every used template's order in turn,
+    and a row leaves the slots its template lacks empty. A literal piece that all rows share is
+    passed once rather than copied to every row."""
+    split = {code: _split(templates[code]) for code in np.unique(codes).tolist()}
+    slots = _common_order([order for _, order in split.values()])
+    spread = {code: _spread(pieces, order, slots) for code, (pieces, order) in split.items()}
     row_codes = pa.array(codes)
-    row_index = None if rows is None else pa.array(rows)
     joined: list[Any] = []
-    for i in range(len(order) + 1):
-        distinct = {pieces[i] for pieces in used if pieces is not None}
-        if len(distinct) == 1:
-            joined.append(distinct.pop())
+    for i in range(len(slots) + 1):
+        literals = {literal for literal, _ in (s[i] for s in spread.values())}
+        if len(literals) == 1:
+            joined.append(literals.pop())
         else:
-            literal = [pieces[i] if pieces is not None else "" for pieces in mine]
-            joined.append(pc.take(pa.array(literal, pa.string()), row_codes))
-        if i < len(order):
-            hole = holes[order[i]]
-            joined.append(hole if row_index is None else hole.take(row_index))
+            by_code = [spread[c][i][0] if c in spread else "" for c in range(len(templates))]
+            joined.append(pc.take(pa.array(by_code, pa.string()), row_codes))
+        if i == len(slots):
+            break
+        hole = holes[slots[i]]
+        users = [code for code, s in spread.items() if s[i][1]]
+        if len(users) < len(spread):  # the rows of other templates leave this slot empty
+            hole = pc.if_else(pa.array(np.isin(codes, users)), hole, "")
+        joined.append(hole)
     return pc.binary_join_element_wise(*joined, "")
+
+
+def _common_order(orders: Sequence[tuple[str, ...]]) -> tuple[str, ...]:
+    """A shortest sequence holding each order as a subsequence (folded pairwise)."""
+    common: tuple[str, ...] = ()
+    for order in dict.fromkeys(orders):
+        common = _supersequence(common, order)
+    return common
+
+
+def _supersequence(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[str, ...]:
+    """A shortest common supersequence of two sequences, from their longest common one."""
+    longest = [[0] * (len(b) + 1) for _ in range(len(a) + 1)]
+    for i in reversed(range(len(a))):
+        for j in reversed(range(len(b))):
+            longest[i][j] = (
+                longest[i + 1][j + 1] + 1
+                if a[i] == b[j]
+                else max(longest[i + 1][j], longest[i][j + 1])
+            )
+    merged: list[str] = []
+    i = j = 0
+    while i < len(a) and j < len(b):
+        if a[i] == b[j]:
+            merged.append(a[i])
+            i, j = i + 1, j + 1
+        elif longest[i + 1][j] >= longest[i][j + 1]:
+            merged.append(a[i])
+            i += 1
+        else:
+            merged.append(b[j])
+            j += 1
+    return (*merged, *a[i:], *b[j:])
+
+
+def _spread(
+    pieces: tuple[str, ...], order: tuple[str, ...], slots: tuple[str, ...]
+) -> list[tuple[str, bool]]:
+    """A template's literal pieces laid over `slots` (its order is a subsequence of them): for
+    each slot, the literal before it and whether the template fills it; then the last piece."""
+    spread = [("", False)] * len(slots) + [(pieces[-1], False)]
+    at = 0
+    for piece, hole in zip(pieces, order, strict=False):
+        at = slots.index(hole, at)
+        spread[at] = (piece, True)
+        at += 1
+    return spread
 
 
 @lru_cache(maxsize=4096)
