@@ -21,6 +21,8 @@ from pipelines.liger.columnar import (
     ARROW_FLOAT_TEXT,
     _encode,
     _json_strings,
+    _stamp,
+    _stamps,
     normalized_batches,
     write_json_lines,
 )
@@ -185,3 +187,25 @@ def test_encode_renumbers_before_the_combinations_overflow() -> None:
 def test_json_strings_escape_as_json_string(texts: list[str]) -> None:
     got = _json_strings(pa.array(texts, pa.string()), plain=False).to_pylist()
     assert got == [json_string(t) for t in texts]
+
+
+def _timestamp_texts() -> st.SearchStrategy[str]:
+    """Liger's timestamp form around the edges of every field (a month 13, a February 29 of a
+    year that has none, a year 0000), with the other separator, other digits and spaces."""
+    fields = st.tuples(
+        st.integers(0, 9999), st.integers(0, 13), st.integers(0, 32), st.integers(0, 25),
+        st.integers(0, 60), st.integers(0, 60), st.sampled_from([" ", "T", "_"]),
+    )  # fmt: skip
+    plain = fields.map(
+        lambda f: f"{f[0]:04d}-{f[1]:02d}-{f[2]:02d}{f[6]}{f[3]:02d}:{f[4]:02d}:{f[5]:02d}"
+    )
+    odd = st.tuples(plain, st.sampled_from(["", " ", "\u0663", "Z", "1"]), st.booleans()).map(
+        lambda t: t[1] + t[0] if t[2] else t[0] + t[1]
+    )
+    return st.one_of(plain, odd, st.text(alphabet="0123456789-: T\u0663", max_size=20))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_timestamp_texts(), min_size=1, max_size=30, unique=True))
+def test_stamps_read_column_wise_as_parse_timestamp_reads_them(texts: list[str]) -> None:
+    assert _stamps(pa.array(texts, pa.string())) == [_stamp(text) for text in texts]

@@ -57,6 +57,12 @@ PLAIN_DECIMAL = r"^[0-9]+(\.[0-9]+)?$"
 ARROW_FLOAT_TEXT = (1e-6, 1e10)
 
 Value = TypeVar("Value")
+# A distinct timestamp of a batch: its observedAt, as a JSON string too, its externalId form
+# and that form's slug (parse_timestamp, once per distinct text).
+Stamp = tuple[str, str, str, str]  # (observedAt, observedAt's JSON, externalId form, its slug)
+# The timestamps read column-wise: Liger's own form in ASCII digits. Any other text goes through
+# parse_timestamp and its full grammar.
+PLAIN_TIMESTAMP = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[ T][0-9]{2}:[0-9]{2}:[0-9]{2}$"
 
 
 @dataclass(slots=True)
@@ -73,7 +79,7 @@ class PlainRuns:
     workloads: list[Workload | None]
     workload_ids: np.ndarray
     values: np.ndarray  # int64 (median, p20, p80) in ns or bytes, one row per run
-    stamps: list[tuple[str, str] | None]  # (observedAt, externalId form), by stamp_ids
+    stamps: list[Stamp | None]  # by stamp_ids
     stamp_ids: np.ndarray
     versions: list[str]  # liger_version stripped, by version_ids
     version_ids: np.ndarray
@@ -123,8 +129,16 @@ def _encode(
     columns: Sequence[pa.Array], build: Callable[[tuple[Any, ...]], Value | None]
 ) -> tuple[list[Value | None], np.ndarray]:
     """Dictionary-encode the rows of `columns`: the value built once per distinct row (in order
-    of first appearance), and each row's index among them. Arrow encodes each column; NumPy
-    numbers each row's combination of codes."""
+    of first appearance), and each row's index among them."""
+    first_rows, codes = _distinct(columns)
+    keys = zip(*(column.take(first_rows).to_pylist() for column in columns), strict=True)
+    return [build(k) for k in keys], codes
+
+
+def _distinct(columns: Sequence[pa.Array]) -> tuple[pa.Array, np.ndarray]:
+    """The first row of each distinct row of `columns` (in order of first appearance), and each
+    row's index among them. Arrow encodes each column; NumPy numbers each row's combination of
+    codes."""
     combined, combinations = np.zeros(len(columns[0]), dtype=np.int64), 1
     for column in columns:
         encoded = pc.dictionary_encode(column)
@@ -138,9 +152,43 @@ def _encode(
     order = np.argsort(first)
     rank = np.empty_like(order)
     rank[order] = np.arange(len(order))
-    first_rows = pa.array(first[order])
-    keys = zip(*(column.take(first_rows).to_pylist() for column in columns), strict=True)
-    return [build(k) for k in keys], rank[codes]
+    return pa.array(first[order]), rank[codes]
+
+
+def _stamps(texts: pa.Array) -> list[Stamp | None]:
+    """The Stamp of each (distinct) timestamp text, None where parse_timestamp rejects it. Texts
+    in Liger's form with a day of month up to 28 (a valid date in every month) are cut apart
+    column-wise: their parts are ASCII digits, which neither slugs nor JSON change. The rest take
+    parse_timestamp."""
+    plain = pc.match_substring_regex(texts, PLAIN_TIMESTAMP).to_numpy(zero_copy_only=False)
+    parseable = pc.if_else(pa.array(plain), texts, "0001-01-01 00:00:00")
+
+    def part(start: int, stop: int) -> pa.Array:
+        return pc.utf8_slice_codeunits(parseable, start, stop)
+
+    year, month, day, hour, minute, second = (
+        pc.cast(part(start, start + size), pa.int64()).to_numpy()
+        for start, size in ((0, 4), (5, 2), (8, 2), (11, 2), (14, 2), (17, 2))
+    )
+    simple = plain & (year >= 1) & (month >= 1) & (month <= 12) & (day >= 1) & (day <= 28)
+    simple &= (hour <= 23) & (minute <= 59) & (second <= 59)
+    date, clock = part(0, 10), part(11, 19)
+    observed = pc.binary_join_element_wise(date, "T", clock, ".000Z", "").to_pylist()
+    form = pc.binary_join_element_wise(
+        date, part(11, 13), part(14, 16), part(17, 19), "-"
+    ).to_pylist()
+    return [
+        (observed[i], f'"{observed[i]}"', form[i], form[i]) if simple[i] else _stamp(text)
+        for i, text in enumerate(texts.to_pylist())
+    ]
+
+
+def _stamp(text: str) -> Stamp | None:
+    try:
+        observed, form = parse_timestamp(text)
+    except RowRejected:
+        return None
+    return observed, json_string(observed), form, slug(form)
 
 
 def _plain_runs(
@@ -166,7 +214,8 @@ def _plain_runs(
         [kernel, x_name, x_value, config],
         lambda k: _known(lambda: normalizer.workload(*k)) if k[0] in kernels else None,
     )
-    stamps, stamp_ids = _encode([timestamp], lambda k: _known(lambda: parse_timestamp(k[0])))
+    first_stamps, stamp_ids = _distinct([timestamp])
+    stamps = _stamps(timestamp.take(first_stamps))
     versions, version_ids = _encode([version], lambda k: k[0].strip())
     texts = [median, p20, p80]
     numeric = _all(pc.match_substring_regex(t, PLAIN_DECIMAL) for t in texts)
@@ -174,7 +223,7 @@ def _plain_runs(
 
     good_series = np.array([s is not None and _nameable(s) for s in series])[series_ids]
     good_workload = np.array([w is not None and bool(w.case_slug) for w in workloads])[workload_ids]
-    good_stamp = np.array([s is not None and bool(slug(s[1])) for s in stamps])[stamp_ids]
+    good_stamp = np.array([s is not None and bool(s[3]) for s in stamps])[stamp_ids]
     memory_of = np.array([s is not None and s.memory for s in series])[series_ids]
     scale = np.where(memory_of, float(MIB), 1e6)
     rounded = np.stack([_js_round(s * scale) for s in stats], axis=1)
@@ -216,7 +265,7 @@ class _Rows:
     series_ids: np.ndarray
     workloads: list[Workload | None]
     workload_ids: np.ndarray
-    stamps: list[tuple[str, str] | None]
+    stamps: list[Stamp | None]
     stamp_ids: np.ndarray
     stats: list[np.ndarray]
     values: np.ndarray
@@ -232,7 +281,7 @@ def _assemble(rows: _Rows) -> PlainRuns:
     by_version = _Lookup(rows.version_ids)
     templates = [s.run_template if s is not None else None for s in rows.series]
 
-    stamp = by_stamp([s[1] if s else "" for s in rows.stamps])
+    stamp = by_stamp([s[2] if s else "" for s in rows.stamps])
     case_key = by_workload([w.case_key if w else "" for w in rows.workloads])
     external_ids = pc.binary_join_element_wise(
         by_series([t.external_id_head if t else "" for t in templates]),
@@ -249,7 +298,7 @@ def _assemble(rows: _Rows) -> PlainRuns:
         "s0": _number_texts(rows.stats[0]),
         "s1": _number_texts(rows.stats[1]),
         "s2": _number_texts(rows.stats[2]),
-        "observed_at": by_stamp([json_string(s[0]) if s else "" for s in rows.stamps]),
+        "observed_at": by_stamp([s[1] if s else "" for s in rows.stamps]),
         "external_id": _json_strings(external_ids, _plain_external_ids(rows, templates)),
         "workload": by_workload([w.digest_json if w else "" for w in rows.workloads]),
         "name": _name_json(by_series, by_workload, by_stamp, templates, rows),
@@ -406,7 +455,7 @@ def _plain_external_ids(rows: _Rows, templates: Sequence[Any]) -> bool:
     parts = [
         *(t.external_id_head + t.external_id_tail for t in templates if t),
         *(w.case_key for w in rows.workloads if w),
-        *(s[1] for s in rows.stamps if s),
+        *(s[2] for s in rows.stamps if s),
     ]
     return not any(_JSON_ESCAPED.search(part) for part in parts)
 
@@ -423,7 +472,7 @@ def _name_json(
     name = pc.binary_join_element_wise(
         by_series([t.name_head if t else "" for t in templates]),
         by_workload([w.case_slug if w else "" for w in rows.workloads]),
-        by_stamp([slug(s[1]) if s else "" for s in rows.stamps]),
+        by_stamp([s[3] if s else "" for s in rows.stamps]),
         "-",
     )
     cut = pc.utf8_slice_codeunits(name, 0, NAME_LIMIT)
