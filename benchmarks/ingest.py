@@ -4,12 +4,14 @@ Prints, in one run:
 1. end-to-end `ingest_paths` rows/s of a 1M-row Liger CSV, each ingest into a fresh kindex home
    and server, next to DuckDB CSV->Parquet (zstd) rows/s on the same file, in --big-repeats
    pairs: DuckDB right before each ingest, as this machine's speed drifts from one minute to the
-   next. The ratio is the median of the pairs' ratios (target >= 0.1);
+   next, and each pair after a sync, so that the disk writes of one pair (~1 GB: an ingest's
+   bucket and cache) are not flushed while the next one is timed. The ratio is the median of the
+   pairs' ratios (target >= 0.1);
 2. the median time to ingest a 100-row file into an index of 10k runs and into one of 1M runs
    (target: the second at most 3x the first).
 
-The big file is the shared CSV replicated with distinct x values and timestamps, so every row is
-a distinct run of a distinct case (nothing supersedes anything). Usage:
+The big file is the shared CSV replicated with distinct x values and timestamps, so almost every
+row is a distinct run of a distinct case (28 runs of a million are superseded). Usage:
 
     python benchmarks/ingest.py [--rows 1000000] [--small-index 10000] [--repeats 5]
                                 [--big-repeats 3]
@@ -129,6 +131,7 @@ def main() -> None:
         ducks: list[float] = []
         ingests: list[float] = []
         for attempt in range(args.big_repeats):
+            os.sync()  # the last pair's writes reach the disk now, not while this pair is timed
             ducks.append(duckdb_rows_per_second(big, workdir))
             with kindex_instance(workdir / f"home-big-{attempt}") as (settings, store):
                 elapsed, summary = timed_ingest([big], settings, store)
