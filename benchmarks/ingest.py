@@ -4,7 +4,7 @@ Prints, in one run:
 1. end-to-end `ingest_paths` rows/s of a 1M-row Liger CSV, each ingest into a fresh kindex home
    and server, next to DuckDB CSV->Parquet (zstd) rows/s on the same file, in --big-repeats
    pairs: DuckDB right before each ingest, as this machine's speed drifts from one minute to the
-   next, and each pair after a sync, so that the disk writes of one pair (~1 GB: an ingest's
+   next, and each pair after a sync, so that the disk writes of one pair (~300 MB: an ingest's
    bucket and cache) are not flushed while the next one is timed. The ratio is the median of the
    pairs' ratios (target >= 0.1);
 2. the median time to ingest a 100-row file into an index of 10k runs and into one of 1M runs
