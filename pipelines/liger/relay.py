@@ -194,7 +194,7 @@ def record_set_file(
 
     Runs (a row per CSV row) are encoded by the workers themselves: each writes a Parquet part
     into `parts_dir` (an empty folder, which the caller keeps until it has used them: an ingest
-    moves them into its cache), a row group per segment, so the encoding runs on every core.
+    moves them into its cache), a row group per few segments, so the encoding runs on every core.
     Their rows are the serial table's rows, in another order (by worker, then segment): a run is
     unique within a file without merging, as its digest covers its externalId, which a
     duplicate check makes unique.
@@ -263,6 +263,7 @@ def _spool_dir(needed: int) -> str | None:
 
 
 ENCODED = ("runs",)  # the tables workers write as Parquet parts themselves
+PART_GROUP_ROWS = 60_000  # ~4 segments: ~100 MB of runs kept by a worker before it writes them
 # The tables workers build: not the lineage, as a run's lineage row is its own (snapshot, line),
 # which its runs part holds (record_objects.RecordSetContent.lineage_in_runs).
 BUILT = tuple(name for name in NAMES if name != "lineage")
@@ -280,8 +281,9 @@ class Job:
 
 class PartWriters:
     """A worker's Parquet part of each ENCODED table, `<table>-<worker>.parquet` in the job's
-    parts folder: a row group (or more) per segment. Opened at once, so every worker leaves a
-    part."""
+    parts folder: a row group per PART_GROUP_ROWS rows or so (a few segments: each row group
+    costs its ~55 columns a fixed share, and readers scan few large ones faster). Opened at
+    once, so every worker leaves a part."""
 
     def __init__(self, job: Job, worker: int) -> None:
         self.job = job
@@ -293,17 +295,28 @@ class PartWriters:
             )
             for name in ENCODED
         }
+        self.waiting: dict[str, list[pa.Table]] = {name: [] for name in ENCODED}
 
     def write(self, tables: BatchTables) -> tuple[BatchTables, PartFacts]:
-        """Write the segment's ENCODED tables: the rest of them, and the facts of those."""
+        """Write the segment's ENCODED tables (once they fill a row group): the rest of them,
+        and the facts of those."""
         encoded = {name: tables.tables[name] for name in ENCODED}
-        for name, writer in self.writers.items():
-            writer.write_table(encoded[name], row_group_size=ROW_GROUP_ROWS)
+        for name, table in encoded.items():
+            self.waiting[name].append(table)
+            if sum(t.num_rows for t in self.waiting[name]) >= PART_GROUP_ROWS:
+                self._flush(name)
         rest = {name: t for name, t in tables.tables.items() if name not in ENCODED}
         return BatchTables(tables.rows, rest), PartFacts.of(encoded)
 
+    def _flush(self, name: str) -> None:
+        if self.waiting[name]:
+            table = pa.concat_tables(self.waiting[name])
+            self.writers[name].write_table(table, row_group_size=ROW_GROUP_ROWS)
+            self.waiting[name] = []
+
     def close(self) -> None:
-        for writer in self.writers.values():
+        for name, writer in self.writers.items():
+            self._flush(name)
             writer.close()
 
     def __enter__(self) -> PartWriters:
