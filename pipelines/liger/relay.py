@@ -263,7 +263,7 @@ def _spool_dir(needed: int) -> str | None:
 
 
 ENCODED = ("runs",)  # the tables workers write as Parquet parts themselves
-PART_GROUP_ROWS = 60_000  # ~4 segments: ~100 MB of runs kept by a worker before it writes them
+PART_GROUP_ROWS = 60_000  # ~4 segments; kept until written: ~80 MB more at a worker's peak
 # The tables workers build: not the lineage, as a run's lineage row is its own (snapshot, line),
 # which its runs part holds (record_objects.RecordSetContent.lineage_in_runs).
 BUILT = tuple(name for name in NAMES if name != "lineage")
