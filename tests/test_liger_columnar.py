@@ -10,6 +10,7 @@ import math
 import os
 import random
 
+import numpy as np
 import pyarrow as pa
 import rfc8785
 from hypothesis import given, settings
@@ -20,6 +21,7 @@ from test_liger_bad_inputs import GOOD_FIELDS, row_with
 from pipelines.liger.columnar import (
     ARROW_FLOAT_TEXT,
     _encode,
+    _fill,
     _json_strings,
     _stamp,
     _stamps,
@@ -209,3 +211,14 @@ def _timestamp_texts() -> st.SearchStrategy[str]:
 @given(st.lists(_timestamp_texts(), min_size=1, max_size=30, unique=True))
 def test_stamps_read_column_wise_as_parse_timestamp_reads_them(texts: list[str]) -> None:
     assert _stamps(pa.array(texts, pa.string())) == [_stamp(text) for text in texts]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 3), min_size=1, max_size=30))
+def test_fill_joins_templates_whose_holes_come_in_other_orders(codes: list[int]) -> None:
+    """One join over the templates' common order fills each row as its own template would."""
+    templates = ["<%(x)s|%(y)s>", "%(y)s-%(x)s-%(y)s", "%(z)s%%", "plain"]
+    holes = {name: [f"{name}{row}" for row in range(len(codes))] for name in "xyz"}
+    expected = [templates[c] % {n: holes[n][row] for n in "xyz"} for row, c in enumerate(codes)]
+    arrays = {name: pa.array(values) for name, values in holes.items()}
+    assert _fill(np.array(codes), templates, arrays).to_pylist() == expected

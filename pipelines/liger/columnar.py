@@ -20,6 +20,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from difflib import SequenceMatcher
 from functools import lru_cache
 from itertools import islice
 from typing import Any, BinaryIO, TypeVar
@@ -357,7 +358,7 @@ def _fill(codes: np.ndarray, templates: Sequence[str], holes: dict[str, pa.Array
     joined: list[Any] = []
     for i in range(len(slots) + 1):
         literals = {literal for literal, _ in (s[i] for s in spread.values())}
-        if len(literals) == 1:
+        if len(literals) == 1 and slots:  # (with no hole at all, a scalar would be the result)
             joined.append(literals.pop())
         else:
             by_code = [spread[c][i][0] if c in spread else "" for c in range(len(templates))]
@@ -373,7 +374,7 @@ def _fill(codes: np.ndarray, templates: Sequence[str], holes: dict[str, pa.Array
 
 
 def _common_order(orders: Sequence[tuple[str, ...]]) -> tuple[str, ...]:
-    """A shortest sequence holding each order as a subsequence (folded pairwise)."""
+    """A short sequence holding each order as a subsequence."""
     common: tuple[str, ...] = ()
     for order in dict.fromkeys(orders):
         common = _supersequence(common, order)
@@ -381,28 +382,14 @@ def _common_order(orders: Sequence[tuple[str, ...]]) -> tuple[str, ...]:
 
 
 def _supersequence(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[str, ...]:
-    """A shortest common supersequence of two sequences, from their longest common one."""
-    longest = [[0] * (len(b) + 1) for _ in range(len(a) + 1)]
-    for i in reversed(range(len(a))):
-        for j in reversed(range(len(b))):
-            longest[i][j] = (
-                longest[i + 1][j + 1] + 1
-                if a[i] == b[j]
-                else max(longest[i + 1][j], longest[i][j + 1])
-            )
+    """A sequence holding `a` and `b` as subsequences: their matching blocks (difflib) once, and
+    between those what each has in turn."""
     merged: list[str] = []
-    i = j = 0
-    while i < len(a) and j < len(b):
-        if a[i] == b[j]:
-            merged.append(a[i])
-            i, j = i + 1, j + 1
-        elif longest[i + 1][j] >= longest[i][j + 1]:
-            merged.append(a[i])
-            i += 1
-        else:
-            merged.append(b[j])
-            j += 1
-    return (*merged, *a[i:], *b[j:])
+    for tag, a_start, a_end, b_start, b_end in SequenceMatcher(None, a, b).get_opcodes():
+        merged += a[a_start:a_end]
+        if tag != "equal":
+            merged += b[b_start:b_end]
+    return tuple(merged)
 
 
 def _spread(
