@@ -18,7 +18,7 @@ EMPTY_DIGEST = hashlib.blake2b(digest_size=16)  # only ever copied
 
 
 def digest_of(text: str) -> bytes:
-    return hashlib.blake2b(text.encode(), digest_size=16).digest()
+    return digests_of([text.encode()])[0]
 
 
 def digests_of(utf8_texts: Iterable[bytes | memoryview]) -> list[bytes]:

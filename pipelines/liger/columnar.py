@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from difflib import SequenceMatcher
 from functools import lru_cache
 from itertools import islice
-from typing import Any, BinaryIO, TypeVar
+from typing import Any, BinaryIO, NamedTuple, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -58,9 +58,17 @@ PLAIN_DECIMAL = r"^[0-9]+(\.[0-9]+)?$"
 ARROW_FLOAT_TEXT = (1e-6, 1e10)
 
 Value = TypeVar("Value")
-# A distinct timestamp of a batch: its observedAt, as a JSON string too, its externalId form
-# and that form's slug (parse_timestamp, once per distinct text).
-Stamp = tuple[str, str, str, str]  # (observedAt, observedAt's JSON, externalId form, its slug)
+
+
+class Stamp(NamedTuple):
+    """A distinct timestamp of a batch, as parse_timestamp reads it (once per distinct text)."""
+
+    observed_at: str
+    observed_at_json: str
+    form: str  # as externalIds write it
+    slug: str  # slug(form)
+
+
 # The timestamps read column-wise: Liger's own form in ASCII digits. Any other text goes through
 # parse_timestamp and its full grammar.
 PLAIN_TIMESTAMP = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[ T][0-9]{2}:[0-9]{2}:[0-9]{2}$"
@@ -179,7 +187,7 @@ def _stamps(texts: pa.Array) -> list[Stamp | None]:
         date, part(11, 13), part(14, 16), part(17, 19), "-"
     ).to_pylist()
     return [
-        (observed[i], f'"{observed[i]}"', form[i], form[i]) if simple[i] else _stamp(text)
+        Stamp(observed[i], f'"{observed[i]}"', form[i], form[i]) if simple[i] else _stamp(text)
         for i, text in enumerate(texts.to_pylist())
     ]
 
@@ -189,7 +197,7 @@ def _stamp(text: str) -> Stamp | None:
         observed, form = parse_timestamp(text)
     except RowRejected:
         return None
-    return observed, json_string(observed), form, slug(form)
+    return Stamp(observed, json_string(observed), form, slug(form))
 
 
 def _plain_runs(
@@ -224,7 +232,7 @@ def _plain_runs(
 
     good_series = np.array([s is not None and _nameable(s) for s in series])[series_ids]
     good_workload = np.array([w is not None and bool(w.case_slug) for w in workloads])[workload_ids]
-    good_stamp = np.array([s is not None and bool(s[3]) for s in stamps])[stamp_ids]
+    good_stamp = np.array([s is not None and bool(s.slug) for s in stamps])[stamp_ids]
     memory_of = np.array([s is not None and s.memory for s in series])[series_ids]
     scale = np.where(memory_of, float(MIB), 1e6)
     rounded = np.stack([_js_round(s * scale) for s in stats], axis=1)
@@ -282,7 +290,7 @@ def _assemble(rows: _Rows) -> PlainRuns:
     by_version = _Lookup(rows.version_ids)
     templates = [s.run_template if s is not None else None for s in rows.series]
 
-    stamp = by_stamp([s[2] if s else "" for s in rows.stamps])
+    stamp = by_stamp([s.form if s else "" for s in rows.stamps])
     case_key = by_workload([w.case_key if w else "" for w in rows.workloads])
     external_ids = pc.binary_join_element_wise(
         by_series([t.external_id_head if t else "" for t in templates]),
@@ -299,7 +307,7 @@ def _assemble(rows: _Rows) -> PlainRuns:
         "s0": _number_texts(rows.stats[0]),
         "s1": _number_texts(rows.stats[1]),
         "s2": _number_texts(rows.stats[2]),
-        "observed_at": by_stamp([s[1] if s else "" for s in rows.stamps]),
+        "observed_at": by_stamp([s.observed_at_json if s else "" for s in rows.stamps]),
         "external_id": _json_strings(external_ids, _plain_external_ids(rows, templates)),
         "workload": by_workload([w.digest_json if w else "" for w in rows.workloads]),
         "name": _name_json(by_series, by_workload, by_stamp, templates, rows),
@@ -442,7 +450,7 @@ def _plain_external_ids(rows: _Rows, templates: Sequence[Any]) -> bool:
     parts = [
         *(t.external_id_head + t.external_id_tail for t in templates if t),
         *(w.case_key for w in rows.workloads if w),
-        *(s[2] for s in rows.stamps if s),
+        *(s.form for s in rows.stamps if s),
     ]
     return not any(_JSON_ESCAPED.search(part) for part in parts)
 
@@ -459,7 +467,7 @@ def _name_json(
     name = pc.binary_join_element_wise(
         by_series([t.name_head if t else "" for t in templates]),
         by_workload([w.case_slug if w else "" for w in rows.workloads]),
-        by_stamp([s[3] if s else "" for s in rows.stamps]),
+        by_stamp([s.slug if s else "" for s in rows.stamps]),
         "-",
     )
     cut = pc.utf8_slice_codeunits(name, 0, NAME_LIMIT)

@@ -220,7 +220,7 @@ def _run_table(rows: _PlainRows) -> pa.Table:
         "unit": rows.by(runs.series_ids, by_series["unit"], string),
         "status": rows.constant("passed", string),
         "observed_at": rows.by(
-            runs.stamp_ids, [s[0] if s else None for s in runs.stamps], string
+            runs.stamp_ids, [s.observed_at if s else None for s in runs.stamps], string
         ).cast(UTC_MS),
         "median": pa.array(runs.values[rows.index, 0]),
         "p20": pa.array(runs.values[rows.index, 1]),
