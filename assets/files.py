@@ -28,6 +28,7 @@ from dagster import (
 from assets import metadata as md
 from assets.partitions import INCOMING_FILES
 from assets.resources import KindexResource
+from pipelines.charts import speedup_chart_png
 from pipelines.ingest import SnapshotRecords, process_snapshot
 from pipelines.sensor_cursor import parse_partition_key
 from pipelines.snapshots import Snapshot, VersionChanged, load_snapshot, take_snapshot
@@ -269,7 +270,7 @@ def records_metadata(
         "record_set": f"s3://{snap.bucket}/{result.prefix}",
     }
     rows = [dict(zip(runs, values, strict=True)) for values in zip(*runs.values(), strict=True)]
-    png = md.speedup_chart_png(rows, title=f"Speedups in {snap.key}")
+    png = speedup_chart_png(rows, title=f"Speedups in {snap.key}")
     if png is not None:
         meta["speedups"] = MetadataValue.md(md.png_markdown(png, "speedups over baseline"))
     return meta

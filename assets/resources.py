@@ -9,7 +9,6 @@ from dagster import ConfigurableResource
 
 if TYPE_CHECKING:
     from pipelines.settings import Settings
-
     from pipelines.storage.base import ObjectStore
 
 

@@ -114,8 +114,12 @@ class Provider:
     title: str
     description: str
     implementation: dict[str, Any]  # ImplementationRevision spec less `operation`
-    baseline: bool
+    baseline_rank: int | None  # among a cohort's baselines, lowest first; None: never one
     kernels: frozenset[str] | None
+
+    @property
+    def baseline(self) -> bool:
+        return self.baseline_rank is not None
 
     def implements(self, kernel: str) -> bool:
         return self.kernels is None or kernel in self.kernels
@@ -144,6 +148,14 @@ class Curation:
     passes: dict[str, Pass]
     dtypes: dict[str, str]  # torch dtype name -> kernelindex dtype
     fingerprint: str  # 12 hex digits of the sha256 over the curation files
+
+    def baseline_ranks(self) -> dict[str, int]:
+        """Baseline providers and their ranks: a cohort's baseline is its lowest-ranked one."""
+        ranks: dict[str, int] = {}
+        for name, provider in self.providers.items():
+            if provider.baseline_rank is not None:
+                ranks[name] = provider.baseline_rank
+        return ranks
 
 
 CURATION_FILES = ("kernels.yaml", "providers.yaml", "gpus.yaml", "protocols.yaml")
@@ -208,11 +220,19 @@ def _providers(document: Mapping[str, Any]) -> dict[str, Provider]:
             title=entry["title"],
             description=entry["description"],
             implementation=implementations[entry["implementation"]],
-            baseline=bool(entry.get("baseline", False)),
+            baseline_rank=_baseline_rank(name, entry.get("baseline")),
             kernels=frozenset(entry["kernels"]) if "kernels" in entry else None,
         )
         for name, entry in document["providers"].items()
     }
+
+
+def _baseline_rank(provider: str, value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"providers.yaml: {provider}: baseline must be a rank 1, 2, ...")
+    return value
 
 
 def _gpus(document: Mapping[str, Any]) -> dict[str, Gpu]:

@@ -1,0 +1,78 @@
+"""Charts of run rows as PNG bytes, for the Dagster UI and `kindex chart`.
+
+matplotlib's object API only (`Figure`, never pyplot): pyplot's global state is not
+thread-safe, and a run draws charts for several files at once. Text is never read as mathtext
+(kernel and provider names hold `$` and `_`), and tick labels are plain numbers.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter
+
+from pipelines import curation
+
+
+def speedups(
+    runs: Iterable[Mapping[str, Any]], baseline_ranks: Mapping[str, int] | None = None
+) -> dict[str, list[float]]:
+    """Per kernel/provider, the speedups over the cohort's baseline provider (same kernel,
+    mode, GPU and case; latency only). The baseline is the lowest-ranked curated one present."""
+    ranks = curation.load().baseline_ranks() if baseline_ranks is None else baseline_ranks
+    cohorts: dict[tuple[str, str, str, str], dict[str, int]] = defaultdict(dict)
+    for r in runs:
+        if r["metric"] == "latency" and r["median"] and r["median"] > 0:
+            cohort = (r["kernel"], r["mode"], r["gpu"], r["case_key"])
+            cohorts[cohort][r["provider"]] = r["median"]
+    result: dict[str, list[float]] = defaultdict(list)
+    for (kernel, *_), medians in cohorts.items():
+        present = [p for p in medians if p in ranks]
+        if not present:
+            continue
+        baseline = min(present, key=lambda p: ranks[p])
+        for provider, median in medians.items():
+            if provider != baseline:
+                result[f"{kernel}: {provider} vs {baseline}"].append(medians[baseline] / median)
+    return dict(result)
+
+
+def geometric_mean(values: Sequence[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def _plain_number(value: float, _position: int) -> str:
+    return f"{value:g}"
+
+
+def speedup_chart_png(runs: Iterable[Mapping[str, Any]], title: str) -> bytes | None:
+    """A horizontal bar chart of geometric-mean speedups per kernel and provider, or None when
+    the rows hold no comparable cohort."""
+    by_series = speedups(runs)
+    if not by_series:
+        return None
+    labels = sorted(by_series, key=lambda s: geometric_mean(by_series[s]))
+    values = [geometric_mean(by_series[s]) for s in labels]
+    height = 1.2 + 0.28 * len(labels)
+    figure = Figure(figsize=(8, min(height, 30)), dpi=80)
+    axes = figure.subplots()
+    colors = ["#2a9d8f" if v >= 1 else "#e76f51" for v in values]
+    axes.barh(range(len(labels)), values, color=colors)
+    axes.set_yticks(range(len(labels)), labels, fontsize=7, parse_math=False)
+    axes.axvline(1.0, color="black", linewidth=0.8)
+    axes.set_xscale("log")
+    axes.xaxis.set_major_formatter(FuncFormatter(_plain_number))
+    axes.xaxis.set_minor_formatter(FuncFormatter(lambda _v, _p: ""))
+    axes.set_xlabel(
+        "speedup over baseline (geometric mean over cases, log scale)", parse_math=False
+    )
+    axes.set_title(title, fontsize=10, parse_math=False)
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png")
+    return buffer.getvalue()
