@@ -5,6 +5,7 @@ import hashlib
 from collections.abc import Sequence
 
 from dagster import (
+    AssetKey,
     AssetSelection,
     AutomationConditionSensorDefinition,
     DefaultSensorStatus,
@@ -13,16 +14,13 @@ from dagster import (
     SensorResult,
     sensor,
 )
-from dagster._core.storage.tags import (
-    ASSET_PARTITION_RANGE_END_TAG,
-    ASSET_PARTITION_RANGE_START_TAG,
-)
 
-from assets.files import FILE_ASSETS
+from assets.files import FILE_ASSETS, RECORDS_KEY
 from assets.index import INDEX_KEY
 from assets.partitions import INCOMING_FILES
 from assets.resources import KindexResource
-from pipelines.sensor_cursor import ListingCursor, advance, partition_key_for
+from pipelines.sensor_cursor import TickPlan, plan_tick
+from pipelines.snapshots import record_reread
 
 # One tick never lists more new versions than this into runs; the rest wait for the next tick.
 MAX_FILES_PER_TICK = 1000
@@ -33,20 +31,29 @@ TICK_INTERVAL_SECONDS = 5
 # The automation condition normally updates the index within a tick; this only catches what an
 # update racing an index run could leave behind.
 CATCHUP_INTERVAL_SECONDS = 30
+# Dagster's run tags for a run over a range of partitions (a single-run backfill): the public way
+# to ask for one from a sensor in Dagster 1.13, whose RunRequest reads them back as its
+# `partition_key_range`.
+PARTITION_RANGE_START_TAG = "dagster/asset_partition_range_start"
+PARTITION_RANGE_END_TAG = "dagster/asset_partition_range_end"
 
 
-def new_partition_keys(
-    cursor_json: str | None, listing: Sequence, existing: set[str]
-) -> tuple[list[str], str, int]:
-    """Partition keys to add for this listing (oldest first, never one Dagster already has),
-    the next cursor, and how many new versions were deferred to the next tick."""
-    step = advance(ListingCursor.from_json(cursor_json), listing, limit=MAX_FILES_PER_TICK)
-    keys: list[str] = []
-    for obj in step.new_objects:
-        key = partition_key_for(obj)
-        if key not in existing and key not in keys:
-            keys.append(key)
-    return keys, step.cursor.to_json(), step.deferred
+FILE_ASSET_KEYS = [a.key for a in FILE_ASSETS]
+
+
+def range_request(
+    first: str, last: str, files: int, run_key: str, assets: Sequence[AssetKey]
+) -> RunRequest:
+    """One run of `assets` over the partitions from `first` to `last` (in Dagster's order)."""
+    return RunRequest(
+        run_key=run_key,
+        asset_selection=list(assets),
+        tags={
+            PARTITION_RANGE_START_TAG: first,
+            PARTITION_RANGE_END_TAG: last,
+            "kindex/files": str(files),
+        },
+    )
 
 
 def run_requests_for(partition_keys: Sequence[str]) -> list[RunRequest]:
@@ -55,17 +62,22 @@ def run_requests_for(partition_keys: Sequence[str]) -> list[RunRequest]:
     for start in range(0, len(partition_keys), MAX_FILES_PER_RUN):
         chunk = partition_keys[start : start + MAX_FILES_PER_RUN]
         run_key = hashlib.sha256("\n".join(chunk).encode()).hexdigest()[:24]
-        requests.append(
-            RunRequest(
-                run_key=run_key,
-                asset_selection=[a.key for a in FILE_ASSETS],
-                tags={
-                    ASSET_PARTITION_RANGE_START_TAG: chunk[0],
-                    ASSET_PARTITION_RANGE_END_TAG: chunk[-1],
-                    "kindex/files": str(len(chunk)),
-                },
-            )
-        )
+        requests.append(range_request(chunk[0], chunk[-1], len(chunk), run_key, FILE_ASSET_KEYS))
+    return requests
+
+
+def tick_run_requests(plan: TickPlan) -> list[RunRequest]:
+    """The runs of a tick: the new partitions in ranges; each existing partition whose version
+    came back (uploaded again) in a run of its own, since they are not contiguous. A re-read one
+    redoes only its records (its snapshot's new read is recorded); an unread one both steps."""
+    requests = run_requests_for(plan.new_partitions)
+    again = [(key, [RECORDS_KEY]) for key in plan.reread_partitions] + [
+        (key, FILE_ASSET_KEYS) for key in plan.unread_partitions
+    ]
+    for key, assets in again:
+        # Unique per upload (the cursor moved past it), so Dagster never drops it as a repeat.
+        run_key = hashlib.sha256(f"again\n{key}\n{plan.cursor}".encode()).hexdigest()[:24]
+        requests.append(range_request(key, key, 1, run_key, assets))
     return requests
 
 
@@ -77,16 +89,27 @@ def run_requests_for(partition_keys: Sequence[str]) -> list[RunRequest]:
     asset_selection=AssetSelection.assets(*FILE_ASSETS),
 )
 def incoming_files_sensor(context: SensorEvaluationContext, kindex: KindexResource) -> SensorResult:
-    settings = kindex.settings
-    listing = list(kindex.store.list(settings.incoming_prefix))
+    store, settings = kindex.store, kindex.settings
+    listing = list(store.list(settings.incoming_prefix))
     existing = set(context.instance.get_dynamic_partitions(INCOMING_FILES.name or ""))
-    keys, cursor, deferred = new_partition_keys(context.cursor, listing, existing)
-    if keys or deferred:
-        context.log.info(f"{len(listing)} objects listed, {len(keys)} new, {deferred} deferred")
+    plan = plan_tick(
+        context.cursor,
+        listing,
+        existing,
+        lambda obj: record_reread(store, settings, obj),
+        limit=MAX_FILES_PER_TICK,
+    )
+    keys = plan.new_partitions
+    again = len(plan.reread_partitions) + len(plan.unread_partitions)
+    if keys or again or plan.deferred:
+        context.log.info(
+            f"{len(listing)} objects listed, {len(keys)} new, {again} uploaded again, "
+            f"{plan.deferred} deferred"
+        )
     return SensorResult(
-        run_requests=run_requests_for(keys),
+        run_requests=tick_run_requests(plan),
         dynamic_partitions_requests=[INCOMING_FILES.build_add_request(keys)] if keys else [],
-        cursor=cursor,
+        cursor=plan.cursor,
     )
 
 

@@ -111,6 +111,8 @@ def object_read(snapshot: Any, bucket: str, parser_version: str, source: str) ->
         parser_version=parser_version,
         source=source,
         processed_at=datetime.now(UTC),
+        commit=getattr(snapshot, "commit", None),
+        committed_at=getattr(snapshot, "committed_at", None),
     )
 
 

@@ -2,31 +2,38 @@
 
 S3 lists keys in lexical order and cannot filter by time, so every tick lists the whole prefix.
 The cursor remembers the newest LastModified seen (the watermark, in the server's clock, so the
-sensor host's clock never matters) and every (key, ETag) pair whose LastModified falls inside an
-overlap window below it. An object is new when it is inside the window and its pair is not
-remembered. That covers what a plain "LastModified > watermark" cursor gets wrong:
+sensor host's clock never matters) and every object version (key, ETag, LastModified) whose
+LastModified falls inside an overlap window below it. An object is new when it is inside the
+window and its version is not remembered. That covers what a plain "LastModified > watermark"
+cursor gets wrong:
 
 - uploads in the same second as the watermark (S3 times have one-second resolution);
 - keys that sort before the previous key (no StartAfter: order never matters);
-- an overwrite with new bytes (a new ETag is a new pair, hence new work);
+- an overwrite with new bytes (a new ETag, hence new work);
+- an overwrite with bytes the key held before (A, B, A again: the old ETag with a new
+  LastModified): new work too, since the key holds A again now. Its partition (named by key and
+  ETag) exists already, so `plan_tick` has that upload read again instead of adding one;
 - deleted keys (nothing refers to a key, so a deletion cannot wedge the cursor);
 - objects that become visible late (a slow or multipart upload keeps the LastModified of its
   start): caught while they are inside the overlap window.
 
-Plain Python, no Dagster: the sensor in `assets/` calls `advance` and stores `to_json()`.
+Plain Python, no Dagster: the sensor in `assets/` calls `plan_tick` and stores its cursor.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from urllib.parse import unquote
 
+from pipelines.snapshots import Reread
 from pipelines.storage.base import ObjectInfo
 
-CURSOR_VERSION = 1
+# 2: a version is (key, ETag, LastModified). A version 1 cursor (pairs, no time) is read as no
+# cursor: the next tick looks at every object again, and re-uploads it missed are read again.
+CURSOR_VERSION = 2
 DEFAULT_OVERLAP = timedelta(hours=1)
 ETAG_CHARS_IN_PARTITION_KEY = 8
 PARTITION_KEY_SEPARATOR = "@"
@@ -37,15 +44,16 @@ _CONTROL_CHARS = ("\a", "\b", "\f", "\n", "\r", "\t", "\v", "\0")
 
 @dataclass(frozen=True, slots=True)
 class ListingCursor:
-    """Where the last listing stopped: a watermark and the object versions seen just below it."""
+    """Where the last listing stopped: a watermark and the object versions (key, ETag,
+    LastModified as ISO text) seen just below it."""
 
     watermark: datetime | None = None
-    seen: frozenset[tuple[str, str]] = field(default_factory=frozenset)
+    seen: frozenset[tuple[str, str, str]] = field(default_factory=frozenset)
 
     def to_json(self) -> str:
-        seen_by_key: dict[str, list[str]] = {}
-        for key, etag in sorted(self.seen):
-            seen_by_key.setdefault(key, []).append(etag)
+        seen_by_key: dict[str, list[list[str]]] = {}
+        for key, etag, modified in sorted(self.seen):
+            seen_by_key.setdefault(key, []).append([etag, modified])
         return json.dumps(
             {
                 "v": CURSOR_VERSION,
@@ -62,11 +70,22 @@ class ListingCursor:
         if not text:
             return cls()
         data = json.loads(text)
+        if data.get("v") == 1:
+            return cls()
         if data.get("v") != CURSOR_VERSION:
             raise ValueError(f"unsupported sensor cursor version {data.get('v')!r}")
         watermark = datetime.fromisoformat(data["watermark"]) if data["watermark"] else None
-        seen = frozenset((key, etag) for key, etags in data["seen"].items() for etag in etags)
+        seen = frozenset(
+            (key, etag, modified)
+            for key, versions in data["seen"].items()
+            for etag, modified in versions
+        )
         return cls(watermark=watermark, seen=seen)
+
+
+def version_of(obj: ObjectInfo) -> tuple[str, str, str]:
+    """What the cursor remembers of one upload: its key, ETag and LastModified."""
+    return (obj.key, obj.etag, obj.last_modified.isoformat())
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +111,7 @@ def advance(
     floor = cursor.watermark - overlap if cursor.watermark else None
     in_window = [o for o in listing if floor is None or o.last_modified >= floor]
     new = sorted(
-        (o for o in in_window if (o.key, o.etag) not in cursor.seen),
+        (o for o in in_window if version_of(o) not in cursor.seen),
         key=lambda o: (o.last_modified, o.key, o.etag),
     )
     emitted, deferred = (new, []) if limit is None else (new[:limit], new[limit:])
@@ -104,17 +123,61 @@ def advance(
         default=None,
     )
     new_floor = watermark - overlap if watermark else None
-    skipped = {(o.key, o.etag) for o in deferred}
+    skipped = {version_of(o) for o in deferred}
     seen = frozenset(
-        (o.key, o.etag)
+        version_of(o)
         for o in in_window
-        if (new_floor is None or o.last_modified >= new_floor) and (o.key, o.etag) not in skipped
+        if (new_floor is None or o.last_modified >= new_floor) and version_of(o) not in skipped
     )
     return CursorAdvance(
         new_objects=emitted,
         cursor=ListingCursor(watermark=watermark, seen=seen),
         deferred=len(deferred),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class TickPlan:
+    """What one sensor tick does with a listing."""
+
+    new_partitions: list[str]  # object versions not seen before: partitions to add, oldest first
+    # Partitions whose version was uploaded again (A, B, A): a new read of their snapshot is
+    # recorded, so their records step must register it (the index then re-judges the key).
+    reread_partitions: list[str]
+    # Partitions that exist but whose version was never read: their snapshot is taken again.
+    unread_partitions: list[str]
+    cursor: str
+    deferred: int  # new versions left for the next tick
+
+
+def plan_tick(
+    cursor_json: str | None,
+    listing: Iterable[ObjectInfo],
+    existing: Collection[str],
+    reread: Callable[[ObjectInfo], Reread],
+    *,
+    limit: int | None = None,
+) -> TickPlan:
+    """Compare a listing with the cursor. A new version gets a partition, unless one with its
+    name exists (the key held these bytes before): then `reread` records that upload as a new
+    read of the bytes kept then (pipelines.snapshots.record_reread) and says what is left."""
+    step = advance(ListingCursor.from_json(cursor_json), listing, limit=limit)
+    new: list[str] = []
+    reread_keys: list[str] = []
+    unread: list[str] = []
+    for obj in step.new_objects:
+        key = partition_key_for(obj)
+        if key in new or key in reread_keys or key in unread:
+            continue  # a later upload of the same bytes in this listing: the one is enough
+        if key not in existing:
+            new.append(key)
+            continue
+        outcome = reread(obj)
+        if outcome is Reread.RECORDED:
+            reread_keys.append(key)
+        elif outcome is Reread.UNREAD:
+            unread.append(key)
+    return TickPlan(new, reread_keys, unread, step.cursor.to_json(), step.deferred)
 
 
 def _escape(key: str) -> str:

@@ -8,7 +8,9 @@ for a version kindex itself just wrote, the bytes it wrote, which hash to the sn
 
 A read record is per (key, content): when a key returns to bytes it held before, the record of
 that content is updated to the newer LastModified, so the newest read of a key is always the
-key's newest version that kindex saw.
+key's newest version that kindex saw ("newest" as pipelines/index/reads.py orders reads: by commit
+time where a version carries one, else by LastModified). `record_reread` records such a return
+from a listing alone, when the bytes are ones already kept (the sensor calls it).
 """
 
 from __future__ import annotations
@@ -20,10 +22,13 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
+from enum import Enum
 from typing import Any
 
 import orjson
 
+from pipelines.incoming import SourceCommit
+from pipelines.index.reads import newest_order
 from pipelines.settings import Settings
 from pipelines.storage.base import NoSuchKey, ObjectInfo, ObjectStore
 
@@ -48,6 +53,14 @@ class SnapshotCorrupt(SnapshotError):
     """The stored bytes do not hash to the snapshot's digest."""
 
 
+class Reread(Enum):
+    """What `record_reread` did with an upload of bytes its key held before."""
+
+    RECORDED = "recorded"  # a new read of the kept snapshot: the records step must register it
+    UNCHANGED = "unchanged"  # that upload was recorded already, or the key changed since
+    UNREAD = "unread"  # no read of the key had those bytes (or their copy is gone): snapshot it
+
+
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     """One object version that was read, and the digest of its bytes."""
@@ -60,6 +73,8 @@ class Snapshot:
     size: int
     last_modified: datetime  # the object version's LastModified (server clock, UTC)
     read_at: datetime  # when kindex read it (UTC)
+    commit: str | None = None  # the git commit the version came from (object metadata)
+    committed_at: datetime | None = None  # that commit's time
 
     @property
     def hex(self) -> str:
@@ -69,14 +84,20 @@ class Snapshot:
     def taken_at(self) -> datetime:
         return self.read_at
 
+    @property
+    def order(self) -> tuple[datetime, datetime, datetime, str]:
+        """Larger is a newer version of the key (pipelines/index/reads.py's rule)."""
+        return newest_order(self.committed_at, self.last_modified, self.read_at)
+
     def to_json(self) -> bytes:
         return orjson.dumps(asdict(self), option=orjson.OPT_SORT_KEYS | orjson.OPT_UTC_Z)
 
     @classmethod
     def from_json(cls, data: bytes) -> Snapshot:
         fields: dict[str, Any] = orjson.loads(data)
-        for name in ("last_modified", "read_at"):
-            fields[name] = datetime.fromisoformat(fields[name])
+        for name in ("last_modified", "read_at", "committed_at"):
+            if fields.get(name) is not None:
+                fields[name] = datetime.fromisoformat(fields[name])
         return cls(**fields)
 
 
@@ -143,26 +164,63 @@ def _keep(
         key, raw_key, etag=info.etag, size=len(data), content_type=SNAPSHOT_CONTENT_TYPE
     ):
         store.put(raw_key, data, content_type=SNAPSHOT_CONTENT_TYPE)
-    record_key = read_record_key(settings, key, digest)
+    return _record_read(store, settings, info, digest)
+
+
+def _record_read(store: ObjectStore, settings: Settings, info: ObjectInfo, digest: str) -> Snapshot:
+    """Record that `info` (a version of its key, with metadata as a HEAD or GET gives it) was
+    read and holds the snapshot `digest`, unless its read record says so already."""
+    commit = SourceCommit.from_metadata(info.metadata)
+    record_key = read_record_key(settings, info.key, digest)
     previous = _load_read(store, record_key)
-    if (
-        previous is not None
-        and previous.last_modified >= info.last_modified
-        and _is_newest_read(store, settings, previous)
-    ):
-        return previous  # this version is recorded, and nothing newer of the key is
     snapshot = Snapshot(
         digest=digest,
         bucket=store.bucket,
-        key=key,
+        key=info.key,
         etag=info.etag,
         version_id=info.version_id,
-        size=len(data),
+        size=info.size,
         last_modified=info.last_modified,
         read_at=datetime.now(UTC),
+        commit=commit.commit if commit else None,
+        committed_at=commit.committed_at if commit else None,
     )
+    if (
+        previous is not None
+        and previous.order[:2] >= snapshot.order[:2]
+        and _is_newest_read(store, settings, previous)
+    ):
+        # This version (or a newer one of these bytes) is recorded, and nothing newer of the key
+        # is: a late upload of an old commit changes nothing.
+        return previous
     store.put(record_key, snapshot.to_json(), content_type="application/json")
     return snapshot
+
+
+def record_reread(store: ObjectStore, settings: Settings, listed: ObjectInfo) -> Reread:
+    """A listed version whose key held the same bytes before (the same ETag and size as an
+    earlier read of that key), uploaded again: record it as a new read of the snapshot kept
+    then, without reading the bytes again (the ETag names them)."""
+    earlier = [
+        r
+        for r in list_reads(store, settings, listed.key)
+        if r.etag == listed.etag and r.size == listed.size
+    ]
+    if not earlier:
+        return Reread.UNREAD
+    before = earlier[-1]
+    # The same LastModified is the same upload, unless other bytes were read from the key since
+    # (A, B, A again within one second).
+    if before.last_modified == listed.last_modified and _is_newest_read(store, settings, before):
+        return Reread.UNCHANGED
+    digest = before.digest
+    if store.head(snapshot_key(settings, digest)) is None:
+        return Reread.UNREAD
+    current = store.head(listed.key)  # its metadata, and whether it is still that version
+    if current is None or current.etag != listed.etag:
+        return Reread.UNCHANGED  # overwritten since the listing: the next tick sees what it is
+    recorded = _record_read(store, settings, current, digest)
+    return Reread.UNCHANGED if recorded == before else Reread.RECORDED
 
 
 def read_snapshot(store: ObjectStore, settings: Settings, snapshot: Snapshot | str) -> bytes:
@@ -200,7 +258,7 @@ def list_reads(store: ObjectStore, settings: Settings, key: str | None = None) -
     """Every recorded read (of one key, or of all keys), oldest version first."""
     keys = [o.key for o in store.list(reads_prefix(settings, key)) if o.key.endswith(".json")]
     reads = _load_reads(store, keys)
-    return sorted(reads, key=lambda r: (r.last_modified, r.read_at, r.key, r.digest))
+    return sorted(reads, key=lambda r: (r.order, r.key, r.digest))
 
 
 def latest_read_per_key(
@@ -222,8 +280,7 @@ def _is_newest_read(store: ObjectStore, settings: Settings, read: Snapshot) -> b
     has one-second resolution, so A, B, A again within a second need the time of the read."""
     own = read_record_key(settings, read.key, read.digest)
     others = [o.key for o in store.list(reads_prefix(settings, read.key)) if o.key != own]
-    newest = (read.last_modified, read.read_at)
-    return all((r.last_modified, r.read_at) <= newest for r in _load_reads(store, others))
+    return all(r.order <= read.order for r in _load_reads(store, others))
 
 
 def _load_read(store: ObjectStore, record_key: str) -> Snapshot | None:

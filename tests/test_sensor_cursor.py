@@ -13,7 +13,9 @@ from pipelines.sensor_cursor import (
     advance,
     parse_partition_key,
     partition_key_for,
+    plan_tick,
 )
+from pipelines.snapshots import Reread
 from pipelines.storage.base import ObjectInfo
 
 T0 = datetime(2026, 5, 27, 17, 14, 30, tzinfo=UTC)
@@ -56,6 +58,59 @@ def test_overwrite_with_new_bytes_is_new_work_and_same_bytes_is_not() -> None:
     assert same.new_objects == []
     changed = advance(roundtrip(same.cursor), [obj("a", etag="2" * 32, seconds=1)])
     assert [(o.key, o.etag[0]) for o in changed.new_objects] == [("a", "2")]
+
+
+def test_bytes_the_key_held_before_uploaded_again_are_new_work() -> None:
+    """A, B, A on one key: the second A has the first A's ETag but a new LastModified."""
+    a, b = "a" * 32, "b" * 32
+    first = advance(ListingCursor(), [obj("k", etag=a, seconds=1)])
+    second = advance(roundtrip(first.cursor), [obj("k", etag=b, seconds=2)])
+    third = advance(roundtrip(second.cursor), [obj("k", etag=a, seconds=3)])
+    assert [(o.etag, o.last_modified) for o in third.new_objects] == [
+        (a, T0 + timedelta(seconds=3))
+    ]
+    assert advance(roundtrip(third.cursor), [obj("k", etag=a, seconds=3)]).new_objects == []
+
+
+def test_bytes_the_key_held_before_within_one_second_are_new_work_once_listed_between() -> None:
+    """A, B, A within one second: the listing shows the first A's very version again, but the
+    cursor remembers what each key held at the last listing (B), so A is new again."""
+    a, b = "a" * 32, "b" * 32
+    first = advance(ListingCursor(), [obj("k", etag=a, seconds=1)])
+    second = advance(roundtrip(first.cursor), [obj("k", etag=b, seconds=1)])
+    third = advance(roundtrip(second.cursor), [obj("k", etag=a, seconds=1)])
+    assert [o.etag for o in third.new_objects] == [a]
+
+
+def test_a_version_1_cursor_is_read_as_no_cursor() -> None:
+    """Version 1 remembered (key, ETag) pairs: it cannot tell a re-upload from the first one, so
+    the tick after an upgrade looks at every object again (re-uploads it missed are re-read)."""
+    old = '{"seen":{"k":["' + "a" * 32 + '"]},"v":1,"watermark":"2026-05-27T17:14:30+00:00"}'
+    assert ListingCursor.from_json(old) == ListingCursor()
+
+
+def test_plan_tick_rereads_only_versions_whose_partition_exists() -> None:
+    a, b, c = "a" * 32, "b" * 32, "c" * 32
+    listing = [obj("x", etag=a, seconds=3), obj("y", etag=b, seconds=3), obj("z", etag=c)]
+    x, y, z = (partition_key_for(o) for o in listing)
+    asked: list[str] = []
+    outcomes = {"x": Reread.RECORDED, "y": Reread.UNCHANGED, "z": Reread.UNCHANGED}
+
+    def reread(listed: ObjectInfo) -> Reread:
+        asked.append(listed.key)
+        return outcomes[listed.key]
+
+    plan = plan_tick(None, listing, {x, y}, reread)
+    assert (plan.new_partitions, plan.reread_partitions, plan.unread_partitions) == ([z], [x], [])
+    assert sorted(asked) == ["x", "y"]  # never asked about a version with no partition yet
+    outcomes["x"] = Reread.UNREAD
+    outcomes["z"] = Reread.RECORDED
+    plan = plan_tick(None, listing, {x, y, z}, reread)
+    assert (plan.new_partitions, plan.reread_partitions, plan.unread_partitions) == ([], [z], [x])
+    # The cursor remembers them all: the next tick asks about none.
+    asked.clear()
+    assert plan_tick(plan.cursor, listing, {x, y, z}, reread).reread_partitions == []
+    assert asked == []
 
 
 def test_deleted_keys_never_wedge() -> None:

@@ -35,7 +35,7 @@ import pyarrow as pa
 from pipelines.index.faults import INDEX_FILES_WRITTEN, pause_point
 from pipelines.index.layout import IndexLayout, snapshot_hex
 from pipelines.index.local import empty_manifest, fetch, install_local, load_current, put_file
-from pipelines.index.reads import ObjectRead
+from pipelines.index.reads import NEWEST_ORDER_SQL, ObjectRead
 from pipelines.index.record_objects import SUMMARY_FILE
 from pipelines.index.tables import (
     FILE_TABLES,
@@ -206,6 +206,8 @@ def reads_table(
                 "rows": summary.get("rows", 0),
                 "runs": summary.get("runs", 0),
                 "quarantined": summary.get("quarantined", 0),
+                "commit": read.commit,
+                "committed_at": read.committed_at,
             }
         )
     return pa.Table.from_pylist(rows, schema=SNAPSHOT_SCHEMA)
@@ -384,7 +386,9 @@ def recompute_run_state(
 
     Supersession: within a series, a run is superseded by the earliest run (lowest digest on a
     tie) observed strictly later. Retraction: a run not superseded and held by no key's newest
-    read (newest by LastModified, then read time)."""
+    read (newest as pipelines/index/reads.py orders reads: by commit time where a version
+    carries one, else by LastModified; then read time). A key that returns to bytes it held
+    before is read again, so its newest read is what it holds now."""
     # The old runs of the new runs' series are probed once; the new runs stay where they are
     # (their record set's Parquet, or a temporary table), read again column by column.
     con.execute(
@@ -421,8 +425,7 @@ def recompute_run_state(
     )
     con.execute(
         "CREATE TEMP TABLE newest AS SELECT source_key, "
-        "arg_max(snapshot_digest, {'lm': last_modified, 'at': taken_at, 'id': read_id}) "
-        "AS snapshot_digest "
+        f"arg_max(snapshot_digest, {NEWEST_ORDER_SQL}) AS snapshot_digest "
         "FROM reads GROUP BY source_key"
     )
     touched = [

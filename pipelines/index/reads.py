@@ -1,8 +1,13 @@
-"""Object versions read: which key (and ETag, version) each snapshot was read as.
+"""Object versions read: which key (and ETag, version) each snapshot was read as, and which read
+of a key is its newest version.
 
 The same bytes dropped under two keys are one snapshot but two reads; retraction is judged per
 key, so the index needs every read. Each read is a small JSON object beside the record set it was
 processed into: `records/<parser_version>/<snapshot hex>/reads/<read id>.json`.
+
+A key that returns to bytes it held before (A, then B, then A again) is read again: the second A
+is a new read of the same snapshot, with its own LastModified, so the key's newest read is what
+it holds now, not what it held when those bytes were first seen.
 """
 
 from __future__ import annotations
@@ -13,6 +18,22 @@ from datetime import datetime
 from typing import Any
 
 import orjson
+
+# The one rule for "the newest version of a key": by commit time where the version carries one
+# (a file's git history may be uploaded in any order), else by LastModified; then LastModified
+# (one-second resolution), the time of the read and the read's id break ties. `newest_order`
+# and NEWEST_ORDER_SQL are the same rule for Python and for DuckDB over the snapshots table.
+NEWEST_ORDER_SQL = (
+    "{'at': coalesce(committed_at, last_modified), 'lm': last_modified, "
+    "'taken': taken_at, 'id': read_id}"
+)
+
+
+def newest_order(
+    committed_at: datetime | None, last_modified: datetime, taken_at: datetime, read_id: str = ""
+) -> tuple[datetime, datetime, datetime, str]:
+    """The sort key of a read: a larger one is a newer version of its key (NEWEST_ORDER_SQL)."""
+    return (committed_at or last_modified, last_modified, taken_at, read_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,10 +49,24 @@ class ObjectRead:
     parser_version: str
     source: str
     processed_at: datetime | None = None  # when this parser version made the record set
+    commit: str | None = None  # the git commit the version was uploaded from (kindex put --git)
+    committed_at: datetime | None = None  # that commit's time
 
     @property
     def read_id(self) -> str:
-        text = "\x1f".join([self.bucket, self.source_key, self.etag, self.version_id or ""])
+        """One per read of an object version: the same bytes uploaded to the key again are a new
+        version (a new LastModified, or a new read within the same second), processing the same
+        read again (a backfill) gives the same id."""
+        text = "\x1f".join(
+            [
+                self.bucket,
+                self.source_key,
+                self.etag,
+                self.version_id or "",
+                self.last_modified.isoformat(),
+                self.taken_at.isoformat(),
+            ]
+        )
         return hashlib.sha256(text.encode()).hexdigest()[:32]
 
     def to_json(self) -> bytes:
@@ -42,7 +77,7 @@ class ObjectRead:
     def from_json(cls, data: bytes) -> ObjectRead:
         fields: dict[str, Any] = orjson.loads(data)
         fields.pop("read_id", None)
-        for name in ("last_modified", "taken_at", "processed_at"):
+        for name in ("last_modified", "taken_at", "processed_at", "committed_at"):
             if fields.get(name) is not None:
                 fields[name] = datetime.fromisoformat(fields[name])
         return cls(**fields)

@@ -50,12 +50,15 @@ SNAPSHOT_SCHEMA = pa.schema(
         ("rows", pa.int64()),
         ("runs", pa.int64()),
         ("quarantined", pa.int64()),
+        # The git commit a version was uploaded from, and its time (kindex put --git).
+        ("commit", pa.string()),
+        ("committed_at", UTC_MS),
     ]
 )
 
 # A version manifest's layout. 2: run segments hold no source_key (the runs view joins it in);
-# 3: nor do manifest segments.
-MANIFEST_FORMAT = 3
+# 3: nor do manifest segments; 4: snapshots carry commit and committed_at.
+MANIFEST_FORMAT = 4
 
 # The file lists a version manifest holds, and the schema of each (for an empty list).
 FILE_TABLES: dict[str, pa.Schema] = {

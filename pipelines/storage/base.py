@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Protocol
@@ -20,6 +20,8 @@ class ObjectInfo:
     size: int
     last_modified: datetime  # timezone-aware UTC
     version_id: str | None = None
+    # User metadata (x-amz-meta-*) as a HEAD or GET returns it; a listing carries none.
+    metadata: Mapping[str, str] = field(default_factory=dict, compare=False)
 
 
 class ObjectStore(Protocol):

@@ -418,6 +418,7 @@ def _info(key: str, response: Mapping[str, Any], size: int) -> ObjectInfo:
         size=size,
         last_modified=_utc(response["LastModified"]),
         version_id=response.get("VersionId"),
+        metadata=dict(response.get("Metadata") or {}),
     )
 
 
