@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from dagster import AssetKey, DagsterInstance
+from dagster import AssetKey, DagsterInstance, PartitionKeyRange
 from dagster_support import SensorDriver, execute_all, latest_metadata, materialize_index
 from index_support import csv_bytes, liger_rows, query
 
@@ -154,3 +154,35 @@ def test_deleted_keys_do_not_wedge_the_sensor(s3_store: Any, instance: DagsterIn
     assert len(tick.run_requests or []) == 1
     execute_all(instance, tick.run_requests or [])
     assert latest_metadata(instance, "records", partition_key_for(later))["runs"] == 1
+
+
+def test_a_key_back_to_bytes_it_held_before_is_read_again_and_retracts_nothing(
+    s3_store: Any, instance: DagsterInstance
+) -> None:
+    """A, then B (A less two rows), then A again: the second A has the first one's partition
+    key; the sensor has it read again, and the index then holds no run of A retracted."""
+    header, rows = liger_rows(range(448, 454))
+    a, b = csv_bytes(header, rows), csv_bytes(header, rows[:4])
+    settings = Settings.from_env()
+    driver = SensorDriver(instance)
+    first = s3_store.put_bytes("incoming/results.csv", a)
+    execute_all(instance, driver.tick().run_requests or [])
+    s3_store.put_bytes("incoming/results.csv", b)
+    execute_all(instance, driver.tick().run_requests or [])
+    materialize_index(instance)
+    retracted = "SELECT count(*) FROM runs WHERE retracted_in_source"
+    assert query(settings, retracted) == [(2,)]
+
+    s3_store.put_bytes("incoming/results.csv", a)
+    requests = driver.tick().run_requests or []
+
+    assert [(r.asset_selection, r.partition_key_range) for r in requests] == [
+        (
+            [AssetKey("records")],
+            PartitionKeyRange(partition_key_for(first), partition_key_for(first)),
+        )
+    ]
+    execute_all(instance, requests)
+    materialize_index(instance)
+    assert query(settings, retracted) == [(0,)]
+    assert not driver.tick().run_requests
