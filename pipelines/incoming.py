@@ -64,9 +64,13 @@ def check_incoming_key(settings: Any, key: str) -> str:
     prefix = settings.incoming_prefix
     if not key.startswith(prefix) or key == prefix:
         raise IncomingKeyError(f"the key must name an object under {prefix} (got {key!r})")
-    if key.endswith("/") or any(part in (".", "..") for part in key.split("/")):
-        raise IncomingKeyError(f"the key must name an object, not a folder: {key!r}")
-    size = len(key.encode())
+    # SeaweedFS maps keys to paths: `a//b` would land at `a/b`, `a/../b` is refused.
+    if key.endswith("/") or any(part in ("", ".", "..") for part in key.split("/")):
+        raise IncomingKeyError(f"the key must name an object by a plain path: {key!r}")
+    try:
+        size = len(key.encode())
+    except UnicodeEncodeError:
+        raise IncomingKeyError(f"the key is not valid UTF-8: {key!r}") from None
     if size > MAX_KEY_BYTES:
         raise IncomingKeyError(f"the key is {size} bytes; S3 takes at most {MAX_KEY_BYTES}")
     return key

@@ -78,3 +78,55 @@ def test_put_starts_and_stops_the_embedded_server(
     with EmbeddedS3(home, port=port) as server:
         store = S3Store("kindex", endpoint_url=server.endpoint_url, credentials=server.credentials)
         assert store.get_bytes("incoming/a.csv") == b"kept in the home"
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "index/CURRENT",  # the index pointer: every later query would fail
+        "snapshots/sha256/" + "0" * 64,
+        "incoming/",
+        "incoming/../index/CURRENT",
+        "incoming//a.csv",
+        "incoming/" + "x" * 1100,  # over S3's 1,024 bytes
+        "",
+    ],
+)
+def test_put_key_outside_incoming_or_not_a_plain_object_is_refused(
+    s3_store: S3Store, tmp_path: Path, capsys: pytest.CaptureFixture[str], key: str
+) -> None:
+    path = tmp_path / "a.csv"
+    path.write_bytes(b"x")
+    assert main(["put", str(path), "--key", key]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("kindex put: ") and len(err.strip().splitlines()) == 1
+    assert list(s3_store.list("")) == []
+
+
+def test_put_to_the_index_pointer_leaves_the_index_readable(
+    s3_store: S3Store, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pipelines.settings import Settings
+
+    pointer_key = Settings.from_env().index_prefix + "CURRENT"
+    path = tmp_path / "a.csv"
+    lines = (Path(__file__).parent / "data/liger/all_benchmark_data.csv").read_text().splitlines()
+    path.write_text("\n".join(lines[:20]) + "\n")
+    assert main(["ingest", str(path), "--no-progress"]) == 0
+    pointer = s3_store.get_bytes(pointer_key)
+    assert main(["put", str(path), "--key", pointer_key]) == 2
+    assert s3_store.get_bytes(pointer_key) == pointer
+    capsys.readouterr()
+    assert main(["query", "SELECT count(*) AS runs FROM runs", "--format", "csv"]) == 0
+    assert capsys.readouterr().out.split() == ["runs", "19"]
+
+
+def test_a_key_s3_refuses_is_one_line_not_a_traceback(
+    s3_store: S3Store, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "a.csv"
+    path.write_bytes(b"x")
+    assert main(["put", str(path), "--key", "incoming/a\x00b.csv"]) == 1  # SeaweedFS refuses NUL
+    err = capsys.readouterr().err
+    assert err.startswith("kindex put: S3 refused the upload: ")
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err

@@ -1,12 +1,19 @@
-"""`kindex ingest FILE...`: upload, snapshot, write records and publish the index in-process."""
+"""`kindex ingest FILE...`: upload, snapshot, write records and publish the index in-process.
+`kindex ingest --git REPO PATH [--key KEY]`: the same for every committed version of PATH."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pipelines.ingest import IngestSummary, ingest_paths
+
+if TYPE_CHECKING:
+    from pipelines.git_history import CommittedVersion
+    from pipelines.settings import Settings
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -18,12 +25,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("files", nargs="+", type=Path, metavar="FILE")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--git",
+        type=Path,
+        metavar="REPO",
+        help="FILE is a path in REPO: upload every committed version of it, oldest first, to "
+        "one key (with its commit and commit time) and process each in turn",
+    )
+    parser.add_argument(
+        "--key", help="with --git: the key under the incoming prefix (default: the file name)"
+    )
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from pipelines.settings import Settings
 
+    if args.git is not None or args.key is not None:
+        return ingest_git(args, Settings.from_env())
     missing = [str(p) for p in args.files if not p.is_file()]
     if missing:
         print(f"kindex ingest: no such file: {', '.join(missing)}", file=sys.stderr)
@@ -40,16 +59,51 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def ingest_git(args: argparse.Namespace, settings: Settings) -> int:
+    """`--git REPO PATH`: the file's history, version by version, in-process."""
+    from pipelines.git_history import GitHistoryError, file_history, history_key, ingest_history
+    from pipelines.incoming import IncomingKeyError
+    from pipelines.storage.errors import StorageError
+    from pipelines.storage.s3 import store_session
+
+    if args.git is None or len(args.files) != 1:
+        print("kindex ingest: --git REPO takes one FILE, a path in REPO", file=sys.stderr)
+        return 2
+    try:
+        history = file_history(args.git, args.files[0])
+        history_key(settings, history, args.key)
+    except (GitHistoryError, IncomingKeyError) as error:
+        print(f"kindex ingest: {error}", file=sys.stderr)
+        return 2
+    try:
+        with store_session(settings) as store:
+            summary = ingest_history(
+                store, settings, history, args.key, progress=not args.no_progress
+            )
+    except (StorageError, GitHistoryError) as error:
+        print(f"kindex ingest: {error}", file=sys.stderr)
+        return 1
+    print(format_summary(summary, history.versions))
+    return 0
+
+
 def counts(values: dict[str, int]) -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted(values.items())) or "none"
 
 
-def format_summary(summary: IngestSummary) -> str:
+def format_summary(
+    summary: IngestSummary, versions: Sequence[CommittedVersion] | None = None
+) -> str:
+    """The summary; with `versions` (--git, one per file), each line names its commit."""
     lines = []
-    for f in summary.files:
+    for n, f in enumerate(summary.files):
         state = "already processed" if f.reused else "processed"
+        commit = ""
+        if versions is not None:
+            version = versions[n].commit
+            commit = f"commit {version.commit[:10]} {version.committed_at.date()}: "
         lines.append(
-            f"{f.source_key}: {f.rows} rows, {f.runs} runs, {f.quarantined} quarantined "
+            f"{f.source_key}: {commit}{f.rows} rows, {f.runs} runs, {f.quarantined} quarantined "
             f"({state}; snapshot {f.snapshot_digest[:19]}, parser {f.parser_version})"
         )
     index = summary.index
