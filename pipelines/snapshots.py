@@ -185,13 +185,13 @@ def _record_read(store: ObjectStore, settings: Settings, info: ObjectInfo, diges
         commit=commit.commit if commit else None,
         committed_at=commit.committed_at if commit else None,
     )
-    if (
-        previous is not None
-        and previous.order[:2] >= snapshot.order[:2]
-        and _is_newest_read(store, settings, previous)
+    # A new read only when it can change what the key's newest version is: not when its newest
+    # read is these bytes already (the same file uploaded again), nor for an upload older than
+    # the one recorded (a late upload of an old commit). A, B, A within one second is a new
+    # read: the same order, but B was read since.
+    if previous is not None and (
+        previous.order[:2] > snapshot.order[:2] or _is_newest_read(store, settings, previous)
     ):
-        # This version (or a newer one of these bytes) is recorded, and nothing newer of the key
-        # is: a late upload of an old commit changes nothing.
         return previous
     store.put(record_key, snapshot.to_json(), content_type="application/json")
     return snapshot

@@ -66,7 +66,10 @@ def ingest_git(args: argparse.Namespace, settings: Settings) -> int:
     from pipelines.storage.errors import StorageError
     from pipelines.storage.s3 import store_session
 
-    if args.git is None or len(args.files) != 1:
+    if args.git is None:
+        print("kindex ingest: --key goes with --git (FILE goes to its name)", file=sys.stderr)
+        return 2
+    if len(args.files) != 1:
         print("kindex ingest: --git REPO takes one FILE, a path in REPO", file=sys.stderr)
         return 2
     try:
