@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import hashlib
 import os
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
+from pipelines.incoming import SourceCommit
 from pipelines.settings import Settings
 from pipelines.snapshots import (
+    Reread,
     Snapshot,
     SnapshotCorrupt,
     SnapshotNotFound,
@@ -22,6 +25,7 @@ from pipelines.snapshots import (
     read_record_key,
     read_snapshot,
     reads_prefix,
+    record_reread,
     snapshot_key,
     snapshot_written,
     take_snapshot,
@@ -209,3 +213,44 @@ def test_a_version_written_then_overwritten_is_refused(
     with pytest.raises(VersionChanged, match=written.etag):
         snapshot_written(s3_store, settings, written, data, content_digest(data))
     assert list(s3_store.list("snapshots/")) == []
+
+
+def test_a_version_with_a_commit_is_newest_by_its_commit_time(
+    s3_store: S3Store, settings: Settings
+) -> None:
+    """The commit an upload names (object metadata) is kept with its read, and orders the key's
+    versions: an old commit uploaded last is not the newest version."""
+    old, new = (
+        SourceCommit(c * 40, datetime(2024, m, 1, tzinfo=UTC)) for c, m in (("a", 1), ("b", 6))
+    )
+    key = "incoming/history.csv"
+    s3_store.put_bytes(key, b"new", metadata=new.to_metadata())
+    taken = take_snapshot(s3_store, settings, key)
+    assert (taken.commit, taken.committed_at) == (new.commit, new.committed_at)
+    s3_store.put_bytes(key, b"old", metadata=old.to_metadata())
+    late = take_snapshot(s3_store, settings, key)
+    assert late.committed_at == old.committed_at and late.last_modified >= taken.last_modified
+    assert read_snapshot(s3_store, settings, latest_read_per_key(s3_store, settings)[key]) == b"new"
+    # Judged the same way from a listing: the old commit's bytes again are no new version.
+    s3_store.put_bytes(key, b"new", metadata=new.to_metadata())
+    listed = next(iter(s3_store.list(key)))
+    assert record_reread(s3_store, settings, listed) is Reread.UNCHANGED
+
+
+def test_a_reupload_is_recorded_from_the_listing_without_reading_the_bytes(
+    s3_store: S3Store, settings: Settings
+) -> None:
+    key = "incoming/x.csv"
+    s3_store.put_bytes(key, b"A")
+    first = take_snapshot(s3_store, settings, key)
+    s3_store.put_bytes(key, b"B")
+    take_snapshot(s3_store, settings, key)
+    s3_store.put_bytes(key, b"A")
+    listed = next(iter(s3_store.list(key)))
+    assert record_reread(s3_store, settings, listed) is Reread.RECORDED
+    again = latest_read_per_key(s3_store, settings)[key]
+    assert (again.digest, again.last_modified) == (first.digest, listed.last_modified)
+    assert record_reread(s3_store, settings, listed) is Reread.UNCHANGED
+    s3_store.put_bytes("incoming/never-read.csv", b"C")
+    unread = next(iter(s3_store.list("incoming/never-read.csv")))
+    assert record_reread(s3_store, settings, unread) is Reread.UNREAD
