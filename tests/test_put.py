@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -130,3 +131,22 @@ def test_a_key_s3_refuses_is_one_line_not_a_traceback(
     err = capsys.readouterr().err
     assert err.startswith("kindex put: S3 refused the upload: ")
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_put_git_with_no_kindex_up_says_what_to_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("KINDEX_S3_ENDPOINT", raising=False)
+    monkeypatch.setenv("KINDEX_HOME", str(tmp_path / "home"))
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "a.csv").write_text("x\n")
+    for args in (["init", "-q"], ["add", "a.csv"], ["commit", "-qm", "a"]):
+        subprocess.run(
+            ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t.invalid", *args],
+            check=True,
+        )
+    assert main(["put", "--git", str(repo), "a.csv"]) == 2
+    err = capsys.readouterr().err
+    assert "kindex ingest --git" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "home" / "s3").exists()  # no server was started for nothing

@@ -93,6 +93,17 @@ def put_git(args: argparse.Namespace, settings: Settings) -> int:
         print(f"kindex put: {error}", file=sys.stderr)
         return 2
 
+    if args.wait > 0 and settings.embedded:
+        from pipelines.storage.embedded import running_server
+
+        if running_server(settings.home) is None:  # this command would start it: none watches
+            print(
+                "kindex put: --git uploads each version once the one before was read, and no "
+                "`kindex up` runs for this home: start one, or use `kindex ingest --git`",
+                file=sys.stderr,
+            )
+            return 2
+
     def put(store: S3Store) -> None:
         def uploaded(version: CommittedVersion, info: ObjectInfo) -> None:
             commit = version.commit
