@@ -75,6 +75,8 @@ class Snapshot:
     read_at: datetime  # when kindex read it (UTC)
     commit: str | None = None  # the git commit the version came from (object metadata)
     committed_at: datetime | None = None  # that commit's time
+    # Recorded by record_reread from a listing (the bytes were kept before), not by reading them.
+    from_listing: bool = False
 
     @property
     def hex(self) -> str:
@@ -167,7 +169,13 @@ def _keep(
     return _record_read(store, settings, info, digest)
 
 
-def _record_read(store: ObjectStore, settings: Settings, info: ObjectInfo, digest: str) -> Snapshot:
+def _record_read(
+    store: ObjectStore,
+    settings: Settings,
+    info: ObjectInfo,
+    digest: str,
+    from_listing: bool = False,
+) -> Snapshot:
     """Record that `info` (a version of its key, with metadata as a HEAD or GET gives it) was
     read and holds the snapshot `digest`, unless its read record says so already."""
     commit = SourceCommit.from_metadata(info.metadata)
@@ -184,6 +192,7 @@ def _record_read(store: ObjectStore, settings: Settings, info: ObjectInfo, diges
         read_at=datetime.now(UTC),
         commit=commit.commit if commit else None,
         committed_at=commit.committed_at if commit else None,
+        from_listing=from_listing,
     )
     # A new read only when it can change what the key's newest version is: not when its newest
     # read is these bytes already (the same file uploaded again), nor for an upload older than
@@ -210,16 +219,18 @@ def record_reread(store: ObjectStore, settings: Settings, listed: ObjectInfo) ->
         return Reread.UNREAD
     before = earlier[-1]
     # The same LastModified is the same upload, unless other bytes were read from the key since
-    # (A, B, A again within one second).
+    # (A, B, A again within one second). When this very upload was recorded from a listing, a
+    # tick that failed after recording it may not have asked for its records: ask again (the
+    # records step registers a read once, however often it runs).
     if before.last_modified == listed.last_modified and _is_newest_read(store, settings, before):
-        return Reread.UNCHANGED
+        return Reread.RECORDED if before.from_listing else Reread.UNCHANGED
     digest = before.digest
     if store.head(snapshot_key(settings, digest)) is None:
         return Reread.UNREAD
     current = store.head(listed.key)  # its metadata, and whether it is still that version
     if current is None or current.etag != listed.etag:
         return Reread.UNCHANGED  # overwritten since the listing: the next tick sees what it is
-    recorded = _record_read(store, settings, current, digest)
+    recorded = _record_read(store, settings, current, digest, from_listing=True)
     return Reread.UNCHANGED if recorded == before else Reread.RECORDED
 
 

@@ -18,7 +18,6 @@ from pipelines.index.reads import ObjectRead
 from pipelines.ingest import process_snapshot
 from pipelines.sensor_cursor import TickPlan, parse_partition_key, partition_key_for, plan_tick
 from pipelines.snapshots import (
-    Reread,
     latest_read_per_key,
     list_reads,
     load_snapshot,
@@ -271,8 +270,9 @@ def test_the_sensor_has_bytes_a_key_held_before_read_again(
     newest = latest_read_per_key(s3_store, index_settings)[KEY]
     assert (newest.etag, newest.last_modified) == (again.etag, again.last_modified)
     assert retracted(index_settings) == set()
-    # The tick recorded the read: another look at the same upload records nothing more.
-    assert record_reread(s3_store, index_settings, again) is Reread.UNCHANGED
+    # The cursor moved past that upload: the next tick asks nothing, and changes nothing.
+    assert sensor_tick(s3_store, index_settings, plan.cursor, existing).reread_partitions == []
+    assert retracted(index_settings) == set()
 
 
 def test_the_sensor_after_an_upgrade_mends_a_re_upload_it_missed(
