@@ -299,3 +299,8 @@ def test_put_git_says_when_nothing_reads_the_versions(
     assert len(err.splitlines()) == 1
     assert main(["put", "--git", str(repo), FILE, "--key", "index/CURRENT"]) == 2
     assert main(["put", "--git", str(repo), "missing.csv"]) == 2
+    assert main(["ingest", "--git", str(repo), FILE, "--key", "index/CURRENT"]) == 2
+    assert main(["ingest", str(repo / FILE), "--key", KEY]) == 2  # --key goes with --git
+    errors = capsys.readouterr().err.strip().splitlines()
+    assert len(errors) == 4 and all(e.startswith("kindex ") for e in errors)
+    assert list(s3_store.list("index/")) == []
