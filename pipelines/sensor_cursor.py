@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Collection, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from urllib.parse import unquote
@@ -35,6 +36,7 @@ from pipelines.storage.base import ObjectInfo
 # cursor: the next tick looks at every object again, and re-uploads it missed are read again.
 CURSOR_VERSION = 2
 DEFAULT_OVERLAP = timedelta(hours=1)
+REREAD_THREADS = 8
 ETAG_CHARS_IN_PARTITION_KEY = 8
 PARTITION_KEY_SEPARATOR = "@"
 
@@ -163,21 +165,26 @@ def plan_tick(
     read of the bytes kept then (pipelines.snapshots.record_reread) and says what is left."""
     step = advance(ListingCursor.from_json(cursor_json), listing, limit=limit)
     new: list[str] = []
-    reread_keys: list[str] = []
-    unread: list[str] = []
+    again: dict[str, ObjectInfo] = {}
     for obj in step.new_objects:
         key = partition_key_for(obj)
-        if key in new or key in reread_keys or key in unread:
+        if key in again or key in new:
             continue  # a later upload of the same bytes in this listing: the one is enough
-        if key not in existing:
+        if key in existing:
+            again[key] = obj
+        else:
             new.append(key)
-            continue
-        outcome = reread(obj)
-        if outcome is Reread.RECORDED:
-            reread_keys.append(key)
-        elif outcome is Reread.UNREAD:
-            unread.append(key)
-    return TickPlan(new, reread_keys, unread, step.cursor.to_json(), step.deferred)
+    # A few small S3 requests each, which wait on the network: overlapped (a tick after a
+    # cursor reset asks about every object).
+    with ThreadPoolExecutor(REREAD_THREADS, thread_name_prefix="kindex-reread") as pool:
+        outcomes = dict(zip(again, pool.map(reread, again.values()), strict=True))
+    return TickPlan(
+        new_partitions=new,
+        reread_partitions=[k for k, o in outcomes.items() if o is Reread.RECORDED],
+        unread_partitions=[k for k, o in outcomes.items() if o is Reread.UNREAD],
+        cursor=step.cursor.to_json(),
+        deferred=step.deferred,
+    )
 
 
 def _escape(key: str) -> str:

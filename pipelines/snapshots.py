@@ -210,11 +210,8 @@ def record_reread(store: ObjectStore, settings: Settings, listed: ObjectInfo) ->
     """A listed version whose key held the same bytes before (the same ETag and size as an
     earlier read of that key), uploaded again: record it as a new read of the snapshot kept
     then, without reading the bytes again (the ETag names them)."""
-    earlier = [
-        r
-        for r in list_reads(store, settings, listed.key)
-        if r.etag == listed.etag and r.size == listed.size
-    ]
+    reads = list_reads(store, settings, listed.key)  # every content of the key, oldest first
+    earlier = [r for r in reads if r.etag == listed.etag and r.size == listed.size]
     if not earlier:
         return Reread.UNREAD
     before = earlier[-1]
@@ -222,7 +219,7 @@ def record_reread(store: ObjectStore, settings: Settings, listed: ObjectInfo) ->
     # (A, B, A again within one second). When this very upload was recorded from a listing, a
     # tick that failed after recording it may not have asked for its records: ask again (the
     # records step registers a read once, however often it runs).
-    if before.last_modified == listed.last_modified and _is_newest_read(store, settings, before):
+    if before.last_modified == listed.last_modified and before is reads[-1]:
         return Reread.RECORDED if before.from_listing else Reread.UNCHANGED
     digest = before.digest
     if store.head(snapshot_key(settings, digest)) is None:
