@@ -11,6 +11,7 @@ earlier measurements. Git runs as a subprocess (`git log --follow`, `git show`):
 from __future__ import annotations
 
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -108,7 +109,9 @@ def ingest_history(
     (each version is read before the next replaces it), then publish the index once."""
     target = history_key(settings, history, key)
     files: list[SnapshotRecords] = []
-    with tqdm(total=len(history.versions), unit="version", disable=not progress) as bar:
+    tqdm.monitor_interval = 0  # its thread would make the relay fork from a forkserver (ingest.py)
+    shown = progress and sys.stderr.isatty()
+    with tqdm(total=len(history.versions), unit="version", disable=not shown) as bar:
         for version, data in history.contents():
             bar.set_description(version.commit.commit[:10])
             written = put_incoming(
