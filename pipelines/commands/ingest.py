@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from pipelines.ingest import IngestSummary, ingest_paths
+from pipelines.ingest import IngestSummary, SnapshotRecords, ingest_paths
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -37,7 +37,19 @@ def run(args: argparse.Namespace) -> int:
         print(f"kindex ingest: {error}", file=sys.stderr)
         return 1
     print(format_summary(summary))
-    return 0
+    empty = [f for f in summary.files if f.runs == 0]
+    for f in empty:
+        print(f"kindex ingest: {no_run_message(f)}", file=sys.stderr)
+    return 1 if empty else 0
+
+
+def no_run_message(f: SnapshotRecords) -> str:
+    """What a file given on the command line that yielded no run was, and where its bytes are."""
+    reasons = counts(f.quarantined_by_reason)
+    return (
+        f"{f.source_key} yielded no run ({f.rows} rows; quarantined: {reasons}); its bytes are "
+        f"kept in snapshot {f.snapshot_digest}"
+    )
 
 
 def counts(values: dict[str, int]) -> str:
