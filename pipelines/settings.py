@@ -70,14 +70,12 @@ class Settings:
         configured_home = get("HOME")
         home = Path(configured_home).expanduser().resolve() if configured_home else find_home()
         # boto3's own variables count where kindex's are unset, as boto3 itself reads them.
-        region = (
-            get("S3_REGION") or aws("AWS_REGION") or aws("AWS_DEFAULT_REGION") or cls.s3_region
-        )
+        region = get("S3_REGION") or aws("AWS_REGION") or aws("AWS_DEFAULT_REGION") or cls.s3_region
         endpoint = get("S3_ENDPOINT")
         endpoint_name = "S3_ENDPOINT"
-        if endpoint is None:
-            endpoint = aws("AWS_ENDPOINT_URL_S3") or aws("AWS_ENDPOINT_URL")
-            endpoint_name = "AWS_ENDPOINT_URL_S3" if aws("AWS_ENDPOINT_URL_S3") else "AWS_ENDPOINT_URL"
+        for boto3_name in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"):
+            if endpoint is None:
+                endpoint, endpoint_name = aws(boto3_name), boto3_name
         on_aws = endpoint is not None and endpoint.lower() == AWS_ENDPOINT_NAME
         if on_aws:
             endpoint = f"https://s3.{region}.amazonaws.com"

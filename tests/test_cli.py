@@ -45,10 +45,11 @@ def test_a_query_from_a_subfolder_sees_the_same_index(tmp_path: Path) -> None:
     project = tmp_path / "project"
     sub = project / "notes" / "deeper"
     sub.mkdir(parents=True)
-    first = kindex("query", "select count(*) as n from runs", "--format", "csv", cwd=project, env={})
+    count = ("query", "select count(*) as n from runs", "--format", "csv")
+    first = kindex(*count, cwd=project, env={})
     assert (first.returncode, first.stdout) == (0, "n\n0\n"), first.stderr
     assert (project / ".kindex" / "index.duckdb").exists()
-    again = kindex("query", "select count(*) as n from runs", "--format", "csv", cwd=sub, env={})
+    again = kindex(*count, cwd=sub, env={})
     assert (again.returncode, again.stdout) == (0, "n\n0\n"), again.stderr
     assert not (sub / ".kindex").exists()
 
@@ -76,7 +77,9 @@ def test_a_bad_setting_is_one_line_naming_the_variable(
 
 def test_an_unknown_kindex_variable_gets_a_warning_naming_the_closest(tmp_path: Path) -> None:
     warnings = list(unknown_names({"KINDEX_S3_BUCKET": "x", "KINDEX_HOME": "h", "PATH": "/"}))
-    assert warnings == ["KINDEX_S3_BUCKET is not a kindex setting, and is ignored; did you mean KINDEX_BUCKET?"]
+    assert warnings == [
+        "KINDEX_S3_BUCKET is not a kindex setting, and is ignored; did you mean KINDEX_BUCKET?"
+    ]
     result = kindex("query", "select 1", cwd=tmp_path, env={"KINDEX_S3_BUCKET": "x"})
     assert result.returncode == 0
     assert "KINDEX_S3_BUCKET" in result.stderr and "KINDEX_BUCKET?" in result.stderr

@@ -64,9 +64,8 @@ def register(subparsers: Any) -> None:
         sub.set_defaults(func=run)
         return sub
 
-    kind("speedups", "speedups over the baseline per kernel and provider (the UI's)", False).add_argument(
-        "--gpu", help="one GPU, as the index names it (e.g. 'NVIDIA H100 80GB HBM3')"
-    )
+    speedups = kind("speedups", "speedups over the baseline per kernel and provider", False)
+    speedups.add_argument("--gpu", help="one GPU as the index names it ('NVIDIA H100 80GB HBM3')")
     versions = kind("versions", "one kernel's median latency across Liger versions", True)
     versions.add_argument("--provider", default="liger")
     versions.add_argument("--gpu")

@@ -21,7 +21,6 @@ from pipelines.liger.columnar import count_outcomes, normalized_batches, write_j
 from pipelines.liger.normalize import NotLigerCsv
 from pipelines.liger.relay import normalize_file, worth_relay
 
-
 PUMP_CHUNK = 1 << 20
 # tqdm's monitor thread would make the relay fork its workers from a forkserver (forked.py).
 tqdm.monitor_interval = 0

@@ -141,9 +141,7 @@ def check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
         elif kind not in READ_ONLY_STATEMENTS:
             name = kind.name.removesuffix("_STATEMENT")
             hint = "; use --output FILE to export a SELECT" if name in ("COPY", "EXPORT") else ""
-            raise RefusedStatement(
-                f"the index is read-only: a {name} statement is refused{hint}"
-            )
+            raise RefusedStatement(f"the index is read-only: a {name} statement is refused{hint}")
 
 
 def export_problem(target: Path, home: Path) -> str | None:

@@ -30,7 +30,10 @@ EMPTY_VERSION = "empty"
 FILES_TABLE = "kindex_internal.files"
 # Python objects are never tables: a typo in a table name gets DuckDB's "Did you mean ...?",
 # not a variable of the caller's frame.
-CONNECTION_CONFIG = {"python_enable_replacements": False, "python_scan_all_frames": False}
+CONNECTION_CONFIG: dict[str, str | bool | int | float | list[str]] = {
+    "python_enable_replacements": False,
+    "python_scan_all_frames": False,
+}
 
 
 class IndexNotFound(FileNotFoundError):
@@ -150,7 +153,8 @@ def ensure_local(settings: Any) -> Path:
 
 def open_index(settings: Any, *, read_only: bool = True) -> duckdb.DuckDBPyConnection:
     """A connection to the local index database (read-only by default)."""
-    return duckdb.connect(str(ensure_local(settings)), read_only=read_only, config=CONNECTION_CONFIG)
+    path = str(ensure_local(settings))
+    return duckdb.connect(path, read_only=read_only, config=CONNECTION_CONFIG)
 
 
 def open_locked(settings: Any, writable: Sequence[Path] = ()) -> duckdb.DuckDBPyConnection:
