@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
         rows = relation.fetchall()
     except RefusedStatement as error:
         print(f"kindex query: {error}", file=sys.stderr)
-        return 2
+        return 1
     except duckdb.Error as error:
         print(f"kindex query: {type(error).__name__}: {error}", file=sys.stderr)
         return 1
