@@ -100,3 +100,45 @@ def test_boto3s_region_and_endpoint_variables_count_and_aws_can_be_named(tmp_pat
         {**home, "KINDEX_S3_ENDPOINT": "https://minio:9000", "AWS_ENDPOINT_URL_S3": "http://x"}
     )
     assert settings.endpoint_url == "https://minio:9000" and settings.s3_path_style
+
+
+FAKE_PYTHON = """#!/usr/bin/env bash
+# A stand-in interpreter: makes a venv of itself, and talks like pip and setuptools do.
+if [ "$1 $2" = "-m venv" ]; then mkdir -p "$3/bin" && cp "$0" "$3/bin/python"; exit 0; fi
+if [ "$1 $2" = "-m pip" ]; then
+  echo "BuildBackendWarning: project.license as a TOML table is deprecated" >&2
+  echo "Successfully installed kindex"; exit 0
+fi
+echo "ran: $*"
+"""
+
+
+def test_dev_setup_keeps_pips_noise_in_a_log(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parent.parent
+    for name in ("dev", "pyproject.toml"):
+        (tmp_path / name).write_bytes((root / name).read_bytes())
+    (tmp_path / "dev").chmod(0o755)
+    fake = tmp_path / "fake-python"
+    fake.write_text(FAKE_PYTHON)
+    fake.chmod(0o755)
+    result = subprocess.run(
+        ["./dev", "test", "-q"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHON": str(fake)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "ran: -m pytest -q\n"
+    assert "Warning" not in result.stderr and len(result.stderr.splitlines()) == 1
+    assert "BuildBackendWarning" in (tmp_path / ".venv" / "install.log").read_text()
+
+
+def test_the_license_is_an_spdx_string_as_setuptools_wants() -> None:
+    import tomllib
+
+    root = Path(__file__).resolve().parent.parent
+    project = tomllib.loads((root / "pyproject.toml").read_text())
+    assert project["project"]["license"] == "Apache-2.0"
+    assert "setuptools>=77" in project["build-system"]["requires"]
