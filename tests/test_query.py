@@ -175,3 +175,25 @@ def test_output_refuses_other_statements_and_the_home(
     assert code == 2 and "inside the kindex home" in err
     code, _, err = query(capsys, "select 1", "--output", str(tmp_path / "x.xlsx"))
     assert code == 2 and "unknown format" in err
+
+
+@pytest.mark.slow
+def test_a_changed_cached_file_is_found_and_sync_fetches_it_again(
+    small_index: Any, s3_store: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    quarantine = next(p for p in published_files(small_index, s3_store) if "quarantine" in str(p))
+    published = quarantine.read_bytes()
+    code, out, _ = query(capsys, "select count(*) as n from quarantine", "--format", "csv")
+    assert code == 0
+    # Written over from outside kindex (a COPY did this before `kindex query` was locked).
+    writer = duckdb.connect()
+    writer.execute(f"COPY (SELECT * FROM read_parquet('{quarantine}') LIMIT 0) TO '{quarantine}'")
+    writer.close()
+    assert quarantine.read_bytes() != published
+    code, _, err = query(capsys, "select count(*) from quarantine")
+    assert code == 1 and "differ from what was published" in err and "--sync" in err
+    code, again, err = query(
+        capsys, "select count(*) as n from quarantine", "--format", "csv", "--sync"
+    )
+    assert (code, again) == (0, out), err
+    assert quarantine.read_bytes() == published

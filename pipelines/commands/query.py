@@ -84,7 +84,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipelines.index.local import open_locked
+    from pipelines.index.local import CacheChanged, open_locked
     from pipelines.settings import Settings
 
     settings = Settings.from_env()
@@ -105,7 +105,11 @@ def run(args: argparse.Namespace) -> int:
         if problem:
             print(f"kindex query: --output {args.output}: {problem}", file=sys.stderr)
             return 2
-    con = open_locked(settings, writable=[target] if target else ())
+    try:
+        con = open_locked(settings, writable=[target] if target else ())
+    except CacheChanged as error:
+        print(f"kindex query: {error}", file=sys.stderr)
+        return 1
     try:
         if target is not None:
             export(con, args.sql, target)

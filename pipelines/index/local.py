@@ -106,10 +106,12 @@ def build_database(database: Path, files: dict[str, list[str]]) -> None:
     try:
         create_views(con, files)
         con.execute(f"CREATE SCHEMA {FILES_TABLE.split('.')[0]}")
-        con.execute(f"CREATE TABLE {FILES_TABLE} (path VARCHAR)")
+        # Each file's size as published: a cached file that no longer has it was changed.
+        con.execute(f"CREATE TABLE {FILES_TABLE} (path VARCHAR, size BIGINT)")
         paths = sorted({path for names in files.values() for path in names})
         if paths:
-            con.executemany(f"INSERT INTO {FILES_TABLE} VALUES (?)", [[p] for p in paths])
+            rows = [[p, os.stat(p).st_size] for p in paths]
+            con.executemany(f"INSERT INTO {FILES_TABLE} VALUES (?, ?)", rows)
     finally:
         con.close()
     os.replace(temporary, database)
@@ -131,10 +133,43 @@ def prune_databases(layout: IndexLayout, keep: Path) -> None:
                 old.unlink()
 
 
+class CacheChanged(RuntimeError):
+    """A cached published file differs from what was published (it was written over)."""
+
+
+def changed_files(con: duckdb.DuckDBPyConnection) -> list[tuple[str, int]]:
+    """The files the views read that are gone or no longer their published size, with that
+    size (none known for a database built before the list was kept)."""
+    try:
+        listed = con.execute(f"SELECT path, size FROM {FILES_TABLE}").fetchall()
+    except duckdb.CatalogException:
+        return []
+    changed = []
+    for path, size in listed:
+        try:
+            actual = os.stat(path).st_size
+        except FileNotFoundError:
+            actual = -1
+        if actual != size:
+            changed.append((str(path), int(size)))
+    return changed
+
+
 def sync_local(store: ObjectStore, settings: Any) -> Path:
-    """Point the local database at the bucket's current version (downloading what is new)."""
+    """Point the local database at the bucket's current version (downloading what is new), and
+    download again every cached file of it that was changed."""
     layout = IndexLayout.of(settings)
-    return install_local(store, layout, load_current(store, layout))
+    database = install_local(store, layout, load_current(store, layout))
+    con = duckdb.connect(str(database), read_only=True, config=CONNECTION_CONFIG)
+    try:
+        changed = changed_files(con)
+    finally:
+        con.close()
+    for path, _ in changed:
+        key = Path(path).relative_to(layout.cache_dir).as_posix()
+        write_atomically(Path(path), store.get_bytes(key))
+        Path(path).chmod(0o444)
+    return database
 
 
 def ensure_local(settings: Any) -> Path:
@@ -163,6 +198,14 @@ def open_locked(settings: Any, writable: Sequence[Path] = ()) -> duckdb.DuckDBPy
     statement can change that (`lock_configuration`)."""
     con = open_index(settings)
     try:
+        changed = changed_files(con)
+        if changed:
+            path, size = changed[0]
+            raise CacheChanged(
+                f"{len(changed)} cached file(s) of the index differ from what was published "
+                f"(e.g. {path}, published with {size} bytes): `kindex query --sync` fetches "
+                "them again"
+            )
         try:
             allowed = [row[0] for row in con.execute(f"SELECT path FROM {FILES_TABLE}").fetchall()]
         except duckdb.CatalogException:  # a database built before the list was kept
