@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter
+from matplotlib.ticker import FuncFormatter, LogLocator
 
 from pipelines import curation
 
@@ -73,6 +73,80 @@ def speedup_chart_png(runs: Iterable[Mapping[str, Any]], title: str) -> bytes | 
     )
     axes.set_title(title, fontsize=10, parse_math=False)
     figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png")
+    return buffer.getvalue()
+
+
+def version_order(version: str) -> tuple[int | str, ...]:
+    """Liger versions sort numerically (0.5.10 after 0.5.8)."""
+    return tuple(int(p) if p.isdigit() else p for p in version.split("."))
+
+
+def versions_chart_png(points: Iterable[Mapping[str, Any]], title: str) -> bytes | None:
+    """One line per series (`series`: a case, GPU and pass) of its median (`median`, ns) at
+    each Liger version (`version`) that measured it; None when no series has two versions."""
+    by_series: dict[str, dict[str, float]] = defaultdict(dict)
+    for p in points:
+        if p["median"] and p["median"] > 0:
+            by_series[p["series"]][p["version"]] = p["median"] / 1e6
+    by_series = {s: v for s, v in by_series.items() if len(v) >= 2}
+    if not by_series:
+        return None
+    versions = sorted({v for values in by_series.values() for v in values}, key=version_order)
+    figure = Figure(figsize=(9, 5), dpi=80)
+    axes = figure.subplots()
+    for series in sorted(by_series):
+        values = by_series[series]
+        xs = [i for i, v in enumerate(versions) if v in values]
+        axes.plot(xs, [values[versions[i]] for i in xs], marker="o", label=series)
+    axes.set_xticks(range(len(versions)), versions, parse_math=False)
+    axes.set_yscale("log")
+    axes.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    axes.yaxis.set_major_formatter(FuncFormatter(_plain_number))
+    axes.yaxis.set_minor_formatter(FuncFormatter(lambda _v, _p: ""))
+    axes.set_xlabel("Liger version", parse_math=False)
+    axes.set_ylabel("median latency (ms, log scale)", parse_math=False)
+    axes.set_title(title, fontsize=10, parse_math=False)
+    legend = axes.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1))
+    for text in legend.get_texts():
+        text.set_parse_math(False)
+    figure.tight_layout()
+    return _png(figure)
+
+
+def gpus_chart_png(speedup_rows: Iterable[Mapping[str, Any]], title: str) -> bytes | None:
+    """Grouped bars: per GPU (`gpu`) and pass (`mode`), the geometric mean of the `speedup`s
+    over cases; None when there are none."""
+    by_bar: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for r in speedup_rows:
+        if r["speedup"] and r["speedup"] > 0:
+            by_bar[(r["gpu"], r["mode"])].append(float(r["speedup"]))
+    if not by_bar:
+        return None
+    gpus = sorted({gpu for gpu, _ in by_bar})
+    modes = sorted({mode for _, mode in by_bar})
+    width = 0.8 / len(modes)
+    figure = Figure(figsize=(max(6, 1.6 * len(gpus) + 2), 4.5), dpi=80)
+    axes = figure.subplots()
+    for m, mode in enumerate(modes):
+        xs = [g + (m - (len(modes) - 1) / 2) * width for g in range(len(gpus))]
+        heights = [
+            geometric_mean(by_bar[(gpu, mode)]) if (gpu, mode) in by_bar else 0.0 for gpu in gpus
+        ]
+        axes.bar(xs, heights, width=width * 0.95, label=mode)
+    axes.set_xticks(range(len(gpus)), gpus, fontsize=7, rotation=15, parse_math=False)
+    axes.axhline(1.0, color="black", linewidth=0.8)
+    axes.set_ylabel("speedup over baseline (geometric mean over cases)", parse_math=False)
+    axes.set_title(title, fontsize=10, parse_math=False)
+    legend = axes.legend(fontsize=7)
+    for text in legend.get_texts():
+        text.set_parse_math(False)
+    figure.tight_layout()
+    return _png(figure)
+
+
+def _png(figure: Figure) -> bytes:
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png")
     return buffer.getvalue()

@@ -16,7 +16,18 @@ COMMAND_MODULES = (
     "pipelines.commands.bundle",
     "pipelines.commands.up",
     "pipelines.commands.backfill",
+    "pipelines.commands.chart",
 )
+
+
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed_version
+
+    try:
+        return installed_version("kindex")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown"
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -29,6 +40,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         prog="kindex",
         description="Drop GPU kernel benchmark results into S3; query a DuckDB/Parquet index.",
     )
+    parser.add_argument("--version", action="version", version=f"kindex {version()}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in names:
         try:
@@ -45,8 +57,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     command = next((arg for arg in argv if not arg.startswith("-")), None)
     args = build_parser(command).parse_args(argv)
+    from pipelines.settings import SettingsError, unknown_names
+
+    for warning in unknown_names():
+        print(f"kindex: warning: {warning}", file=sys.stderr)
     try:
         return int(args.func(args) or 0)
+    except SettingsError as error:  # a bad KINDEX_* value: one line naming it, no traceback
+        print(f"kindex: {error}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

@@ -406,13 +406,20 @@ def ingest_paths(
     # tqdm's monitor thread (it only nudges stalled bars) would make this process fork its
     # workers from a forkserver (pipelines/forked.py), which costs about half a second per file.
     tqdm.monitor_interval = 0
-    bar = tqdm(total=len(paths) + 1, unit="step", disable=not (progress and sys.stderr.isatty()))
+    # Counts the files' bytes, so that a big file weighs what it costs.
+    sizes = [Path(path).stat().st_size for path in paths]
+    bar = tqdm(
+        total=sum(sizes),
+        unit="B",
+        unit_scale=True,
+        unit_divisor=1024,
+        disable=not (progress and sys.stderr.isatty()),
+    )
     with bar:
-        for path in map(Path, paths):
+        for path, size in zip(map(Path, paths), sizes, strict=True):
             bar.set_description(path.name)
             files.append(ingest_file(store, settings, path))
-            bar.update()
+            bar.update(size)
         bar.set_description("publishing index")
         index = publish_index(store, settings)
-        bar.update()
     return IngestSummary(files, index)

@@ -7,13 +7,33 @@ embedded server's generated identity lives in `$KINDEX_HOME/s3/credentials.json`
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 ENV_PREFIX = "KINDEX_"
 EMBEDDED_HOST = "127.0.0.1"
+HOME_DIR_NAME = ".kindex"
+# `KINDEX_S3_ENDPOINT=aws`: plain AWS S3, at the region's endpoint.
+AWS_ENDPOINT_NAME = "aws"
+
+# Every KINDEX_* variable kindex reads; the settings below, and those other modules read.
+SETTING_NAMES = (
+    "HOME",
+    "S3_ENDPOINT",
+    "BUCKET",
+    "S3_REGION",
+    "S3_PATH_STYLE",
+    "S3_PORT",
+    "INCOMING_PREFIX",
+    "SNAPSHOT_PREFIX",
+    "RECORDS_PREFIX",
+    "INDEX_PREFIX",
+)
+OTHER_NAMES = ("CURATION_DIR", "FAULT_PAUSE", "FAULT_DIR")
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
@@ -44,13 +64,31 @@ class Settings:
             value = env.get(ENV_PREFIX + name, "").strip()
             return value or None
 
-        home = Path(get("HOME") or "./.kindex").expanduser().resolve()
+        def aws(name: str) -> str | None:
+            return env.get(name, "").strip() or None
+
+        configured_home = get("HOME")
+        home = Path(configured_home).expanduser().resolve() if configured_home else find_home()
+        # boto3's own variables count where kindex's are unset, as boto3 itself reads them.
+        region = get("S3_REGION") or aws("AWS_REGION") or aws("AWS_DEFAULT_REGION") or cls.s3_region
+        endpoint = get("S3_ENDPOINT")
+        endpoint_name = "S3_ENDPOINT"
+        for boto3_name in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"):
+            if endpoint is None:
+                endpoint, endpoint_name = aws(boto3_name), boto3_name
+        on_aws = endpoint is not None and endpoint.lower() == AWS_ENDPOINT_NAME
+        if on_aws:
+            endpoint = f"https://s3.{region}.amazonaws.com"
+        elif endpoint is not None:
+            endpoint = _parse_endpoint(endpoint_name, endpoint)
         return cls(
             home=home,
-            s3_endpoint=get("S3_ENDPOINT"),
+            s3_endpoint=endpoint,
             bucket=get("BUCKET") or cls.bucket,
-            s3_region=get("S3_REGION") or cls.s3_region,
-            s3_path_style=_parse_bool("S3_PATH_STYLE", get("S3_PATH_STYLE"), cls.s3_path_style),
+            s3_region=region,
+            # AWS wants virtual-hosted addressing; the servers kindex runs or is pointed at
+            # (SeaweedFS, MinIO) want path-style.
+            s3_path_style=_parse_bool("S3_PATH_STYLE", get("S3_PATH_STYLE"), not on_aws),
             s3_port=_parse_port("S3_PORT", get("S3_PORT"), cls.s3_port),
             incoming_prefix=_prefix(get("INCOMING_PREFIX") or cls.incoming_prefix),
             snapshot_prefix=_prefix(get("SNAPSHOT_PREFIX") or cls.snapshot_prefix),
@@ -83,6 +121,48 @@ class Settings:
     @property
     def credentials_path(self) -> Path:
         return self.s3_dir / "credentials.json"
+
+
+def find_home(start: Path | None = None) -> Path:
+    """The home the way git finds a repository: the nearest `.kindex` folder in `start` (the
+    current directory) or a parent; else `./.kindex`, created when first written."""
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        candidate = folder / HOME_DIR_NAME
+        if candidate.is_dir():
+            return candidate
+    return here / HOME_DIR_NAME
+
+
+def unknown_names(environ: Mapping[str, str] | None = None) -> Iterator[str]:
+    """A warning for each KINDEX_* variable kindex does not read, naming the closest real one."""
+    env = os.environ if environ is None else environ
+    known = [ENV_PREFIX + name for name in SETTING_NAMES + OTHER_NAMES]
+    for name in sorted(env):
+        if name.startswith(ENV_PREFIX) and name not in known:
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            yield f"{name} is not a kindex setting, and is ignored{hint}"
+
+
+def _parse_endpoint(name: str, value: str) -> str:
+    """An S3 endpoint is a URL with an http(s) scheme and a host: `127.0.0.1:9000` is not."""
+    try:
+        url = urlsplit(value)
+        url.port  # noqa: B018 - raises ValueError on a port out of range or not a number
+    except ValueError as error:
+        raise SettingsError(f"{_variable(name)}={value!r}: {error}") from None
+    if url.scheme not in ("http", "https") or not url.hostname:
+        raise SettingsError(
+            f"{_variable(name)}={value!r}: expected a URL such as http://{value}"
+            if url.scheme not in ("http", "https") and "://" not in value
+            else f"{_variable(name)}={value!r}: expected an http:// or https:// URL with a host"
+        )
+    return value.rstrip("/")
+
+
+def _variable(name: str) -> str:
+    return name if name.startswith("AWS_") else ENV_PREFIX + name
 
 
 def _prefix(value: str) -> str:

@@ -11,13 +11,18 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import json
+import os
 import sys
 import time
 import urllib.request
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
-DEFAULT_URL = "http://127.0.0.1:3000/graphql"
+UP_FILE = "up.json"  # where `kindex up` says it serves: {"url": ..., "pid": ...}
+# Partitions per request: a request's size, and what it asks of Dagster's storage, stay bounded
+# however many files there are.
+PARTITIONS_PER_REQUEST = 1000
 FILE_ASSETS = (["snapshot"], ["records"])
 TERMINAL_STATUSES = {"COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED"}
 
@@ -33,9 +38,8 @@ MATERIALIZATIONS_QUERY = """
 query ($path: [String!]!, $partitions: [String!]) {
   assetNodeOrError(assetKey: {path: $path}) {
     ... on AssetNode {
-      assetMaterializations(partitions: $partitions) {
+      latestMaterializationByPartition(partitions: $partitions) {
         partition
-        timestamp
         metadataEntries { label ... on IntMetadataEntry { intValue } }
       }
     }
@@ -69,6 +73,45 @@ class GraphQLError(RuntimeError):
     pass
 
 
+class NoInstance(RuntimeError):
+    """No running `kindex up` was found, and no --url was given."""
+
+
+def graphql_url(url: str) -> str:
+    """The GraphQL endpoint of a Dagster webserver given by its base URL (or by the endpoint)."""
+    base = url.rstrip("/").removesuffix("/graphql")
+    return f"{base}/graphql"
+
+
+def running_instance_url(home: Path) -> str:
+    """The URL `kindex up` serves at, from `$KINDEX_HOME/up.json`, if its process is alive."""
+    path = home / UP_FILE
+    try:
+        up = json.loads(path.read_text())
+        url, pid = str(up["url"]), int(up["pid"])
+    except FileNotFoundError:
+        raise NoInstance(
+            f"no running `kindex up` in {home} (no {UP_FILE}): start it, or pass --url"
+        ) from None
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise NoInstance(f"cannot read {path}: {error}; pass --url") from None
+    if not _alive(pid):
+        raise NoInstance(
+            f"`kindex up` (pid {pid}, {url}) in {home} is not running: start it, or pass --url"
+        )
+    return url
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
+
+
 def graphql(url: str, query: str, variables: dict[str, Any], timeout: float = 60) -> dict[str, Any]:
     body = json.dumps({"query": query, "variables": variables}).encode()
     request = urllib.request.Request(
@@ -89,22 +132,27 @@ def partition_keys(url: str) -> list[str]:
 
 
 def partitions_with_quarantine(url: str, keys: Sequence[str]) -> list[str]:
-    """Files whose latest records materialization reported quarantined rows."""
-    data = graphql(url, MATERIALIZATIONS_QUERY, {"path": ["records"], "partitions": list(keys)})
-    latest: dict[str, tuple[float, int]] = {}
-    for event in data["assetNodeOrError"].get("assetMaterializations", []):
-        count = next(
-            (
-                e.get("intValue") or 0
-                for e in event["metadataEntries"]
-                if e["label"] == "quarantined_rows"
-            ),
-            0,
-        )
-        timestamp = float(event["timestamp"])
-        if event["partition"] not in latest or latest[event["partition"]][0] < timestamp:
-            latest[event["partition"]] = (timestamp, int(count))
-    return [k for k in keys if latest.get(k, (0.0, 0))[1] > 0]
+    """Files whose latest records materialization reported quarantined rows, asked a bounded
+    number of partitions at a time (Dagster answers one latest event per partition)."""
+    chosen = []
+    for start in range(0, len(keys), PARTITIONS_PER_REQUEST):
+        chunk = list(keys[start : start + PARTITIONS_PER_REQUEST])
+        data = graphql(url, MATERIALIZATIONS_QUERY, {"path": ["records"], "partitions": chunk})
+        events = data["assetNodeOrError"].get("latestMaterializationByPartition") or []
+        for key, event in zip(chunk, events, strict=True):
+            if event is None:
+                continue
+            count = next(
+                (
+                    e.get("intValue") or 0
+                    for e in event["metadataEntries"]
+                    if e["label"] == "quarantined_rows"
+                ),
+                0,
+            )
+            if count > 0:
+                chosen.append(key)
+    return chosen
 
 
 def choose(url: str, glob: str | None, quarantined: bool) -> list[str]:
@@ -159,7 +207,11 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="only files whose last processing quarantined rows",
     )
-    parser.add_argument("--url", default=DEFAULT_URL, help=f"Dagster GraphQL URL ({DEFAULT_URL})")
+    parser.add_argument(
+        "--url",
+        help="the Dagster webserver, e.g. http://127.0.0.1:3000 (default: where `kindex up` "
+        f"in this home serves, from $KINDEX_HOME/{UP_FILE})",
+    )
     parser.add_argument("--wait", action="store_true", help="wait until the backfill finishes")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds --wait waits")
     parser.set_defaults(func=run)
@@ -167,21 +219,30 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        keys = choose(args.url, args.glob, args.quarantined)
+        if args.url:
+            url = graphql_url(args.url)
+        else:
+            from pipelines.settings import Settings
+
+            url = graphql_url(running_instance_url(Settings.from_env().home))
+        keys = choose(url, args.glob, args.quarantined)
         if not keys:
             print("kindex backfill: no file matches; nothing launched", file=sys.stderr)
             return 1
-        backfill_id = launch_backfill(args.url, keys, title=f"kindex backfill of {len(keys)} files")
+        backfill_id = launch_backfill(url, keys, title=f"kindex backfill of {len(keys)} files")
         print(backfill_id, flush=True)
         print(
-            f"{len(keys)} files; see {args.url.removesuffix('/graphql')}/runs/b/{backfill_id}",
+            f"{len(keys)} files; see {url.removesuffix('/graphql')}/runs/b/{backfill_id}",
             file=sys.stderr,
         )
         if not args.wait:
             return 0
-        status = wait_for(args.url, backfill_id, args.timeout)
+        status = wait_for(url, backfill_id, args.timeout)
         print(status)
         return 0 if status in {"COMPLETED", "COMPLETED_SUCCESS"} else 1
+    except NoInstance as error:
+        print(f"kindex backfill: {error}", file=sys.stderr)
+        return 2
     except (OSError, GraphQLError) as error:
         print(f"kindex backfill: {error}", file=sys.stderr)
         return 2

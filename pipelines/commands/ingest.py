@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pipelines.ingest import IngestSummary, ingest_paths
+from pipelines.ingest import IngestSummary, SnapshotRecords, ingest_paths
 
 if TYPE_CHECKING:
     from pipelines.git_history import CommittedVersion
@@ -56,7 +56,19 @@ def run(args: argparse.Namespace) -> int:
         print(f"kindex ingest: {error}", file=sys.stderr)
         return 1
     print(format_summary(summary))
-    return 0
+    empty = [f for f in summary.files if f.runs == 0]
+    for f in empty:
+        print(f"kindex ingest: {no_run_message(f)}", file=sys.stderr)
+    return 1 if empty else 0
+
+
+def no_run_message(f: SnapshotRecords) -> str:
+    """What a file given on the command line that yielded no run was, and where its bytes are."""
+    reasons = counts(f.quarantined_by_reason)
+    return (
+        f"{f.source_key} yielded no run ({f.rows} rows; quarantined: {reasons}); its bytes are "
+        f"kept in snapshot {f.snapshot_digest}"
+    )
 
 
 def ingest_git(args: argparse.Namespace, settings: Settings) -> int:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,14 @@ from pipelines.storage.base import NoSuchKey, ObjectStore
 KEEP_LOCAL_DATABASES = 4
 PARQUET_CONTENT_TYPE = "application/vnd.apache.parquet"
 EMPTY_VERSION = "empty"
+# Where a version's database lists the files its views read: the only files a reader may open.
+FILES_TABLE = "kindex_internal.files"
+# Python objects are never tables: a typo in a table name gets DuckDB's "Did you mean ...?",
+# not a variable of the caller's frame.
+CONNECTION_CONFIG: dict[str, str | bool | int | float | list[str]] = {
+    "python_enable_replacements": False,
+    "python_scan_all_frames": False,
+}
 
 
 class IndexNotFound(FileNotFoundError):
@@ -65,6 +74,7 @@ def fetch(store: ObjectStore, layout: IndexLayout, key: str) -> Path:
     path = layout.cached_path(key)
     if not path.exists():
         write_atomically(path, store.get_bytes(key))
+        path.chmod(0o444)  # a published file never changes
     return path
 
 
@@ -92,9 +102,16 @@ def install_local(store: ObjectStore, layout: IndexLayout, manifest: dict[str, A
 def build_database(database: Path, files: dict[str, list[str]]) -> None:
     database.parent.mkdir(parents=True, exist_ok=True)
     temporary = database.with_name(f".{database.name}.{secrets.token_hex(4)}.tmp")
-    con = duckdb.connect(str(temporary))
+    con = duckdb.connect(str(temporary), config=CONNECTION_CONFIG)
     try:
         create_views(con, files)
+        con.execute(f"CREATE SCHEMA {FILES_TABLE.split('.')[0]}")
+        # Each file's size as published: a cached file that no longer has it was changed.
+        con.execute(f"CREATE TABLE {FILES_TABLE} (path VARCHAR, size BIGINT)")
+        paths = sorted({path for names in files.values() for path in names})
+        if paths:
+            rows = [[p, os.stat(p).st_size] for p in paths]
+            con.executemany(f"INSERT INTO {FILES_TABLE} VALUES (?, ?)", rows)
     finally:
         con.close()
     os.replace(temporary, database)
@@ -116,15 +133,97 @@ def prune_databases(layout: IndexLayout, keep: Path) -> None:
                 old.unlink()
 
 
+class CacheChanged(RuntimeError):
+    """A cached published file differs from what was published (it was written over)."""
+
+
+def changed_files(con: duckdb.DuckDBPyConnection) -> list[tuple[str, int]]:
+    """The files the views read that are gone or no longer their published size, with that
+    size (none known for a database built before the list was kept)."""
+    try:
+        listed = con.execute(f"SELECT path, size FROM {FILES_TABLE}").fetchall()
+    except duckdb.CatalogException:
+        return []
+    changed = []
+    for path, size in listed:
+        try:
+            actual = os.stat(path).st_size
+        except FileNotFoundError:
+            actual = -1
+        if actual != size:
+            changed.append((str(path), int(size)))
+    return changed
+
+
 def sync_local(store: ObjectStore, settings: Any) -> Path:
-    """Point the local database at the bucket's current version (downloading what is new)."""
+    """Point the local database at the bucket's current version (downloading what is new), and
+    download again every cached file of it that was changed."""
     layout = IndexLayout.of(settings)
-    return install_local(store, layout, load_current(store, layout))
+    database = install_local(store, layout, load_current(store, layout))
+    con = duckdb.connect(str(database), read_only=True, config=CONNECTION_CONFIG)
+    try:
+        changed = changed_files(con)
+    finally:
+        con.close()
+    for path, _ in changed:
+        key = Path(path).relative_to(layout.cache_dir).as_posix()
+        write_atomically(Path(path), store.get_bytes(key))
+        Path(path).chmod(0o444)
+    return database
+
+
+def ensure_local(settings: Any) -> Path:
+    """The local database, created empty (every table and view, no rows) when this home has
+    none yet: an index exists from the start and answers 0."""
+    layout = IndexLayout.of(settings)
+    if not layout.local_db.exists():
+        database = layout.local_db_dir / f"{EMPTY_VERSION}.duckdb"
+        if not database.exists():
+            build_database(database, {name: [] for name in FILE_TABLES})
+        # A publish may have pointed the link at a real version meanwhile: never replace it.
+        with contextlib.suppress(FileExistsError):
+            os.symlink(os.path.relpath(database, layout.local_db.parent), layout.local_db)
+    return layout.local_db
 
 
 def open_index(settings: Any, *, read_only: bool = True) -> duckdb.DuckDBPyConnection:
     """A connection to the local index database (read-only by default)."""
-    path = IndexLayout.of(settings).local_db
-    if not path.exists():
-        raise IndexNotFound(f"no index at {path}: run `kindex ingest FILE...` first")
-    return duckdb.connect(str(path), read_only=read_only)
+    path = str(ensure_local(settings))
+    return duckdb.connect(path, read_only=read_only, config=CONNECTION_CONFIG)
+
+
+def open_locked(settings: Any, writable: Sequence[Path] = ()) -> duckdb.DuckDBPyConnection:
+    """The local index, read-only, with its doors locked: DuckDB opens no file but those the
+    views read (and `writable`, the target of an export), loads or installs no extension, and no
+    statement can change that (`lock_configuration`)."""
+    con = open_index(settings)
+    try:
+        changed = changed_files(con)
+        if changed:
+            path, size = changed[0]
+            raise CacheChanged(
+                f"{len(changed)} cached file(s) of the index differ from what was published "
+                f"(e.g. {path}, published with {size} bytes): `kindex query --sync` fetches "
+                "them again"
+            )
+        try:
+            allowed = [row[0] for row in con.execute(f"SELECT path FROM {FILES_TABLE}").fetchall()]
+        except duckdb.CatalogException:  # a database built before the list was kept
+            allowed = []
+            directories = [str(IndexLayout.of(settings).cache_dir) + os.sep]
+            con.execute("SET allowed_directories = ?", [directories])
+        allowed += [str(path) for path in writable]
+        if allowed:
+            con.execute("SET allowed_paths = ?", [allowed])
+        for statement in (
+            "SET autoinstall_known_extensions = false",
+            "SET autoload_known_extensions = false",
+            "SET allow_community_extensions = false",
+            "SET enable_external_access = false",
+            "SET lock_configuration = true",
+        ):
+            con.execute(statement)
+    except BaseException:
+        con.close()
+        raise
+    return con
