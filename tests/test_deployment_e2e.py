@@ -52,7 +52,9 @@ def dagster_bin(name: str) -> str:
 def require_postgres() -> Path:
     found = postgres_bin_dir()
     if found is None:
-        reason = "PostgreSQL server binaries (initdb, postgres) not found: apt-get install postgresql"
+        reason = (
+            "PostgreSQL server binaries (initdb, postgres) not found: apt-get install postgresql"
+        )
         if os.environ.get("CI") == "true":
             pytest.fail(reason)  # CI installs them (.ci/run): missing there is a failure
         pytest.skip(reason)
@@ -152,7 +154,9 @@ def test_deployment_end_to_end(
 
     settings = Settings.from_env()
     reader = settings.replace(home=tmp_path / "reader")
-    files = {f"{settings.incoming_prefix}liger-{i}.csv": data for i, data in enumerate(liger_cuts(2))}
+    files = {
+        f"{settings.incoming_prefix}liger-{i}.csv": data for i, data in enumerate(liger_cuts(2))
+    }
     instance: DagsterInstance | None = None
     timings = {"start": time.monotonic()}
     try:
@@ -191,7 +195,9 @@ def test_deployment_end_to_end(
             env,
             cwd=ROOT,
         )
-        wait_for(lambda: webserver_ready(web_port), START_TIMEOUT, "webserver", processes.check_alive)
+        wait_for(
+            lambda: webserver_ready(web_port), START_TIMEOUT, "webserver", processes.check_alive
+        )
         shown = wait_for(
             lambda: location_loaded(web_port), START_TIMEOUT, "location", processes.check_alive
         )
@@ -282,7 +288,8 @@ def test_deployment_end_to_end(
         postgres.remove()
         timings["stopped"] = time.monotonic()
         marks = list(timings.items())
-        print("\n" + ", ".join(f"{n} +{t - p:.1f} s" for (_, p), (n, t) in zip(marks, marks[1:])))
+        steps = zip(marks, marks[1:], strict=False)
+        print("\n" + ", ".join(f"{name} +{t - t0:.1f} s" for (_, t0), (name, t) in steps))
     # Each process stopped on its own signal (SIGTERM; SIGINT for PostgreSQL's fast shutdown).
     assert all(code is not None for code in codes.values()), codes
     assert codes["postgres"] == 0, processes.log("postgres")[-2000:]
