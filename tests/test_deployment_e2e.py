@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus
 from deployment_support import (
     HOST,
     PostgresServer,
@@ -41,6 +42,8 @@ FILES_TAG = "kindex/files"  # set on the incoming-files sensor's runs (assets/se
 # Deadlines only: a loaded 2-core machine can be slow; nothing here is a speed assertion.
 START_TIMEOUT = 180.0
 RUN_TIMEOUT = 240.0
+# What the QueuedRunCoordinator logs for a run: queued on submission, then dequeued (STARTING).
+QUEUE_EVENTS = [DagsterEventType.RUN_ENQUEUED, DagsterEventType.RUN_STARTING]
 
 pytestmark = pytest.mark.slow
 
@@ -122,9 +125,6 @@ def ids(runs: list[Any]) -> set[str]:
 def test_deployment_end_to_end(
     s3_store: S3Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus
-
-    QUEUE_EVENTS = [DagsterEventType.RUN_ENQUEUED, DagsterEventType.RUN_STARTING]
     bin_dir = require_postgres()
     logs = tmp_path / "logs"
     logs.mkdir()
@@ -170,8 +170,8 @@ def test_deployment_end_to_end(
         )
         postgres.start(START_TIMEOUT)
         timings["postgres up"] = time.monotonic()
-        # Opening the instance creates Dagster's schema once (`dagster instance migrate` does
-        # the same), before three processes open it at the same moment.
+        # Opening the instance creates Dagster's tables, as `dagster instance migrate` does, once
+        # before three processes open it at the same moment (a process fewer on a busy machine).
         instance = DagsterInstance.from_config(str(dagster_home))
         assert type(instance.run_coordinator).__name__ == "QueuedRunCoordinator"
         assert type(instance.run_storage).__name__ == "PostgresRunStorage"
@@ -250,7 +250,6 @@ def test_deployment_end_to_end(
         assert len(runs) == 2
         assert {run.status for run in every_run} == {DagsterRunStatus.SUCCESS}
         for run in every_run:
-            # Queued on submission, then dequeued by the coordinator, which marks it STARTING.
             logged = [
                 entry.dagster_event.event_type
                 for entry in instance.all_logs(run.run_id, of_type=set(QUEUE_EVENTS))
@@ -271,13 +270,13 @@ def test_deployment_end_to_end(
             cursor.execute("SELECT count(*) FROM job_ticks WHERE type = 'SENSOR'")
             (sensor_ticks,) = cursor.fetchone()
         connection.close()
-        assert ids(runs) <= stored_runs
-        assert enqueued == len(stored_runs)
+        assert ids(every_run) <= stored_runs
+        assert enqueued >= len(every_run)
         assert sensor_ticks > 0
 
         # The webserver shows the same runs, read from the same storage.
         listed = graphql(web_port, RUNS_QUERY)["runsOrError"]["results"]
-        assert {r["runId"] for r in listed} == stored_runs
+        assert ids(every_run) <= {r["runId"] for r in listed}
         assert {r["runId"]: r["status"] for r in listed if r["runId"] in ids(runs)} == {
             run.run_id: "SUCCESS" for run in runs
         }
