@@ -99,6 +99,7 @@ class Processes:
     log_dir: Path
     children: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     seen: set[int] = field(default_factory=set)  # every descendant ever observed
+    stopped: set[str] = field(default_factory=set)  # stopped on purpose: no longer checked
     _logs: list[IO[bytes]] = field(default_factory=list)
 
     def start(
@@ -125,13 +126,14 @@ class Processes:
     def check_alive(self) -> None:
         """Raise, with its log, when a child has exited; remember every descendant seen."""
         for name, child in self.children.items():
-            if child.poll() is not None:
+            if name not in self.stopped and child.poll() is not None:
                 raise RuntimeError(f"{name} exited ({child.returncode}):\n{self.log(name)[-4000:]}")
         self.seen |= descendants(*(child.pid for child in self.children.values()))
 
     def stop(self, names: list[str], signum: int = signal.SIGTERM) -> dict[str, int | None]:
         """Signal these children at once, then wait for each; None for one that had to be
         killed after the grace period."""
+        self.stopped.update(names)
         running = {n: self.children[n] for n in names if self.children[n].poll() is None}
         self.seen |= descendants(*(child.pid for child in running.values()))
         for child in running.values():
