@@ -51,10 +51,11 @@ def test_dagster_yaml_accepted_by_dagsters_instance_schema(monkeypatch: pytest.M
         monkeypatch.setenv(var, "x")
     monkeypatch.setenv("DAGSTER_PG_PORT", "5432")
     config = load_yaml(DEPLOY / "dagster.yaml")
+    assert isinstance(config, dict)
     result = process_config(dagster_instance_config_schema(), config)
     assert result.success, [e.message for e in result.errors or []]
     dagster_instance_config(str(DEPLOY))  # checks beyond the schema (concurrency vs coordinator)
-    assert config["run_coordinator"]["class"] == "QueuedRunCoordinator"  # type: ignore[index]
+    assert config["run_coordinator"]["class"] == "QueuedRunCoordinator"
 
 
 def test_dagster_yaml_storage_class_resolves() -> None:
@@ -155,8 +156,9 @@ def names_the_code_reads() -> set[str]:
     sources = [*PIPELINES.rglob("*.py"), *(ROOT / "assets").rglob("*.py"), ROOT / "definitions.py"]
     for path in sources:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            is_text = isinstance(node, ast.Constant) and isinstance(node.value, str)
-            if is_text and KINDEX_NAME.fullmatch(node.value):
+            if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
+                continue
+            if KINDEX_NAME.fullmatch(node.value):
                 names.add(node.value)
     return names
 

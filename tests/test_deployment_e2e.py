@@ -246,7 +246,7 @@ def test_deployment_end_to_end(
 
         def runs_settled() -> list[Any] | None:
             assert instance is not None
-            runs = instance.get_runs()
+            runs = list(instance.get_runs())
             return runs if all(run.is_finished or run.status == QUEUED for run in runs) else None
 
         every_run = wait_for(runs_settled, RUN_TIMEOUT, "runs finished", processes.check_alive)
