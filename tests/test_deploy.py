@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import re
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
 from ruamel.yaml import YAML
 
-DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
-PIPELINES = Path(__file__).resolve().parents[1] / "pipelines"
+from pipelines.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[1]
+DEPLOY = ROOT / "deploy"
+PIPELINES = ROOT / "pipelines"
+KINDEX_NAME = re.compile(r"\bKINDEX_[A-Z0-9_]*[A-Z0-9]\b")
+PG_VARIABLES = ("DAGSTER_PG_HOST", "DAGSTER_PG_DB", "DAGSTER_PG_USERNAME", "DAGSTER_PG_PASSWORD")
 
 # ObjectStore methods (pipelines/storage/base.py) -> the IAM action each needs on S3.
 ACTIONS_BY_METHOD = {
@@ -40,13 +47,15 @@ def test_dagster_yaml_accepted_by_dagsters_instance_schema(monkeypatch: pytest.M
         dagster_instance_config_schema,
     )
 
-    for var in ("DAGSTER_PG_HOST", "DAGSTER_PG_DB", "DAGSTER_PG_USERNAME", "DAGSTER_PG_PASSWORD"):
+    for var in PG_VARIABLES:
         monkeypatch.setenv(var, "x")
+    monkeypatch.setenv("DAGSTER_PG_PORT", "5432")
     config = load_yaml(DEPLOY / "dagster.yaml")
+    assert isinstance(config, dict)
     result = process_config(dagster_instance_config_schema(), config)
     assert result.success, [e.message for e in result.errors or []]
     dagster_instance_config(str(DEPLOY))  # checks beyond the schema (concurrency vs coordinator)
-    assert config["run_coordinator"]["class"] == "QueuedRunCoordinator"  # type: ignore[index]
+    assert config["run_coordinator"]["class"] == "QueuedRunCoordinator"
 
 
 def test_dagster_yaml_storage_class_resolves() -> None:
@@ -91,3 +100,101 @@ def test_iam_policy_grants_exactly_the_actions_kindex_uses() -> None:
         resources = statement["Resource"]
         for resource in [resources] if isinstance(resources, str) else resources:
             assert resource.startswith("arn:aws:s3:::kindex"), "only the kindex bucket"
+
+
+def test_postgres_scheme_names_a_driver_that_is_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SQLAlchemy >= 2.1 maps a bare "postgresql" URL to psycopg 3, which dagster-postgres does
+    not install: the scheme must name the driver it does (psycopg2), here and in Helm."""
+    from dagster_postgres.utils import get_conn_string
+    from sqlalchemy.engine import make_url
+
+    config = load_yaml(DEPLOY / "dagster.yaml")["storage"]["postgres"]["postgres_db"]  # type: ignore[index]
+    helm = load_yaml(DEPLOY / "helm" / "values.yaml")["postgresql"]  # type: ignore[index]
+    for scheme in (config["scheme"], helm["postgresqlScheme"]):
+        url = get_conn_string(username="u", hostname="h", db_name="d", scheme=scheme)
+        make_url(url).get_dialect().import_dbapi()  # ModuleNotFoundError without the driver
+
+
+def names_in_deploy() -> dict[str, set[str]]:
+    """Every KINDEX_* name written anywhere under deploy/, with the files naming it."""
+    found: dict[str, set[str]] = {}
+    for path in sorted(DEPLOY.rglob("*")):
+        if path.is_file():
+            for name in KINDEX_NAME.findall(path.read_text(encoding="utf-8")):
+                found.setdefault(name, set()).add(str(path.relative_to(ROOT)))
+    return found
+
+
+class RecordingEnviron(Mapping[str, str]):
+    """An empty environment that remembers every name it was asked for."""
+
+    def __init__(self) -> None:
+        self.asked: set[str] = set()
+
+    def __getitem__(self, name: str) -> str:
+        self.asked.add(name)
+        raise KeyError(name)
+
+    def __contains__(self, name: object) -> bool:
+        self.asked.add(str(name))
+        return False
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
+def names_the_code_reads() -> set[str]:
+    """The KINDEX_* names kindex reads: those `Settings.from_env` asks the environment for,
+    and every string literal that is exactly such a name in pipelines/, assets/ and
+    definitions.py (a variable read outside the settings, like KINDEX_CURATION_DIR)."""
+    environ = RecordingEnviron()
+    Settings.from_env(environ)
+    names = {name for name in environ.asked if KINDEX_NAME.fullmatch(name)}
+    sources = [*PIPELINES.rglob("*.py"), *(ROOT / "assets").rglob("*.py"), ROOT / "definitions.py"]
+    for path in sources:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
+                continue
+            if KINDEX_NAME.fullmatch(node.value):
+                names.add(node.value)
+    return names
+
+
+def test_the_settings_scan_finds_what_the_code_reads() -> None:
+    read = names_the_code_reads()
+    assert {"KINDEX_HOME", "KINDEX_BUCKET", "KINDEX_S3_ENDPOINT", "KINDEX_CURATION_DIR"} <= read
+    assert "KINDEX_S3_BUCKET" not in read
+
+
+def test_every_kindex_name_in_deploy_is_one_the_code_reads() -> None:
+    named = names_in_deploy()
+    assert {"KINDEX_BUCKET", "KINDEX_S3_ENDPOINT"} <= set(named)
+    unread = {
+        name: sorted(files) for name, files in named.items() if name not in names_the_code_reads()
+    }
+    assert not unread, f"deploy/ sets names kindex never reads: {unread}"
+
+
+def helm_kindex_environments() -> dict[str, dict[str, str]]:
+    """The environment the Helm values give the code location and each run's pod."""
+    values = load_yaml(DEPLOY / "helm" / "values.yaml")
+    deployment = values["dagster-user-deployments"]["deployments"][0]  # type: ignore[index]
+    launcher = values["runLauncher"]["config"]["k8sRunLauncher"]  # type: ignore[index]
+    return {
+        "code location": {item["name"]: str(item["value"]) for item in deployment["env"]},
+        "run pods": dict(item.split("=", 1) for item in launcher["envVars"]),
+    }
+
+
+@pytest.mark.parametrize("where", ["code location", "run pods"])
+def test_helm_values_reach_the_bucket_not_an_embedded_server(where: str) -> None:
+    env = helm_kindex_environments()[where]
+    settings = Settings.from_env(env)
+    assert not settings.embedded, "without an endpoint kindex starts its own SeaweedFS"
+    assert settings.endpoint_url.startswith("https://")
+    policy = json.loads((DEPLOY / "iam-policy.json").read_text(encoding="utf-8"))
+    resources = [s["Resource"] for s in policy["Statement"]]
+    assert f"arn:aws:s3:::{settings.bucket}" in resources, "the bucket the IAM policy grants"
