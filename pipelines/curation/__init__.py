@@ -81,11 +81,21 @@ class Binding:
     axes: dict[str, Expression]  # title order
     require: dict[str, Any]
     ignore: frozenset[str]
+    # Config keys another era of the scripts names otherwise: {key as written: key as bound}.
+    aliases: dict[str, str] = field(default_factory=dict)
+    # x names a curated model (`models` in kernels.yaml) instead of being a number: the
+    # expressions read its sizes as `model_<field>`.
+    model: bool = False
+    default_dtype: str | None = None  # the dtype when the config names none, over the kernel's
 
     @property
     def config_keys(self) -> frozenset[str]:
         used = set().union(*(e.names for e in self.axes.values())) - {"x"}
+        used = {name for name in used if not (self.model and name.startswith(MODEL_PREFIX))}
         return frozenset(used | set(self.require) | self.ignore)
+
+
+MODEL_PREFIX = "model_"
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +157,12 @@ class Curation:
     metrics: dict[str, dict[str, str]]  # speed|memory -> timer, family, notes
     passes: dict[str, Pass]
     dtypes: dict[str, str]  # torch dtype name -> kernelindex dtype
+    # Model profiles (benchmark_model_configs.py) an `x: model` binding's x value names:
+    # {name: {field: size}}.
+    models: dict[str, dict[str, int]]
+    # Kernel names whose config picks the curated kernel (`kernelVariants` in kernels.yaml):
+    # {kernel as written: (config key, {value: curated kernel})}.
+    variants: dict[str, tuple[str, dict[Any, str]]]
     fingerprint: str  # 12 hex digits of the sha256 over the curation files
 
     def baseline_ranks(self) -> dict[str, int]:
@@ -192,6 +208,9 @@ def _kernel(name: str, entry: Mapping[str, Any]) -> Kernel:
             axes={axis: Expression.parse(expr) for axis, expr in binding["axes"].items()},
             require=dict(binding.get("require") or {}),
             ignore=frozenset(binding.get("ignore") or ()),
+            aliases=dict(binding.get("aliases") or {}),
+            model=binding.get("x") == "model",
+            default_dtype=binding.get("defaultDtype"),
         )
         for x_name, binding in entry["bindings"].items()
     }
@@ -212,7 +231,7 @@ def _kernel(name: str, entry: Mapping[str, Any]) -> Kernel:
 
 def _providers(document: Mapping[str, Any]) -> dict[str, Provider]:
     projects, implementations = document["projects"], document["implementations"]
-    return {
+    providers = {
         name: Provider(
             name=name,
             project_slug=entry["project"],
@@ -225,6 +244,35 @@ def _providers(document: Mapping[str, Any]) -> dict[str, Provider]:
         )
         for name, entry in document["providers"].items()
     }
+    return {**_tagged(providers, document.get("providerTags") or {}, implementations), **providers}
+
+
+TAGGED_PREFIX = "liger"  # the part of a provider's name a LIGER_BENCH_PROVIDER_TAG replaces
+
+
+def _tagged(
+    providers: Mapping[str, Provider],
+    tags: Mapping[str, Mapping[str, str]],
+    implementations: Mapping[str, Any],
+) -> dict[str, Provider]:
+    """The twins the provider tags make of every Liger provider (see providers.yaml)."""
+    twins = {}
+    for tag, entry in tags.items():
+        for name, base in providers.items():
+            if not name.startswith(TAGGED_PREFIX):
+                continue
+            twin = tag + name[len(TAGGED_PREFIX) :]
+            twins[twin] = Provider(
+                name=twin,
+                project_slug=base.project_slug,
+                project=base.project,
+                title=f"{base.title} ({entry['title']})",
+                description=f"{base.description} {entry['description']}",
+                implementation=implementations[entry["implementation"]],
+                baseline_rank=None,
+                kernels=base.kernels,
+            )
+    return twins
 
 
 def _baseline_rank(provider: str, value: object) -> int | None:
@@ -268,5 +316,13 @@ def _parse(contents: tuple[tuple[str, str], ...]) -> Curation:
         metrics={"speed": dict(protocols["speed"]), "memory": dict(protocols["memory"])},
         passes={name: Pass(**entry) for name, entry in protocols["passes"].items()},
         dtypes=dict(kernels_doc.get("dtypes") or {}),
+        variants={
+            str(name): (str(entry["key"]), dict(entry["kernels"]))
+            for name, entry in (kernels_doc.get("kernelVariants") or {}).items()
+        },
+        models={
+            str(name): {str(k): int(v) for k, v in sizes.items()}
+            for name, sizes in (kernels_doc.get("models") or {}).items()
+        },
         fingerprint=digest.hexdigest()[:12],
     )

@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 
 from pipelines.canonical import MAX_SAFE_INTEGER, number_text
 from pipelines.liger.normalize import (
+    FIELD_LIMIT,
     MIB,
     NAME_LIMIT,
     Layout,
@@ -122,11 +123,19 @@ def _candidate_columns(
     texts as string columns, and their source lines."""
     if isinstance(records, RecordColumns):
         every = np.arange(len(records), dtype=np.int64)
+        fitting = _all(pc.less_equal(pc.utf8_length(c), FIELD_LIMIT) for c in records.columns)
+        if not pc.all(fitting).as_py():  # a row with a field past the limit takes the row path
+            kept = np.flatnonzero(fitting.to_numpy(zero_copy_only=False))
+            columns = [records.columns[i].take(pa.array(kept)) for i in layout.indices]
+            return kept, columns, records.first_line + kept
         return every, [records.columns[i] for i in layout.indices], records.first_line + every
     candidates = [
         i
         for i, r in enumerate(records)
-        if r.error is None and r.fields is not None and len(r.fields) == layout.width
+        if r.error is None
+        and r.fields is not None
+        and len(r.fields) == layout.width
+        and max(map(len, r.fields)) <= FIELD_LIMIT
     ]
     picked = [layout.pick(records[i].fields or []) for i in candidates]
     columns = [pa.array(column, pa.string()) for column in zip(*picked, strict=True)]
@@ -213,6 +222,8 @@ def _plain_runs(
         return plain, None
     (kernel, provider, mode, metric, unit, x_name, x_value, median, p20, p80,
      config, gpu, timestamp, version) = columns  # fmt: skip
+    if normalizer.curation.variants:
+        kernel = _variant_kernels(kernel, config, normalizer)
 
     series, series_ids = _encode(
         [kernel, provider, mode, gpu, metric, unit],
@@ -264,6 +275,25 @@ def _plain_runs(
             version_ids=version_ids[rows],
         )
     )
+
+
+def _variant_kernels(kernel: pa.Array, config: pa.Array, normalizer: Normalizer) -> pa.Array:
+    """The kernel column with each name a config picks among (kernelVariants) replaced by the
+    picked kernel; a row whose config picks none keeps its name, which no series knows, and so
+    takes the row path (which says why)."""
+    variants = pa.array(list(normalizer.curation.variants), pa.string())
+    picks = pc.is_in(kernel, value_set=variants).to_numpy(zero_copy_only=False)
+    if not picks.any():
+        return kernel
+    rows = np.flatnonzero(picks)
+    names, codes = _encode(
+        [kernel.take(pa.array(rows)), config.take(pa.array(rows))],
+        lambda k: _known(lambda: normalizer.kernel_of(k[0], k[1])),
+    )
+    texts = kernel.to_pylist()
+    for row, code in zip(rows.tolist(), codes.tolist(), strict=True):
+        texts[row] = names[code] if names[code] is not None else texts[row]
+    return pa.array(texts, pa.string())
 
 
 @dataclass(slots=True)

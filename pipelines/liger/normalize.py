@@ -30,7 +30,15 @@ from pipelines.canonical import (
     manifest_digest,
     number_text,
 )
-from pipelines.curation import Binding, Curation, Expression, ExpressionError, Kernel, load
+from pipelines.curation import (
+    MODEL_PREFIX,
+    Binding,
+    Curation,
+    Expression,
+    ExpressionError,
+    Kernel,
+    load,
+)
 from pipelines.liger.read import COLUMNS, CsvRecord, LigerCsv, NotLigerCsv, open_liger_csv
 from pipelines.records import Record, RowOutcome, RunFacts
 
@@ -38,6 +46,9 @@ PARSER_VERSION = "liger-csv/1"  # the code's version; see parser_version() for t
 SOURCE = "liger-kernel-bench"
 MIB = 2**20
 NAME_LIMIT = 100  # metadata.name length the reference importer cuts at
+# A real field is under 300 characters; a longer one than this is garbage or an attack, and would
+# ride every record and index row of its run (README: `field_too_large`).
+FIELD_LIMIT = 2**20
 
 __all__ = ["PARSER_VERSION", "NotLigerCsv", "normalize_bytes", "normalize_lines", "parser_version"]
 
@@ -169,6 +180,22 @@ class Normalizer:
             self.reference_workload if reference else self._workload
         )
         self.series = lru_cache(maxsize=1024)(self._series)
+        self.kernel_of = lru_cache(maxsize=1024)(self._kernel_of)
+
+    def _kernel_of(self, kernel: str, config_text: str) -> str:
+        """The curated kernel a row's kernel name and config name: the name itself, unless
+        a config key picks among the kernel's variants (`kernelVariants` in kernels.yaml)."""
+        variant = self.curation.variants.get(kernel)
+        if variant is None:
+            return kernel
+        key, kernels = variant
+        value = _parse_config(config_text).get(key)
+        picked = next((k for v, k in kernels.items() if v == value and type(v) is type(value)), None)
+        if picked is None:
+            raise RowRejected(
+                "unknown_config_shape", f"{kernel}: config {key}={value!r} names no curated kernel"
+            )
+        return picked
 
     # --- shared manifests -------------------------------------------------------------------
     def operation(self, kernel: str) -> Record:
@@ -241,14 +268,15 @@ class Normalizer:
         """What the workloads of one config share; raises what `reference_workload` raises
         before it reads x, and is None where splicing is not provably byte-identical."""
         kernel = self.curation.kernels[kernel_name]
-        config = _parse_config(config_text)
-        binding = _binding(kernel, x_name, config)
+        binding, config = _binding(kernel, x_name, _parse_config(config_text))
+        if binding.model:  # x is a name, not a size: the generic path binds it
+            return None
         values = {k: v for k, v in config.items() if _is_integer(v)}
         axes = _fixed_axes(binding, values)
         if axes is None:
             return None
         try:
-            scalars, dtype = _scalars(kernel, config), self._dtype(kernel, config)
+            scalars, dtype = _scalars(kernel, config), self._dtype(kernel, binding, config)
         except RowRejected as rejected:  # raised once x and the axes pass, as the generic path does
             return WorkloadFamily(kernel, values, axes, (rejected.reason, rejected.detail), None)
         except Exception:  # anything else: the generic path raises it, in its order
@@ -262,8 +290,8 @@ class Normalizer:
         """The workload built as a dict and digested by the generic canonical path: the
         definition `_workload` is held to (tests/test_liger_workloads.py)."""
         kernel = self.curation.kernels[kernel_name]
-        config = _parse_config(config_text)
-        axes, dtype, scalars = self._bind(kernel, x_name, x_text, config)
+        binding, config = _binding(kernel, x_name, _parse_config(config_text))
+        axes, dtype, scalars = self._bind(kernel, binding, x_text, config)
         case_key = "-".join(f"{name}{axes[name]}" for name in sorted(axes)) + f"-{dtype}"
         spec: dict[str, Any] = {
             "operationSpecDigest": self.operation(kernel_name).digest,
@@ -281,14 +309,25 @@ class Normalizer:
             "title": f"{kernel.title} · {bound} · {dtype}",
         }
         record = _record(_manifest("WorkloadCase", metadata, spec))
+        if binding.model:
+            # Two models may give one workload (same vocab, say): each row stays its own run,
+            # its externalId and name carrying the model as the row's x value names it.
+            case_key = f"{case_key}-{x_text.strip()}"
         return Workload(case_key, dtype, record, json_string(record.digest), slug(case_key))
 
     def _bind(
-        self, kernel: Kernel, x_name: str, x_text: str, config: dict[str, Any]
+        self, kernel: Kernel, binding: Binding, x_text: str, config: dict[str, Any]
     ) -> tuple[dict[str, int], str, dict[str, float | int]]:
-        binding = _binding(kernel, x_name, config)
         values = {k: v for k, v in config.items() if _is_integer(v)}
-        values["x"] = _positive_integer(x_text, "x_value")
+        if binding.model:
+            model = self.curation.models.get(x_text.strip())
+            if model is None:
+                raise RowRejected(
+                    "unknown_config_shape", f"x_value {x_text[:80]!r} names no curated model"
+                )
+            values.update({MODEL_PREFIX + name: size for name, size in model.items()})
+        else:
+            values["x"] = _positive_integer(x_text, "x_value")
         try:
             axes = {
                 axis: _axis_value(axis, expr.evaluate(values))
@@ -297,13 +336,14 @@ class Normalizer:
         except (ExpressionError, TypeError) as error:
             raise RowRejected("unknown_config_shape", f"{kernel.name}: {error}") from None
         scalars = _scalars(kernel, config)
-        return axes, self._dtype(kernel, config), scalars
+        return axes, self._dtype(kernel, binding, config), scalars
 
-    def _dtype(self, kernel: Kernel, config: dict[str, Any]) -> str:
+    def _dtype(self, kernel: Kernel, binding: Binding, config: dict[str, Any]) -> str:
         if "dtype" not in config:
-            if kernel.default_dtype is None:
+            default = binding.default_dtype or kernel.default_dtype
+            if default is None:
                 raise RowRejected("unknown_config_shape", f"{kernel.name}: config names no dtype")
-            return kernel.default_dtype
+            return default
         dtype = (
             self.curation.dtypes.get(config["dtype"]) if isinstance(config["dtype"], str) else None
         )
@@ -320,6 +360,7 @@ class Normalizer:
         """A row given as the texts of ROW_COLUMNS, in that order (see `Layout`)."""
         (kernel, provider, mode, metric, unit, x_name, x_value, median, p20, p80,
          config, gpu, timestamp, version) = fields  # fmt: skip
+        kernel = self.kernel_of(kernel, config)
         series = self.series(kernel, provider, mode, gpu, _metric(metric, unit))
         stats = [
             parse_positive(median, "y_value_50"),
@@ -891,18 +932,31 @@ def _pieces(text: bytes, holes: tuple[str, ...]) -> tuple[bytes, ...]:
 
 
 # --- helpers over config values -------------------------------------------------------------
-def _binding(kernel: Kernel, x_name: str, config: dict[str, Any]) -> Binding:
-    """x_name's binding, once the config is checked to hold nothing else."""
+def _binding(
+    kernel: Kernel, x_name: str, config: dict[str, Any]
+) -> tuple[Binding, dict[str, Any]]:
+    """x_name's binding and the config under the binding's key names, once the config is
+    checked to hold nothing else."""
     binding = kernel.bindings.get(x_name)
     if binding is None:
         raise RowRejected(
             "unknown_config_shape",
             f"{kernel.name} has no curated binding for x_name {x_name!r}",
         )
+    if binding.aliases:
+        config = dict(config)
+        for written, bound in binding.aliases.items():
+            if written in config:
+                if bound in config:
+                    raise RowRejected(
+                        "unknown_config_shape",
+                        f"{kernel.name}/{x_name}: config has both {written} and {bound}",
+                    )
+                config[bound] = config.pop(written)
     scalar_keys = frozenset().union(*(e.names for e in kernel.scalars.values()))
     allowed = binding.config_keys | scalar_keys | {"dtype"}
     _check_config_keys(kernel.name, x_name, allowed, binding.require, config)
-    return binding
+    return binding, config
 
 
 def _is_integer(value: Any) -> bool:
@@ -1049,6 +1103,13 @@ def outcome_of(record: CsvRecord, layout: Layout, normalizer: Normalizer) -> Row
     if len(fields) != layout.width:
         detail = f"expected {layout.width} fields, found {len(fields)}"
         return RowOutcome(record.line, "quarantined", record.raw, "wrong_column_count", detail)
+    longest = max(range(len(fields)), key=lambda i: len(fields[i]))
+    if len(fields[longest]) > FIELD_LIMIT:
+        detail = (
+            f"field {longest + 1} holds {len(fields[longest])} characters,"
+            f" over the limit of {FIELD_LIMIT}"
+        )
+        return RowOutcome(record.line, "quarantined", record.raw, "field_too_large", detail)
     try:
         records, facts = normalizer.normalize_fields(layout.pick(fields))
     except RowRejected as rejected:
