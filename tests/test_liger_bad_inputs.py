@@ -60,7 +60,7 @@ def normalize_text(*rows: str, newline: str = "\n") -> list[RowOutcome]:
             row_with(kernel_provider="megatron-fused"),
             "unknown_provider",
         ),  # curated for another kernel
-        (row_with(gpu_name="NVIDIA H200"), "unknown_gpu"),
+        (row_with(gpu_name="NVIDIA H300"), "unknown_gpu"),  # never guessed from H100, H200
         (row_with(kernel_operation_mode="sideways"), "unknown_mode"),
         (row_with(metric_name="throughput"), "unknown_metric"),
         (row_with(metric_unit="s"), "unknown_metric"),
