@@ -33,10 +33,8 @@ from pipelines.manifests import schema_errors
 
 HERE = Path(__file__).resolve().parent
 # shared/ beside the clone (../shared), or beside the folder of worktrees (../../shared)
-SHARED = next(
-    (p for p in (HERE.parent.parent / "shared", HERE.parent.parent.parent / "shared") if p.is_dir()),
-    HERE.parent.parent / "shared",
-)
+CANDIDATES = (HERE.parent.parent / "shared", HERE.parent.parent.parent / "shared")
+SHARED = next((p for p in CANDIDATES if p.is_dir()), CANDIDATES[0])
 KINDS = {
     "BenchmarkRun": "run",
     "OperationSpec": "operation",
@@ -119,9 +117,8 @@ def main() -> int:
                 matched += 1
             elif len(mismatches) < 5:
                 differ = sorted(k for k in want if digests.get(k) != want[k])
-                mismatches.append(
-                    f"line {number}: {outcome['status']} {outcome.get('reason')} differs in {differ}"
-                )
+                status = f"{outcome['status']} {outcome.get('reason')}"
+                mismatches.append(f"line {number}: {status} differs in {differ}")
         if rows != len(reference) and reference:
             mismatches.append(f"{rows} outcomes for {len(reference)} reference rows")
         coverage = ok / rows if rows else 1.0

@@ -169,34 +169,39 @@ def _outcomes(*rows: str) -> list[Any]:
 
 
 def test_a_config_value_picks_the_kernel_a_name_stands_for() -> None:
-    """`dyt` with beta true is the kernel Liger once named `dyt_beta=True` (kernelVariants):
-    the same OperationSpec; a beta the curation does not name is quarantined."""
-    config = '{"hidden_size": 4096, "dtype": "torch.bfloat16", "beta": %s, "bsz": 1, "seq_len": 8}'
-    old = '{"BT": 1024, "dtype": "torch.bfloat16", "beta": true}'
-    new, named, odd = _outcomes(
-        _row(kernel_name="dyt", x_name="BT", x_value="1024", extra_benchmark_config_str=config % "true"),
-        _row(kernel_name="dyt_beta=True", x_name="hidden_size", x_value="4096", extra_benchmark_config_str=old, timestamp="2025-07-11 00:47:05"),
-        _row(kernel_name="dyt", x_name="BT", x_value="1024", extra_benchmark_config_str=config % '"yes"'),
-    )  # fmt: skip
-    assert new.status == named.status == "ok"
+    """`dyt` with beta true is the kernel Liger once named `dyt_beta=True` (kernelNames): the
+    same OperationSpec; a beta the curation does not name is quarantined."""
+
+    def dyt(beta: object) -> str:
+        config = {"hidden_size": 4096, "dtype": "torch.bfloat16", "beta": beta, "bsz": 1}
+        return _row(kernel_name="dyt", x_name="BT", x_value="1024", **_config(config))
+
+    named = _row(
+        kernel_name="dyt_beta=True",
+        x_name="hidden_size",
+        x_value="4096",
+        timestamp="2025-07-11 00:47:05",
+        **_config({"BT": 1024, "dtype": "torch.bfloat16", "beta": True}),
+    )
+    new, old, odd = _outcomes(dyt(True), named, dyt("yes"))
+    assert new.status == old.status == "ok"
     assert new.facts.kernel == "dyt_beta=True"
-    assert new.records[1].digest == named.records[1].digest  # one OperationSpec
-    assert new.records[4].digest == named.records[4].digest  # tokens 1024 × hidden 4096
+    assert new.records[1].digest == old.records[1].digest  # one OperationSpec
+    assert new.records[4].digest == old.records[4].digest  # tokens 1024 × hidden 4096
     assert (odd.status, odd.reason) == ("quarantined", "unknown_config_shape")
+
+
+def _config(config: dict[str, Any]) -> dict[str, str]:
+    return {"extra_benchmark_config_str": json.dumps(config)}
 
 
 def test_model_config_x_names_a_curated_model() -> None:
     """x_name=model_config: x names a model profile; two models of one vocabulary give one
     workload but two runs; a model no one curated is quarantined, never guessed."""
-    config = '{"bsz": 1, "seq_len": 2048}'
 
     def row(model: str) -> str:
-        return _row(
-            kernel_name="cross_entropy",
-            x_name="model_config",
-            x_value=model,
-            extra_benchmark_config_str=config,
-        )
+        config = _config({"bsz": 1, "seq_len": 2048})
+        return _row(kernel_name="cross_entropy", x_name="model_config", x_value=model, **config)
 
     seven, fourteen, llama, unknown = _outcomes(
         row("qwen2.5_7b"), row("qwen2.5_14b"), row("llama_3_8b"), row("qwen9_1t")
@@ -205,30 +210,36 @@ def test_model_config_x_names_a_curated_model() -> None:
     assert seven.records[4].digest == fourteen.records[4].digest != llama.records[4].digest
     assert seven.records[4].manifest["spec"]["axes"] == {"tokens": 2048, "vocab": 152064}
     assert seven.facts.external_id != fourteen.facts.external_id
-    assert seven.facts.external_id.endswith("tokens2048-vocab152064-fp32-qwen2.5_7b/2026-07-22-07-43-19")
+    case = "tokens2048-vocab152064-fp32-qwen2.5_7b"
+    assert seven.facts.external_id.endswith(f"/{case}/2026-07-22-07-43-19")
     assert (unknown.status, unknown.reason) == ("quarantined", "unknown_config_shape")
+
+
+SWIGLU = {"hidden_size": 4096, "intermediate_size": 11008, "dtype": "torch.bfloat16"}
 
 
 @pytest.mark.parametrize(
     ("config", "status"),
     [
-        ('{"bsz": 2, "hidden_size": 4096, "intermediate_size": 11008, "dtype": "torch.bfloat16", "hidden_act": "silu", "seq_len": 8}', "ok"),
-        ('{"B": 2, "hidden_size": 4096, "intermediate_size": 11008, "dtype": "torch.bfloat16", "hidden_act": "silu"}', "ok"),
-        ('{"B": 2, "bsz": 2, "hidden_size": 4096, "intermediate_size": 11008, "dtype": "torch.bfloat16", "hidden_act": "silu"}', "quarantined"),
+        ({"bsz": 2, **SWIGLU, "hidden_act": "silu", "seq_len": 8}, "ok"),
+        ({"B": 2, **SWIGLU, "hidden_act": "silu"}, "ok"),
+        ({"B": 2, "bsz": 2, **SWIGLU, "hidden_act": "silu"}, "quarantined"),
     ],
-)  # fmt: skip
-def test_a_config_key_alias_binds_as_the_key_it_stands_for(config: str, status: str) -> None:
+)
+def test_a_config_key_alias_binds_as_the_key_it_stands_for(
+    config: dict[str, Any], status: str
+) -> None:
     """swiglu's `bsz` (current scripts) is `B` (older ones): one workload; both at once is a
     shape no one curated."""
-    old = '{"B": 2, "hidden_size": 4096, "intermediate_size": 11008, "dtype": "torch.bfloat16", "hidden_act": "silu"}'  # fmt: skip
+    old = _config({"B": 2, **SWIGLU, "hidden_act": "silu"})
     reference_row, row = _outcomes(
-        _row(kernel_name="swiglu", x_name="T", x_value="512", extra_benchmark_config_str=old),
+        _row(kernel_name="swiglu", x_name="T", x_value="512", **old),
         _row(
             kernel_name="swiglu",
             x_name="T",
             x_value="512",
-            extra_benchmark_config_str=config,
             timestamp="2026-07-22 07:43:20",
+            **_config(config),
         ),
     )
     assert row.status == status
@@ -248,3 +259,24 @@ def test_provider_tags_twin_every_liger_provider() -> None:
                 twin = providers[tag + name[len("liger") :]]
                 assert twin.kernels == base.kernels and not twin.baseline
     assert providers["liger_cutile"].implementation["callable"] == {"language": "cutile"}
+
+
+SCRIPT_SHAPES = DATA / "liger" / "script_shapes.csv"
+
+
+def test_every_shape_the_current_scripts_write_becomes_a_valid_run() -> None:
+    """Rows in the shapes of Liger's current benchmark scripts (token-length and model-config
+    sweeps, kernels the corpus has no rows of: attn_res, mhc_*, grpo_loss_kernel_*, mlp, ...):
+    each a run whose records validate, none colliding with another."""
+    outcomes = list(normalize_bytes(SCRIPT_SHAPES.read_bytes()))
+    assert len(outcomes) == 65
+    assert [(o.source_line, o.reason) for o in outcomes if o.status != "ok"] == []
+    for outcome in outcomes:
+        for record in outcome.records:
+            assert list(schema_errors(record.manifest)) == [], (outcome.source_line, record.kind)
+    assert len({o.facts.external_id for o in outcomes if o.facts}) == len(outcomes)
+    by_kernel = {(o.facts.kernel, o.facts.case_key) for o in outcomes if o.facts}
+    # renames keep one kernel across Liger's renames; a model config binds the model's sizes
+    assert ("fused_linear_cpo_loss", "batch4-hidden4096-seq1024-vocab128256-bf16") in by_kernel
+    assert ("layer_norm", "hidden5120-rows1024-bf16-qwen2.5_14b") in by_kernel
+    assert ("embedding", "batch16-hidden4096-seq512-vocab128256-bf16") in by_kernel

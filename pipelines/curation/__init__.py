@@ -83,16 +83,22 @@ class Binding:
     ignore: frozenset[str]
     # Config keys another era of the scripts names otherwise: {key as written: key as bound}.
     aliases: dict[str, str] = field(default_factory=dict)
-    # x names a curated model (`models` in kernels.yaml) instead of being a number: the
-    # expressions read its sizes as `model_<field>`.
-    model: bool = False
+    # What the x value is: "size" (a number the expressions read as `x`), "model" (the name of
+    # a curated model, `models` in kernels.yaml, whose sizes they read as `model_<field>`) or
+    # "label" (a name that binds nothing: the config holds every size).
+    x: str = "size"
     default_dtype: str | None = None  # the dtype when the config names none, over the kernel's
 
     @property
     def config_keys(self) -> frozenset[str]:
         used = set().union(*(e.names for e in self.axes.values())) - {"x"}
-        used = {name for name in used if not (self.model and name.startswith(MODEL_PREFIX))}
+        used = {name for name in used if not (self.x == "model" and name.startswith(MODEL_PREFIX))}
         return frozenset(used | set(self.require) | self.ignore)
+
+    @property
+    def named_x(self) -> bool:
+        """x is a name (a model or a label), not a size."""
+        return self.x != "size"
 
 
 MODEL_PREFIX = "model_"
@@ -160,9 +166,9 @@ class Curation:
     # Model profiles (benchmark_model_configs.py) an `x: model` binding's x value names:
     # {name: {field: size}}.
     models: dict[str, dict[str, int]]
-    # Kernel names whose config picks the curated kernel (`kernelVariants` in kernels.yaml):
-    # {kernel as written: (config key, {value: curated kernel})}.
-    variants: dict[str, tuple[str, dict[Any, str]]]
+    # Kernel names that stand for a curated kernel (`kernelNames` in kernels.yaml): {kernel as
+    # written: (config key, {its value: curated kernel})}; the key is None for a plain rename.
+    kernel_names: dict[str, tuple[str | None, dict[Any, str]]]
     fingerprint: str  # 12 hex digits of the sha256 over the curation files
 
     def baseline_ranks(self) -> dict[str, int]:
@@ -189,6 +195,12 @@ def _read_files(folder: Traversable) -> tuple[tuple[str, str], ...]:
     )
 
 
+def _kernel_name(entry: Any) -> tuple[str | None, dict[Any, str]]:
+    if isinstance(entry, str):
+        return None, {None: entry}
+    return str(entry["by"]), {value: str(kernel) for value, kernel in entry["kernels"].items()}
+
+
 def _load_yaml(files: dict[str, str], name: str, pure: bool = False) -> Any:
     # libyaml's parser (ruamel.yaml.clib) reads the files 5x faster than the pure one, which
     # every command and run would wait for; ruamel's own resolver still types the scalars
@@ -209,7 +221,7 @@ def _kernel(name: str, entry: Mapping[str, Any]) -> Kernel:
             require=dict(binding.get("require") or {}),
             ignore=frozenset(binding.get("ignore") or ()),
             aliases=dict(binding.get("aliases") or {}),
-            model=binding.get("x") == "model",
+            x=_x_kind(name, str(x_name), binding.get("x", "size")),
             default_dtype=binding.get("defaultDtype"),
         )
         for x_name, binding in entry["bindings"].items()
@@ -227,6 +239,15 @@ def _kernel(name: str, entry: Mapping[str, Any]) -> Kernel:
         default_dtype=entry.get("defaultDtype"),
         derived_axes=derived,
     )
+
+
+X_KINDS = ("size", "model", "label")
+
+
+def _x_kind(kernel: str, x_name: str, kind: object) -> str:
+    if kind not in X_KINDS:
+        raise ValueError(f"kernels.yaml: {kernel}/{x_name}: x must be one of {X_KINDS}")
+    return str(kind)
 
 
 def _providers(document: Mapping[str, Any]) -> dict[str, Provider]:
@@ -316,9 +337,9 @@ def _parse(contents: tuple[tuple[str, str], ...]) -> Curation:
         metrics={"speed": dict(protocols["speed"]), "memory": dict(protocols["memory"])},
         passes={name: Pass(**entry) for name, entry in protocols["passes"].items()},
         dtypes=dict(kernels_doc.get("dtypes") or {}),
-        variants={
-            str(name): (str(entry["key"]), dict(entry["kernels"]))
-            for name, entry in (kernels_doc.get("kernelVariants") or {}).items()
+        kernel_names={
+            str(name): _kernel_name(entry)
+            for name, entry in (kernels_doc.get("kernelNames") or {}).items()
         },
         models={
             str(name): {str(k): int(v) for k, v in sizes.items()}

@@ -222,8 +222,8 @@ def _plain_runs(
         return plain, None
     (kernel, provider, mode, metric, unit, x_name, x_value, median, p20, p80,
      config, gpu, timestamp, version) = columns  # fmt: skip
-    if normalizer.curation.variants:
-        kernel = _variant_kernels(kernel, config, normalizer)
+    if normalizer.curation.kernel_names:
+        kernel = _curated_kernel_names(kernel, config, normalizer)
 
     series, series_ids = _encode(
         [kernel, provider, mode, gpu, metric, unit],
@@ -277,11 +277,11 @@ def _plain_runs(
     )
 
 
-def _variant_kernels(kernel: pa.Array, config: pa.Array, normalizer: Normalizer) -> pa.Array:
-    """The kernel column with each name a config picks among (kernelVariants) replaced by the
+def _curated_kernel_names(kernel: pa.Array, config: pa.Array, normalizer: Normalizer) -> pa.Array:
+    """The kernel column with each name a config picks among (kernelNames) replaced by the
     picked kernel; a row whose config picks none keeps its name, which no series knows, and so
     takes the row path (which says why)."""
-    variants = pa.array(list(normalizer.curation.variants), pa.string())
+    variants = pa.array(list(normalizer.curation.kernel_names), pa.string())
     picks = pc.is_in(kernel, value_set=variants).to_numpy(zero_copy_only=False)
     if not picks.any():
         return kernel

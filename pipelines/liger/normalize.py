@@ -64,6 +64,8 @@ def parser_version(curation: Curation | None = None) -> str:
 _NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 _TIMESTAMP = re.compile(r"(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})")
 _SLUG_BREAK = re.compile(r"[^a-z0-9]+")
+# What an x value that names a configuration may be (it rides the run's externalId and name).
+_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}")
 
 
 # The columns the normalizer reads, in the order `Normalizer.normalize_fields` takes them.
@@ -184,13 +186,17 @@ class Normalizer:
 
     def _kernel_of(self, kernel: str, config_text: str) -> str:
         """The curated kernel a row's kernel name and config name: the name itself, unless
-        a config key picks among the kernel's variants (`kernelVariants` in kernels.yaml)."""
-        variant = self.curation.variants.get(kernel)
+        `kernelNames` in kernels.yaml renames it or lets a config key pick the kernel."""
+        variant = self.curation.kernel_names.get(kernel)
         if variant is None:
             return kernel
         key, kernels = variant
+        if key is None:  # a rename
+            return kernels[None]
         value = _parse_config(config_text).get(key)
-        picked = next((k for v, k in kernels.items() if v == value and type(v) is type(value)), None)
+        picked = next(
+            (k for v, k in kernels.items() if v == value and type(v) is type(value)), None
+        )
         if picked is None:
             raise RowRejected(
                 "unknown_config_shape", f"{kernel}: config {key}={value!r} names no curated kernel"
@@ -269,7 +275,7 @@ class Normalizer:
         before it reads x, and is None where splicing is not provably byte-identical."""
         kernel = self.curation.kernels[kernel_name]
         binding, config = _binding(kernel, x_name, _parse_config(config_text))
-        if binding.model:  # x is a name, not a size: the generic path binds it
+        if binding.named_x:  # x is a name, not a size: the generic path binds it
             return None
         values = {k: v for k, v in config.items() if _is_integer(v)}
         axes = _fixed_axes(binding, values)
@@ -309,9 +315,9 @@ class Normalizer:
             "title": f"{kernel.title} · {bound} · {dtype}",
         }
         record = _record(_manifest("WorkloadCase", metadata, spec))
-        if binding.model:
-            # Two models may give one workload (same vocab, say): each row stays its own run,
-            # its externalId and name carrying the model as the row's x value names it.
+        if binding.named_x:
+            # Two models (or labels) may give one workload (same vocab, say): each row stays its
+            # own run, its externalId and name carrying the name its x value gives.
             case_key = f"{case_key}-{x_text.strip()}"
         return Workload(case_key, dtype, record, json_string(record.digest), slug(case_key))
 
@@ -319,13 +325,18 @@ class Normalizer:
         self, kernel: Kernel, binding: Binding, x_text: str, config: dict[str, Any]
     ) -> tuple[dict[str, int], str, dict[str, float | int]]:
         values = {k: v for k, v in config.items() if _is_integer(v)}
-        if binding.model:
+        if binding.x == "model":
             model = self.curation.models.get(x_text.strip())
             if model is None:
                 raise RowRejected(
                     "unknown_config_shape", f"x_value {x_text[:80]!r} names no curated model"
                 )
             values.update({MODEL_PREFIX + name: size for name, size in model.items()})
+        elif binding.x == "label":
+            if not _LABEL.fullmatch(x_text.strip()):
+                raise RowRejected(
+                    "unknown_config_shape", f"x_value {x_text[:80]!r} is not a configuration name"
+                )
         else:
             values["x"] = _positive_integer(x_text, "x_value")
         try:
@@ -932,9 +943,7 @@ def _pieces(text: bytes, holes: tuple[str, ...]) -> tuple[bytes, ...]:
 
 
 # --- helpers over config values -------------------------------------------------------------
-def _binding(
-    kernel: Kernel, x_name: str, config: dict[str, Any]
-) -> tuple[Binding, dict[str, Any]]:
+def _binding(kernel: Kernel, x_name: str, config: dict[str, Any]) -> tuple[Binding, dict[str, Any]]:
     """x_name's binding and the config under the binding's key names, once the config is
     checked to hold nothing else."""
     binding = kernel.bindings.get(x_name)
