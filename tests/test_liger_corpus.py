@@ -14,14 +14,15 @@ import io
 import json
 from collections import Counter
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import pytest
 from liger_support import DATA, HEADER, RECORD_ORDER
 
-from pipelines.curation import load
+from pipelines.curation import CURATION_DIR_VARIABLE, CURATION_FILES, curation_dir, load
 from pipelines.liger.columnar import normalized_batches, write_json_lines
-from pipelines.liger.normalize import normalize_bytes
+from pipelines.liger.normalize import Normalizer, normalize_bytes
 from pipelines.manifests import schema_errors
 
 SAMPLE = DATA / "liger" / "corpus_sample.csv"
@@ -280,3 +281,25 @@ def test_every_shape_the_current_scripts_write_becomes_a_valid_run() -> None:
     assert ("fused_linear_cpo_loss", "batch4-hidden4096-seq1024-vocab128256-bf16") in by_kernel
     assert ("layer_norm", "hidden5120-rows1024-bf16-qwen2.5_14b") in by_kernel
     assert ("embedding", "batch16-hidden4096-seq512-vocab128256-bf16") in by_kernel
+
+
+def test_a_metric_unit_is_one_line_of_protocols_yaml(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A unit no one curated is quarantined; added to protocols.yaml's `units`, its rows are
+    runs in the stored unit (ns), with the row's own numbers named after its unit."""
+    config = _config({"M": 4096, "dtype": "torch.bfloat16", "eps": 1e-6})
+    row = _row(kernel_name="rms_norm", x_name="H", x_value="1024", metric_unit="us", **config)
+    (before,) = _outcomes(row)
+    assert (before.status, before.reason) == ("quarantined", "unknown_metric")
+    for name in CURATION_FILES:
+        text = curation_dir().joinpath(name).read_text(encoding="utf-8")
+        if name == "protocols.yaml":
+            text = text.replace("speed: {ms: 1000000}", "speed: {ms: 1000000, us: 1000}")
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    monkeypatch.setenv(CURATION_DIR_VARIABLE, str(tmp_path))
+    (after,) = list(normalize_bytes(f"{HEADER}\n{row}\n".encode(), Normalizer(load())))
+    assert after.status == "ok"
+    spec = after.records[0].manifest["spec"]
+    assert spec["timing"]["latencyNs"]["median"] == 500
+    assert spec["sourceNative"]["metrics"] == {"us_50": 0.5, "us_20": 0.4, "us_80": 0.6}

@@ -161,6 +161,8 @@ class Curation:
     gpus: dict[str, Gpu]
     harness: dict[str, str]
     metrics: dict[str, dict[str, str]]  # speed|memory -> timer, family, notes
+    # speed|memory -> {a row's metric_unit: its factor to integer ns or bytes}
+    units: dict[str, dict[str, float]]
     passes: dict[str, Pass]
     dtypes: dict[str, str]  # torch dtype name -> kernelindex dtype
     # Model profiles (benchmark_model_configs.py) an `x: model` binding's x value names:
@@ -335,6 +337,10 @@ def _parse(contents: tuple[tuple[str, str], ...]) -> Curation:
         gpus=_gpus(_load_yaml(files, "gpus.yaml")),
         harness=dict(protocols["harness"]),
         metrics={"speed": dict(protocols["speed"]), "memory": dict(protocols["memory"])},
+        units={
+            str(metric): {str(unit): float(scale) for unit, scale in units.items()}
+            for metric, units in protocols["units"].items()
+        },
         passes={name: Pass(**entry) for name, entry in protocols["passes"].items()},
         dtypes=dict(kernels_doc.get("dtypes") or {}),
         kernel_names={

@@ -32,14 +32,12 @@ import pyarrow.compute as pc
 from pipelines.canonical import MAX_SAFE_INTEGER, number_text
 from pipelines.liger.normalize import (
     FIELD_LIMIT,
-    MIB,
     NAME_LIMIT,
     Layout,
     Normalizer,
     RowRejected,
     Series,
     Workload,
-    _metric,
     duplicate_outcome,
     json_string,
     outcome_of,
@@ -227,7 +225,7 @@ def _plain_runs(
 
     series, series_ids = _encode(
         [kernel, provider, mode, gpu, metric, unit],
-        lambda k: _known(lambda: normalizer.series(k[0], k[1], k[2], k[3], _metric(k[4], k[5]))),
+        lambda k: _known(lambda: normalizer.series(*k)),
     )
     kernels = normalizer.curation.kernels
     workloads, workload_ids = _encode(
@@ -244,8 +242,7 @@ def _plain_runs(
     good_series = np.array([s is not None and _nameable(s) for s in series])[series_ids]
     good_workload = np.array([w is not None and bool(w.case_slug) for w in workloads])[workload_ids]
     good_stamp = np.array([s is not None and bool(s.slug) for s in stamps])[stamp_ids]
-    memory_of = np.array([s is not None and s.memory for s in series])[series_ids]
-    scale = np.where(memory_of, float(MIB), 1e6)
+    scale = np.array([s.scale if s is not None else 1.0 for s in series])[series_ids]
     rounded = np.stack([_js_round(s * scale) for s in stats], axis=1)
     keep = (
         numeric.to_numpy(zero_copy_only=False)

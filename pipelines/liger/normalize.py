@@ -44,7 +44,6 @@ from pipelines.records import Record, RowOutcome, RunFacts
 
 PARSER_VERSION = "liger-csv/1"  # the code's version; see parser_version() for the full one
 SOURCE = "liger-kernel-bench"
-MIB = 2**20
 NAME_LIMIT = 100  # metadata.name length the reference importer cuts at
 # A real field is under 300 characters; a longer one than this is garbage or an attack, and would
 # ride every record and index row of its run (README: `field_too_large`).
@@ -372,7 +371,7 @@ class Normalizer:
         (kernel, provider, mode, metric, unit, x_name, x_value, median, p20, p80,
          config, gpu, timestamp, version) = fields  # fmt: skip
         kernel = self.kernel_of(kernel, config)
-        series = self.series(kernel, provider, mode, gpu, _metric(metric, unit))
+        series = self.series(kernel, provider, mode, gpu, metric, unit)
         stats = [
             parse_positive(median, "y_value_50"),
             parse_positive(p20, "y_value_20"),
@@ -397,8 +396,11 @@ class Normalizer:
             environment,
         ], facts
 
-    def _series(self, kernel: str, provider: str, mode: str, gpu: str, metric: str) -> Series:
-        """What every run of one kernel, provider, pass, GPU and metric shares."""
+    def _series(
+        self, kernel: str, provider: str, mode: str, gpu: str, metric_name: str, unit: str
+    ) -> Series:
+        """What every run of one kernel, provider, pass, GPU and metric (in one unit) shares."""
+        metric, scale = self._metric(metric_name, unit)
         self._check_known(kernel, provider, mode, gpu)
         return Series(
             kernel=kernel,
@@ -406,6 +408,8 @@ class Normalizer:
             mode=mode,
             gpu=gpu,
             memory=metric == "memory",
+            unit=unit,
+            scale=scale,
             kernel_title=self.curation.kernels[kernel].title,
             architecture=self.curation.gpus[gpu].hardware["architecture"],
             baseline=self.curation.providers[provider].baseline,
@@ -417,6 +421,17 @@ class Normalizer:
                 self.environment(gpu),
             ),
         )
+
+    def _metric(self, name: str, unit: str) -> tuple[str, float]:
+        """The protocol (speed or memory) of a row's metric, and the factor from its unit to the
+        stored one (protocols.yaml's `units`)."""
+        scale = self.curation.units.get(name, {}).get(unit)
+        if scale is None:
+            known = ", ".join(f"{m}/{u}" for m, units in self.curation.units.items() for u in units)
+            raise RowRejected(
+                "unknown_metric", f"metric {name!r} in {unit!r}: expected one of {known}"
+            )
+        return name, scale
 
     def _check_known(self, kernel: str, provider: str, mode: str, gpu: str) -> None:
         curation = self.curation
@@ -451,6 +466,8 @@ class Series:
     mode: str
     gpu: str
     memory: bool
+    unit: str  # as the row writes it (sourceNative names its metrics after it)
+    scale: float  # from the unit to integer ns (speed) or bytes (memory)
     kernel_title: str
     architecture: str
     baseline: bool
@@ -535,7 +552,7 @@ class Series:
         )
 
     def _values(self, stats: list[float]) -> list[int]:
-        values = [js_round(v * (MIB if self.memory else 1e6)) for v in stats]
+        values = [js_round(v * self.scale) for v in stats]
         if max(values) > MAX_SAFE_INTEGER:
             # JSON's safe integers end at 2**53 (104 days in ns, 8 PiB): a value past that is
             # garbage, and RFC 8785 has no exact form for it.
@@ -572,14 +589,14 @@ class Series:
                 {"metric": "memory", "unit": "bytes", "statistic": s, "value": v}
                 for s, v in zip(("median", "p20", "p80"), values, strict=True)
             ]
-            native = dict(zip(("mb_50", "mb_20", "mb_80"), stats, strict=True))
+            native = self._native(stats)
         else:
             spec["timing"] = {"primaryStatistic": "median", "latencyNs": {"median": values[0]}}
             spec["measurements"] = [
                 {"metric": "latency", "unit": "ns", "statistic": "p20", "value": values[1]},
                 {"metric": "latency", "unit": "ns", "statistic": "p80", "value": values[2]},
             ]
-            native = dict(zip(("ms_50", "ms_20", "ms_80"), stats, strict=True))
+            native = self._native(stats)
         spec["sourceNative"] = {
             "source": SOURCE,
             "benchmark": f"{kernel}/{mode}",
@@ -588,6 +605,11 @@ class Series:
         }
         spec["observedAt"] = observed_at
         return spec
+
+    def _native(self, stats: list[Any]) -> dict[str, Any]:
+        """The row's own numbers, named after its unit and quantile (ms_50, mb_20, ...)."""
+        names = (f"{self.unit.lower()}_{q}" for q in (50, 20, 80))
+        return dict(zip(names, stats, strict=True))
 
     def _title(self) -> str:
         memory = " · memory" if self.memory else ""
@@ -1045,16 +1067,6 @@ def _scalar(name: str, value: Any) -> float | int:
             "unknown_config_shape", f"scalar {name} is past 2**53 - 1 ({value.bit_length()} bits)"
         )
     return value
-
-
-def _metric(name: str, unit: str) -> str:
-    if (name, unit) == ("speed", "ms"):
-        return "speed"
-    if (name, unit) == ("memory", "MB"):
-        return "memory"
-    raise RowRejected(
-        "unknown_metric", f"metric {name!r} in {unit!r}: expected speed/ms or memory/MB"
-    )
 
 
 def _sizes(kernel: Kernel, axes: dict[str, int]) -> dict[str, int]:
