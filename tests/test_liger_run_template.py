@@ -12,13 +12,14 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from liger_oracle import ReferenceNormalizer
 from liger_support import LIGER_CSV
 
 from pipelines.liger.normalize import Normalizer, RowRejected, split_identity
 from pipelines.records import Record
 
 TEMPLATED = Normalizer()
-REFERENCE = Normalizer(reference=True)
+REFERENCE = ReferenceNormalizer()
 
 
 def assert_same_run(templated: Record, reference: Record) -> None:

@@ -165,21 +165,15 @@ class Workload:
 class Normalizer:
     """Builds records from rows; manifests shared by many rows are built once and cached."""
 
-    def __init__(self, curation: Curation | None = None, *, reference: bool = False) -> None:
-        """`reference=True` builds every run and workload the plain, slow way
-        (Series.reference_run, `reference_workload`): the tests hold the templated ones against
-        it."""
+    def __init__(self, curation: Curation | None = None) -> None:
         self.curation = curation or load()
-        self.reference = reference
         self._operations = {k.name: _record(k.operation) for k in self.curation.kernels.values()}
         self.project = lru_cache(maxsize=None)(self._project)
         self.implementation = lru_cache(maxsize=None)(self._implementation)
         self.environment = lru_cache(maxsize=None)(self._environment)
         self.protocol = lru_cache(maxsize=None)(self._protocol)
         self.family = lru_cache(maxsize=1024)(self._family)
-        self.workload = lru_cache(maxsize=4096)(
-            self.reference_workload if reference else self._workload
-        )
+        self.workload = lru_cache(maxsize=4096)(self._workload)
         self.series = lru_cache(maxsize=1024)(self._series)
         self.kernel_of = lru_cache(maxsize=1024)(self._kernel_of)
 
@@ -380,11 +374,7 @@ class Normalizer:
         observed_at, stamp = parse_timestamp(timestamp)
         workload = self.workload(series.kernel, x_name, x_value, config)
         version = version.strip()
-        if self.reference:
-            run = series.reference_run(stats, observed_at, stamp, workload, version)
-            facts = series.run(stats, observed_at, stamp, workload, version)[1]
-        else:
-            run, facts = series.run(stats, observed_at, stamp, workload, version)
+        run, facts = self.run(series, stats, observed_at, stamp, workload, version)
         operation, project, implementation, protocol, environment = series.references
         return [
             run,
@@ -395,6 +385,19 @@ class Normalizer:
             protocol,
             environment,
         ], facts
+
+    def run(
+        self,
+        series: Series,
+        stats: list[float],
+        observed_at: str,
+        stamp: str,
+        workload: Workload,
+        version: str,
+    ) -> tuple[Record, RunFacts]:
+        """A row's run, from its series' template (tests/liger_oracle.py builds it the plain
+        way and holds the two equal)."""
+        return series.run(stats, observed_at, stamp, workload, version)
 
     def _series(
         self, kernel: str, provider: str, mode: str, gpu: str, metric_name: str, unit: str
@@ -457,8 +460,8 @@ class Series:
 
     A run's canonical JSON differs from its series' other runs only in a few values, so it is
     written by filling the holes of a template the reference serializer made once per series
-    (`run_template`). `reference_run` builds the same record the plain way; the tests prove the
-    two equal byte for byte.
+    (`run_template`). tests/liger_oracle.py builds the same record the plain way; the tests prove
+    the two equal byte for byte.
     """
 
     kernel: str
@@ -500,15 +503,6 @@ class Series:
         text = template.manifest % {"metadata": metadata, "spec": spec}
         run = Record("BenchmarkRun", digest, manifest_json=text)
         return run, self._facts(values, observed_at, external_id, workload, version)
-
-    def reference_run(
-        self, stats: list[float], observed_at: str, stamp: str, workload: Workload, version: str
-    ) -> Record:
-        """The run built as a dict and digested by the reference serializer (for the tests)."""
-        values = self._values(stats)
-        external_id = self._external_id(workload, stamp)
-        spec = self._spec(values, stats, observed_at, external_id, workload.record.digest)
-        return _record(_manifest("BenchmarkRun", self._metadata(workload, stamp, version), spec))
 
     @cached_property
     def references_json(self) -> tuple[bytes, bytes]:
@@ -558,9 +552,6 @@ class Series:
             # garbage, and RFC 8785 has no exact form for it.
             raise RowRejected("bad_number", f"value out of range: {max(stats)!r}")
         return values
-
-    def _external_id(self, workload: Workload, stamp: str) -> str:
-        return self._external_id_of(workload.case_key, stamp)
 
     def _external_id_of(self, case_key: str, stamp: str) -> str:
         gpu = slug(self.gpu)
@@ -624,13 +615,6 @@ class Series:
     def _name_parts(self) -> tuple[str, ...]:
         name_mode = f"{self.mode}-memory" if self.memory else self.mode
         return ("liger", self.kernel, name_mode, self.provider, self.gpu)
-
-    def _metadata(self, workload: Workload, stamp: str, version: str) -> dict[str, Any]:
-        name = joined_slug(*self._name_parts(), workload.case_key, stamp)[:NAME_LIMIT]
-        metadata: dict[str, Any] = {"name": name, "title": self._title()}
-        if version:
-            metadata["labels"] = {"liger_version": version}
-        return metadata
 
     def _facts(
         self,
