@@ -1,23 +1,30 @@
-"""The Liger normalizer's oracle: every run and workload built the plain, slow way, as dicts
-canonicalized by the reference RFC 8785 serializer. Production builds runs from per-series
-templates (pipelines/liger/normalize.py); the tests hold the two equal byte for byte."""
+"""The Liger normalizer's oracles, which production is held to byte for byte: every run and
+workload built the plain, slow way, as dicts canonicalized by the reference RFC 8785 serializer
+(production fills per-series templates), and a file normalized row by row (production goes
+batch by batch, column by column)."""
 
 from __future__ import annotations
 
+import io
+from collections.abc import Iterator
 from functools import lru_cache
 from typing import Any
 
 from pipelines.curation import Curation
 from pipelines.liger.normalize import (
     NAME_LIMIT,
+    Layout,
     Normalizer,
     Series,
     Workload,
     _manifest,
     _record,
+    duplicate_outcome,
     joined_slug,
+    outcome_of,
 )
-from pipelines.records import Record, RunFacts
+from pipelines.liger.read import open_liger_csv
+from pipelines.records import Record, RowOutcome, RunFacts
 
 
 class ReferenceNormalizer(Normalizer):
@@ -57,3 +64,21 @@ def reference_run(
     if version:
         metadata["labels"] = {"liger_version": version}
     return _record(_manifest("BenchmarkRun", metadata, spec))
+
+
+def row_outcomes(data: bytes, normalizer: Normalizer | None = None) -> Iterator[RowOutcome]:
+    """A file's outcomes row by row, each judged alone (`outcome_of`) and a repeated externalId
+    quarantined: what the batch path must give, byte for byte."""
+    normalizer = normalizer or Normalizer()
+    csv_file = open_liger_csv(io.BytesIO(data))
+    layout = Layout.of(csv_file.columns)
+    seen: set[str] = set()
+    for record in csv_file.records:
+        outcome = outcome_of(record, layout, normalizer)
+        if outcome.facts is not None:
+            external_id = outcome.facts.external_id
+            if external_id in seen:
+                outcome = duplicate_outcome(record.line, record.raw, external_id)
+            else:
+                seen.add(external_id)
+        yield outcome

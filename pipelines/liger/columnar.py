@@ -18,7 +18,7 @@ import hashlib
 import os
 import re
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from difflib import SequenceMatcher
 from functools import lru_cache
@@ -45,8 +45,8 @@ from pipelines.liger.normalize import (
     slug,
     version_json,
 )
-from pipelines.liger.read import CsvRecord, RecordColumns, open_liger_csv
-from pipelines.records import RowOutcome
+from pipelines.liger.read import CsvRecord, LigerCsv, RecordColumns, open_liger_csv
+from pipelines.records import Record, RowOutcome
 from pipelines.seen_keys import SeenKeys, digests_of
 
 # What the vectorized number check accepts: digits with an optional fraction. Anything else
@@ -568,18 +568,77 @@ BATCH_ROWS = 4096
 
 
 def normalized_batches(
-    stream: BinaryIO, normalizer: Normalizer | None = None, rows: int = BATCH_ROWS
+    stream: Iterable[bytes], normalizer: Normalizer | None = None, rows: int = BATCH_ROWS
 ) -> Iterator[Batch]:
-    """The batches of a Liger CSV, in order, with the file's rule applied: a later row with an
-    externalId already seen is quarantined (first one wins). Raises NotLigerCsv first."""
-    csv_file = open_liger_csv(stream)
+    """The batches of a Liger CSV (binary lines: a file opened "rb"), in order, with the file's
+    rule applied: a later row with an externalId already seen is quarantined (first one wins).
+    Raises NotLigerCsv at once when the header is not Liger's."""
+    return (batch for batch, _ in _batches(open_liger_csv(stream), normalizer, rows))
+
+
+def normalized_outcomes(
+    stream: Iterable[bytes], normalizer: Normalizer | None = None, rows: int = BATCH_ROWS
+) -> Iterator[RowOutcome]:
+    """The same batches' outcomes, one per row, in order (for callers that want rows)."""
+    batches = _batches(open_liger_csv(stream), normalizer, rows)
+    return (outcome for batch, records in batches for outcome in batch_outcomes(batch, records))
+
+
+def _batches(
+    csv_file: LigerCsv, normalizer: Normalizer | None, rows: int
+) -> Iterator[tuple[Batch, list[CsvRecord]]]:
     layout = Layout.of(csv_file.columns)
     normalizer = normalizer or Normalizer()
     seen = SeenKeys()
     while records := list(islice(csv_file.records, rows)):
         batch = normalize_batch(records, layout, normalizer)
         quarantine_duplicates(batch, records, seen)
-        yield batch
+        yield batch, records
+
+
+def batch_outcomes(
+    batch: Batch, records: Sequence[CsvRecord] | RecordColumns
+) -> Iterator[RowOutcome]:
+    """A batch's outcomes as RowOutcomes, in input order: a plain run's records are its
+    manifest as the batch wrote it and its series' and workload's shared records."""
+    runs = batch.runs
+    plain = {} if runs is None else {p: i for i, p in enumerate(runs.positions)}
+    for position in range(batch.size):
+        other = batch.others.get(position)
+        if other is not None:
+            yield other
+            continue
+        assert runs is not None
+        i = plain[position]
+        series = runs.series[runs.series_ids[i]]
+        workload = runs.workloads[runs.workload_ids[i]]
+        stamp = runs.stamps[runs.stamp_ids[i]]
+        assert series is not None and workload is not None and stamp is not None
+        external_id = runs.external_ids[i].as_py()
+        run = Record(
+            "BenchmarkRun", runs.digests[i].as_py(), manifest_json=runs.manifests[i].as_py()
+        )
+        operation, project, implementation, protocol, environment = series.references
+        version = runs.versions[runs.version_ids[i]]
+        facts = series.facts(
+            runs.values[i].tolist(), stamp.observed_at, external_id, workload, version
+        )
+        record = records[position]
+        yield RowOutcome(
+            record.line,
+            "ok",
+            record.raw,
+            records=[
+                run,
+                operation,
+                project,
+                implementation,
+                workload.record,
+                protocol,
+                environment,
+            ],
+            facts=facts,
+        )
 
 
 def quarantine_duplicates(

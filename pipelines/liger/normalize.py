@@ -39,7 +39,7 @@ from pipelines.curation import (
     Kernel,
     load,
 )
-from pipelines.liger.read import COLUMNS, CsvRecord, LigerCsv, NotLigerCsv, open_liger_csv
+from pipelines.liger.read import COLUMNS, CsvRecord, NotLigerCsv
 from pipelines.records import Record, RowOutcome, RunFacts
 
 PARSER_VERSION = "liger-csv/1"  # the code's version; see parser_version() for the full one
@@ -502,7 +502,7 @@ class Series:
         digest = digest_of_canonical((template.identity % {"spec": spec}).encode())
         text = template.manifest % {"metadata": metadata, "spec": spec}
         run = Record("BenchmarkRun", digest, manifest_json=text)
-        return run, self._facts(values, observed_at, external_id, workload, version)
+        return run, self.facts(values, observed_at, external_id, workload, version)
 
     @cached_property
     def references_json(self) -> tuple[bytes, bytes]:
@@ -616,7 +616,7 @@ class Series:
         name_mode = f"{self.mode}-memory" if self.memory else self.mode
         return ("liger", self.kernel, name_mode, self.provider, self.gpu)
 
-    def _facts(
+    def facts(
         self,
         values: list[int],
         observed_at: str,
@@ -1080,27 +1080,14 @@ def _tensors(kernel: Kernel, axes: dict[str, int], dtype: str) -> dict[str, Any]
 
 
 # --- the file ---------------------------------------------------------------------------------
-def _outcomes(csv_file: LigerCsv, normalizer: Normalizer) -> Iterator[RowOutcome]:
-    layout = Layout.of(csv_file.columns)
-    seen: set[str] = set()
-    for record in csv_file.records:
-        outcome = outcome_of(record, layout, normalizer)
-        if outcome.facts is not None:
-            external_id = outcome.facts.external_id
-            if external_id in seen:
-                outcome = duplicate_outcome(record.line, record.raw, external_id)
-            else:
-                seen.add(external_id)
-        yield outcome
-
-
 def duplicate_outcome(line: int, raw: str, external_id: str) -> RowOutcome:
     detail = f"externalId {external_id} already appeared earlier in this file (first one wins)"
     return RowOutcome(line, "quarantined", raw, "duplicate_external_id", detail)
 
 
 def outcome_of(record: CsvRecord, layout: Layout, normalizer: Normalizer) -> RowOutcome:
-    """One record's outcome, judged alone (duplicates across the file are the caller's rule)."""
+    """One record's outcome, judged alone (duplicates across the file are the caller's rule):
+    how a batch normalizes a row its columns cannot (pipelines/liger/columnar.py)."""
     fields = record.fields
     if fields is None or record.error is not None:
         reason = (record.error or "unparseable_row").split(":", 1)[0]
@@ -1125,12 +1112,14 @@ def outcome_of(record: CsvRecord, layout: Layout, normalizer: Normalizer) -> Row
 def normalize_lines(
     lines: Iterable[bytes], normalizer: Normalizer | None = None
 ) -> Iterator[RowOutcome]:
-    """Normalize a Liger CSV given as binary lines (e.g. a file opened "rb"): streams.
+    """Normalize a Liger CSV given as binary lines (e.g. a file opened "rb"): streams, in
+    batches (pipelines/liger/columnar.py), one outcome per row.
 
     Raises NotLigerCsv before yielding anything when the header is not Liger's.
     """
-    csv_file = open_liger_csv(lines)
-    return _outcomes(csv_file, normalizer or Normalizer())
+    from pipelines.liger.columnar import normalized_outcomes  # it builds on this module
+
+    return normalized_outcomes(lines, normalizer)
 
 
 def normalize_bytes(data: bytes, normalizer: Normalizer | None = None) -> Iterator[RowOutcome]:
