@@ -26,10 +26,16 @@ def speedups(
     mode, GPU and case; latency only). The baseline is the lowest-ranked curated one present."""
     ranks = curation.load().baseline_ranks() if baseline_ranks is None else baseline_ranks
     cohorts: dict[tuple[str, str, str, str], dict[str, int]] = defaultdict(dict)
+    newest: dict[tuple[str, str, str, str, str], tuple[Any, Any]] = {}
     for r in runs:
         if r["metric"] == "latency" and r["median"] and r["median"] > 0:
             cohort = (r["kernel"], r["mode"], r["gpu"], r["case_key"])
-            cohorts[cohort][r["provider"]] = r["median"]
+            # A provider's newest run of the cohort, as the `speedups` view takes it (rows
+            # without a time: the last one).
+            when = (r.get("observed_at") or "", r.get("run_digest") or "")
+            if when >= newest.get((*cohort, r["provider"]), ("", "")):
+                newest[(*cohort, r["provider"])] = when
+                cohorts[cohort][r["provider"]] = r["median"]
     result: dict[str, list[float]] = defaultdict(list)
     for (kernel, *_), medians in cohorts.items():
         present = [p for p in medians if p in ranks]

@@ -8,7 +8,9 @@ import io
 import pytest
 from liger_support import HEADER, csv_lines
 
-from pipelines.liger.normalize import NotLigerCsv, normalize_bytes
+from pipelines.liger.columnar import Batch, normalize_batch, normalized_batches
+from pipelines.liger.normalize import FIELD_LIMIT, Layout, Normalizer, NotLigerCsv, normalize_bytes
+from pipelines.liger.read import record_columns
 from pipelines.records import RowOutcome
 from pipelines.sources import normalize_object
 
@@ -58,7 +60,7 @@ def normalize_text(*rows: str, newline: str = "\n") -> list[RowOutcome]:
             row_with(kernel_provider="megatron-fused"),
             "unknown_provider",
         ),  # curated for another kernel
-        (row_with(gpu_name="NVIDIA H200"), "unknown_gpu"),
+        (row_with(gpu_name="NVIDIA H300"), "unknown_gpu"),  # never guessed from H100, H200
         (row_with(kernel_operation_mode="sideways"), "unknown_mode"),
         (row_with(metric_name="throughput"), "unknown_metric"),
         (row_with(metric_unit="s"), "unknown_metric"),
@@ -172,8 +174,38 @@ def test_ten_megabyte_line_is_quarantined_without_a_traceback() -> None:
     huge = row_with(extra_benchmark_config_str='{"pad": "' + "x" * (10 * 2**20) + '"}')
     outcomes = normalize_text(GOOD, huge, row_with(timestamp="2026-05-27 17:14:31"))
     assert [o.status for o in outcomes] == ["ok", "quarantined", "ok"]
-    assert outcomes[1].reason == "unknown_config_shape"
+    assert outcomes[1].reason == "field_too_large"
     assert len(outcomes[1].raw) > 10 * 2**20
+
+
+@pytest.mark.parametrize("column", ["x_label", "extra_benchmark_config_str", "liger_version"])
+def test_a_field_past_the_size_bound_is_quarantined_on_every_path(column: str) -> None:
+    """A 10 MB x_label (a caption the normalizer never reads) or any other field: the row path,
+    the batch path over parsed records and the batch path over Arrow's columns all quarantine
+    it, and the rows around it land."""
+    huge = row_with(**{column: "x" * (10 * 2**20)})
+    just_fits = row_with(x_label="y" * FIELD_LIMIT, timestamp="2026-05-27 17:14:31")
+    rows = [GOOD, huge, just_fits]
+    data = "\n".join([HEADER, *rows]).encode() + b"\n"
+    row_path = normalize_text(*rows)
+    layout = Layout.of(tuple(HEADER.split(",")))
+    body = data.split(b"\n", 1)[1]
+    columns = record_columns(body, 2, layout.width)
+    assert columns is not None
+    for outcomes in (
+        [(o.status, o.reason) for o in row_path],
+        _batch_outcomes(next(normalized_batches(io.BytesIO(data)))),
+        _batch_outcomes(normalize_batch(columns, layout, Normalizer())),
+    ):
+        assert outcomes == [("ok", None), ("quarantined", "field_too_large"), ("ok", None)]
+    assert row_path[1].raw == huge and f"over the limit of {FIELD_LIMIT}" in str(row_path[1].detail)
+
+
+def _batch_outcomes(batch: Batch) -> list[tuple[str, str | None]]:
+    assert batch.runs is not None
+    outcomes = {p: ("ok", None) for p in batch.runs.positions}
+    outcomes.update({p: (o.status, o.reason) for p, o in batch.others.items()})
+    return [outcomes[p] for p in range(batch.size)]
 
 
 def test_unterminated_quote_swallows_no_row_silently() -> None:

@@ -1,6 +1,7 @@
 """The batched, column-by-column Liger normalizer (pipelines/liger/columnar.py) writes exactly the
-bytes the row path writes (`RowOutcome.json_line` of each outcome of `normalize_bytes`): on the
-shared CSV, on the bad-CSV corpus and on generated files mixing good rows with damaged ones."""
+bytes the row-by-row oracle writes (`RowOutcome.json_line` of each of tests/liger_oracle.py's
+`row_outcomes`): on the shared CSV, on the bad-CSV corpus and on generated files mixing good rows
+with damaged ones."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pyarrow as pa
 import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from liger_oracle import row_outcomes
 from liger_support import HEADER, LIGER_CSV, csv_lines
 from test_liger_bad_inputs import GOOD_FIELDS, row_with
 
@@ -28,14 +30,14 @@ from pipelines.liger.columnar import (
     normalized_batches,
     write_json_lines,
 )
-from pipelines.liger.normalize import Normalizer, json_string, normalize_bytes
+from pipelines.liger.normalize import Normalizer, json_string
 from pipelines.seen_keys import SeenKeys
 
 NORMALIZER = Normalizer()
 
 
 def row_path(data: bytes) -> bytes:
-    return b"".join(o.json_line() for o in normalize_bytes(data, NORMALIZER))
+    return b"".join(o.json_line() for o in row_outcomes(data, NORMALIZER))
 
 
 def batch_path(data: bytes, rows: int) -> bytes:
@@ -81,7 +83,7 @@ DAMAGES = [
     {"y_value_50": "9" * 400},  # parses as inf
     {"y_value_80": "0." + "0" * 400 + "1"},  # parses as 0
     {"kernel_name": "no_such_kernel"},
-    {"gpu_name": "NVIDIA H200"},
+    {"gpu_name": "NVIDIA H300"},
     {"timestamp": "2026-02-30 10:00:00"},
     {"timestamp": "2026-01-01T10:00:00"},
     {"liger_version": ""},

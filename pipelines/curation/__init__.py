@@ -81,11 +81,27 @@ class Binding:
     axes: dict[str, Expression]  # title order
     require: dict[str, Any]
     ignore: frozenset[str]
+    # Config keys another era of the scripts names otherwise: {key as written: key as bound}.
+    aliases: dict[str, str] = field(default_factory=dict)
+    # What the x value is: "size" (a number the expressions read as `x`), "model" (the name of
+    # a curated model, `models` in kernels.yaml, whose sizes they read as `model_<field>`) or
+    # "label" (a name that binds nothing: the config holds every size).
+    x: str = "size"
+    default_dtype: str | None = None  # the dtype when the config names none, over the kernel's
 
     @property
     def config_keys(self) -> frozenset[str]:
         used = set().union(*(e.names for e in self.axes.values())) - {"x"}
+        used = {name for name in used if not (self.x == "model" and name.startswith(MODEL_PREFIX))}
         return frozenset(used | set(self.require) | self.ignore)
+
+    @property
+    def named_x(self) -> bool:
+        """x is a name (a model or a label), not a size."""
+        return self.x != "size"
+
+
+MODEL_PREFIX = "model_"
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,8 +161,16 @@ class Curation:
     gpus: dict[str, Gpu]
     harness: dict[str, str]
     metrics: dict[str, dict[str, str]]  # speed|memory -> timer, family, notes
+    # speed|memory -> {a row's metric_unit: its factor to integer ns or bytes}
+    units: dict[str, dict[str, float]]
     passes: dict[str, Pass]
     dtypes: dict[str, str]  # torch dtype name -> kernelindex dtype
+    # Model profiles (benchmark_model_configs.py) an `x: model` binding's x value names:
+    # {name: {field: size}}.
+    models: dict[str, dict[str, int]]
+    # Kernel names that stand for a curated kernel (`kernelNames` in kernels.yaml): {kernel as
+    # written: (config key, {its value: curated kernel})}; the key is None for a plain rename.
+    kernel_names: dict[str, tuple[str | None, dict[Any, str]]]
     fingerprint: str  # 12 hex digits of the sha256 over the curation files
 
     def baseline_ranks(self) -> dict[str, int]:
@@ -173,6 +197,12 @@ def _read_files(folder: Traversable) -> tuple[tuple[str, str], ...]:
     )
 
 
+def _kernel_name(entry: Any) -> tuple[str | None, dict[Any, str]]:
+    if isinstance(entry, str):
+        return None, {None: entry}
+    return str(entry["by"]), {value: str(kernel) for value, kernel in entry["kernels"].items()}
+
+
 def _load_yaml(files: dict[str, str], name: str, pure: bool = False) -> Any:
     # libyaml's parser (ruamel.yaml.clib) reads the files 5x faster than the pure one, which
     # every command and run would wait for; ruamel's own resolver still types the scalars
@@ -192,6 +222,9 @@ def _kernel(name: str, entry: Mapping[str, Any]) -> Kernel:
             axes={axis: Expression.parse(expr) for axis, expr in binding["axes"].items()},
             require=dict(binding.get("require") or {}),
             ignore=frozenset(binding.get("ignore") or ()),
+            aliases=dict(binding.get("aliases") or {}),
+            x=_x_kind(name, str(x_name), binding.get("x", "size")),
+            default_dtype=binding.get("defaultDtype"),
         )
         for x_name, binding in entry["bindings"].items()
     }
@@ -210,9 +243,18 @@ def _kernel(name: str, entry: Mapping[str, Any]) -> Kernel:
     )
 
 
+X_KINDS = ("size", "model", "label")
+
+
+def _x_kind(kernel: str, x_name: str, kind: object) -> str:
+    if kind not in X_KINDS:
+        raise ValueError(f"kernels.yaml: {kernel}/{x_name}: x must be one of {X_KINDS}")
+    return str(kind)
+
+
 def _providers(document: Mapping[str, Any]) -> dict[str, Provider]:
     projects, implementations = document["projects"], document["implementations"]
-    return {
+    providers = {
         name: Provider(
             name=name,
             project_slug=entry["project"],
@@ -225,6 +267,35 @@ def _providers(document: Mapping[str, Any]) -> dict[str, Provider]:
         )
         for name, entry in document["providers"].items()
     }
+    return {**_tagged(providers, document.get("providerTags") or {}, implementations), **providers}
+
+
+TAGGED_PREFIX = "liger"  # the part of a provider's name a LIGER_BENCH_PROVIDER_TAG replaces
+
+
+def _tagged(
+    providers: Mapping[str, Provider],
+    tags: Mapping[str, Mapping[str, str]],
+    implementations: Mapping[str, Any],
+) -> dict[str, Provider]:
+    """The twins the provider tags make of every Liger provider (see providers.yaml)."""
+    twins = {}
+    for tag, entry in tags.items():
+        for name, base in providers.items():
+            if not name.startswith(TAGGED_PREFIX):
+                continue
+            twin = tag + name[len(TAGGED_PREFIX) :]
+            twins[twin] = Provider(
+                name=twin,
+                project_slug=base.project_slug,
+                project=base.project,
+                title=f"{base.title} ({entry['title']})",
+                description=f"{base.description} {entry['description']}",
+                implementation=implementations[entry["implementation"]],
+                baseline_rank=None,
+                kernels=base.kernels,
+            )
+    return twins
 
 
 def _baseline_rank(provider: str, value: object) -> int | None:
@@ -266,7 +337,19 @@ def _parse(contents: tuple[tuple[str, str], ...]) -> Curation:
         gpus=_gpus(_load_yaml(files, "gpus.yaml")),
         harness=dict(protocols["harness"]),
         metrics={"speed": dict(protocols["speed"]), "memory": dict(protocols["memory"])},
+        units={
+            str(metric): {str(unit): float(scale) for unit, scale in units.items()}
+            for metric, units in protocols["units"].items()
+        },
         passes={name: Pass(**entry) for name, entry in protocols["passes"].items()},
         dtypes=dict(kernels_doc.get("dtypes") or {}),
+        kernel_names={
+            str(name): _kernel_name(entry)
+            for name, entry in (kernels_doc.get("kernelNames") or {}).items()
+        },
+        models={
+            str(name): {str(k): int(v) for k, v in sizes.items()}
+            for name, sizes in (kernels_doc.get("models") or {}).items()
+        },
         fingerprint=digest.hexdigest()[:12],
     )

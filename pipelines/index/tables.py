@@ -13,6 +13,7 @@ from importlib import resources
 import duckdb
 import pyarrow as pa
 
+from pipelines import curation
 from pipelines.index.record_objects import (
     LINEAGE_SCHEMA,
     MANIFEST_SCHEMA,
@@ -190,7 +191,20 @@ def view_statements(files: Mapping[str, Sequence[str]]) -> list[str]:
             f"CREATE OR REPLACE VIEW {view} AS SELECT digest, name, {readable}, "
             f"snapshot_digest, source_key, manifest FROM manifests WHERE kind = {sql_string(kind)}"
         )
-    return statements + derived_view_statements()
+    return [*statements, baseline_providers_statement(), *derived_view_statements()]
+
+
+def baseline_providers_statement(ranks: Mapping[str, int] | None = None) -> str:
+    """The baseline_providers view: the curation's baseline ranks, the one place they are
+    stated (providers.yaml), as (provider, rank) rows."""
+    ranks = curation.load().baseline_ranks() if ranks is None else ranks
+    rows = ", ".join(f"({sql_string(name)}, {int(rank)})" for name, rank in sorted(ranks.items()))
+    values = (
+        f"SELECT * FROM (VALUES {rows}) AS t(provider, rank)"
+        if rows
+        else ("SELECT CAST(NULL AS VARCHAR) AS provider, CAST(NULL AS INTEGER) AS rank WHERE false")
+    )
+    return f"CREATE OR REPLACE VIEW baseline_providers AS {values}"
 
 
 def derived_view_statements() -> list[str]:

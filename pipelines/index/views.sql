@@ -20,26 +20,32 @@ GROUP BY operation_digest, workload_digest, protocol_digest, environment_digest,
 CREATE OR REPLACE VIEW latest_runs AS
 SELECT * FROM runs WHERE superseded_by IS NULL
 ;
--- The baseline provider of a cohort: the reference implementation Liger compares against.
--- Ranked: huggingface, then torch, then the unfused/plain third-party references; a cohort with
--- none of them has no baseline. liger* providers and torch_compile are never baselines.
-CREATE OR REPLACE VIEW baseline_providers AS
-SELECT * FROM (VALUES
-    ('huggingface', 1), ('torch', 2), ('megatron-unfused', 3), ('megatron', 4),
-    ('deepspeed_tiled', 5)
-) AS t(provider, rank)
-;
+-- baseline_providers (provider, rank): the curation's baseline ranks (providers.yaml), a view
+-- pipelines/index/tables.py writes from `curation.load().baseline_ranks()` before these; a
+-- cohort's baseline is its lowest-ranked provider present, as in pipelines/charts.py.
+-- Speedups compare within one benchmark (kernel) too: KernelIndex's importer gives some
+-- benchmarks one OperationSpec (GRPO with token- and sequence-level importance sampling).
 CREATE OR REPLACE VIEW cohort_baselines AS
 SELECT l.*, b.rank AS baseline_rank
 FROM latest_runs l JOIN baseline_providers b USING (provider)
 QUALIFY row_number() OVER (
-    PARTITION BY operation_digest, workload_digest, protocol_digest, environment_digest, metric
-    ORDER BY b.rank, observed_at DESC, run_digest
+    PARTITION BY operation_digest, workload_digest, protocol_digest, environment_digest, metric,
+        kernel
+    ORDER BY b.rank, observed_at DESC, run_digest DESC
 ) = 1
 ;
--- Speedup of every latest run against the latest run of its cohort's baseline provider:
--- baseline median / run median (> 1 means faster, or smaller for memory, than the baseline).
+-- Speedup of each provider's newest latest run of a cohort against the cohort's baseline
+-- provider's: baseline median / run median (> 1 means faster, or smaller for memory, than the
+-- baseline). pipelines/charts.py's speedups takes the same runs.
 CREATE OR REPLACE VIEW speedups AS
+WITH newest AS (
+    SELECT * FROM latest_runs
+    QUALIFY row_number() OVER (
+        PARTITION BY operation_digest, workload_digest, protocol_digest, environment_digest,
+            metric, kernel, provider
+        ORDER BY observed_at DESC, run_digest DESC
+    ) = 1
+)
 SELECT
     r.kernel, r.mode, r.metric, r.gpu, r.architecture, r.case_key, r.dtype,
     r.provider, b.provider AS baseline_provider,
@@ -48,12 +54,12 @@ SELECT
     r.liger_version, b.liger_version AS baseline_liger_version,
     r.run_digest, b.run_digest AS baseline_run_digest,
     r.operation_digest, r.workload_digest, r.protocol_digest, r.environment_digest
-FROM latest_runs r
+FROM newest r
 JOIN cohort_baselines b
   ON r.operation_digest = b.operation_digest AND r.workload_digest = b.workload_digest
  AND r.protocol_digest = b.protocol_digest AND r.environment_digest = b.environment_digest
- AND r.metric = b.metric
-WHERE r.run_digest <> b.run_digest AND r.median > 0
+ AND r.metric = b.metric AND r.kernel = b.kernel
+WHERE r.provider <> b.provider AND r.median > 0
 ;
 -- Every pair of Liger versions that measured the same series (kernel, provider, mode, metric,
 -- GPU, case), using each version's newest run. A regression needs the spread to separate: the

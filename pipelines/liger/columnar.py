@@ -18,7 +18,7 @@ import hashlib
 import os
 import re
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from difflib import SequenceMatcher
 from functools import lru_cache
@@ -31,14 +31,13 @@ import pyarrow.compute as pc
 
 from pipelines.canonical import MAX_SAFE_INTEGER, number_text
 from pipelines.liger.normalize import (
-    MIB,
+    FIELD_LIMIT,
     NAME_LIMIT,
     Layout,
     Normalizer,
     RowRejected,
     Series,
     Workload,
-    _metric,
     duplicate_outcome,
     json_string,
     outcome_of,
@@ -46,8 +45,8 @@ from pipelines.liger.normalize import (
     slug,
     version_json,
 )
-from pipelines.liger.read import CsvRecord, RecordColumns, open_liger_csv
-from pipelines.records import RowOutcome
+from pipelines.liger.read import CsvRecord, LigerCsv, RecordColumns, open_liger_csv
+from pipelines.records import Record, RowOutcome
 from pipelines.seen_keys import SeenKeys, digests_of
 
 # What the vectorized number check accepts: digits with an optional fraction. Anything else
@@ -122,11 +121,19 @@ def _candidate_columns(
     texts as string columns, and their source lines."""
     if isinstance(records, RecordColumns):
         every = np.arange(len(records), dtype=np.int64)
+        fitting = _all(pc.less_equal(pc.utf8_length(c), FIELD_LIMIT) for c in records.columns)
+        if not pc.all(fitting).as_py():  # a row with a field past the limit takes the row path
+            kept = np.flatnonzero(fitting.to_numpy(zero_copy_only=False))
+            columns = [records.columns[i].take(pa.array(kept)) for i in layout.indices]
+            return kept, columns, records.first_line + kept
         return every, [records.columns[i] for i in layout.indices], records.first_line + every
     candidates = [
         i
         for i, r in enumerate(records)
-        if r.error is None and r.fields is not None and len(r.fields) == layout.width
+        if r.error is None
+        and r.fields is not None
+        and len(r.fields) == layout.width
+        and max(map(len, r.fields)) <= FIELD_LIMIT
     ]
     picked = [layout.pick(records[i].fields or []) for i in candidates]
     columns = [pa.array(column, pa.string()) for column in zip(*picked, strict=True)]
@@ -213,10 +220,12 @@ def _plain_runs(
         return plain, None
     (kernel, provider, mode, metric, unit, x_name, x_value, median, p20, p80,
      config, gpu, timestamp, version) = columns  # fmt: skip
+    if normalizer.curation.kernel_names:
+        kernel = _curated_kernel_names(kernel, config, normalizer)
 
     series, series_ids = _encode(
         [kernel, provider, mode, gpu, metric, unit],
-        lambda k: _known(lambda: normalizer.series(k[0], k[1], k[2], k[3], _metric(k[4], k[5]))),
+        lambda k: _known(lambda: normalizer.series(*k)),
     )
     kernels = normalizer.curation.kernels
     workloads, workload_ids = _encode(
@@ -233,8 +242,7 @@ def _plain_runs(
     good_series = np.array([s is not None and _nameable(s) for s in series])[series_ids]
     good_workload = np.array([w is not None and bool(w.case_slug) for w in workloads])[workload_ids]
     good_stamp = np.array([s is not None and bool(s.slug) for s in stamps])[stamp_ids]
-    memory_of = np.array([s is not None and s.memory for s in series])[series_ids]
-    scale = np.where(memory_of, float(MIB), 1e6)
+    scale = np.array([s.scale if s is not None else 1.0 for s in series])[series_ids]
     rounded = np.stack([_js_round(s * scale) for s in stats], axis=1)
     keep = (
         numeric.to_numpy(zero_copy_only=False)
@@ -264,6 +272,25 @@ def _plain_runs(
             version_ids=version_ids[rows],
         )
     )
+
+
+def _curated_kernel_names(kernel: pa.Array, config: pa.Array, normalizer: Normalizer) -> pa.Array:
+    """The kernel column with each name a config picks among (kernelNames) replaced by the
+    picked kernel; a row whose config picks none keeps its name, which no series knows, and so
+    takes the row path (which says why)."""
+    variants = pa.array(list(normalizer.curation.kernel_names), pa.string())
+    picks = pc.is_in(kernel, value_set=variants).to_numpy(zero_copy_only=False)
+    if not picks.any():
+        return kernel
+    rows = np.flatnonzero(picks)
+    names, codes = _encode(
+        [kernel.take(pa.array(rows)), config.take(pa.array(rows))],
+        lambda k: _known(lambda: normalizer.kernel_of(k[0], k[1])),
+    )
+    texts = kernel.to_pylist()
+    for row, code in zip(rows.tolist(), codes.tolist(), strict=True):
+        texts[row] = names[code] if names[code] is not None else texts[row]
+    return pa.array(texts, pa.string())
 
 
 @dataclass(slots=True)
@@ -541,18 +568,77 @@ BATCH_ROWS = 4096
 
 
 def normalized_batches(
-    stream: BinaryIO, normalizer: Normalizer | None = None, rows: int = BATCH_ROWS
+    stream: Iterable[bytes], normalizer: Normalizer | None = None, rows: int = BATCH_ROWS
 ) -> Iterator[Batch]:
-    """The batches of a Liger CSV, in order, with the file's rule applied: a later row with an
-    externalId already seen is quarantined (first one wins). Raises NotLigerCsv first."""
-    csv_file = open_liger_csv(stream)
+    """The batches of a Liger CSV (binary lines: a file opened "rb"), in order, with the file's
+    rule applied: a later row with an externalId already seen is quarantined (first one wins).
+    Raises NotLigerCsv at once when the header is not Liger's."""
+    return (batch for batch, _ in _batches(open_liger_csv(stream), normalizer, rows))
+
+
+def normalized_outcomes(
+    stream: Iterable[bytes], normalizer: Normalizer | None = None, rows: int = BATCH_ROWS
+) -> Iterator[RowOutcome]:
+    """The same batches' outcomes, one per row, in order (for callers that want rows)."""
+    batches = _batches(open_liger_csv(stream), normalizer, rows)
+    return (outcome for batch, records in batches for outcome in batch_outcomes(batch, records))
+
+
+def _batches(
+    csv_file: LigerCsv, normalizer: Normalizer | None, rows: int
+) -> Iterator[tuple[Batch, list[CsvRecord]]]:
     layout = Layout.of(csv_file.columns)
     normalizer = normalizer or Normalizer()
     seen = SeenKeys()
     while records := list(islice(csv_file.records, rows)):
         batch = normalize_batch(records, layout, normalizer)
         quarantine_duplicates(batch, records, seen)
-        yield batch
+        yield batch, records
+
+
+def batch_outcomes(
+    batch: Batch, records: Sequence[CsvRecord] | RecordColumns
+) -> Iterator[RowOutcome]:
+    """A batch's outcomes as RowOutcomes, in input order: a plain run's records are its
+    manifest as the batch wrote it and its series' and workload's shared records."""
+    runs = batch.runs
+    plain = {} if runs is None else {p: i for i, p in enumerate(runs.positions)}
+    for position in range(batch.size):
+        other = batch.others.get(position)
+        if other is not None:
+            yield other
+            continue
+        assert runs is not None
+        i = plain[position]
+        series = runs.series[runs.series_ids[i]]
+        workload = runs.workloads[runs.workload_ids[i]]
+        stamp = runs.stamps[runs.stamp_ids[i]]
+        assert series is not None and workload is not None and stamp is not None
+        external_id = runs.external_ids[i].as_py()
+        run = Record(
+            "BenchmarkRun", runs.digests[i].as_py(), manifest_json=runs.manifests[i].as_py()
+        )
+        operation, project, implementation, protocol, environment = series.references
+        version = runs.versions[runs.version_ids[i]]
+        facts = series.facts(
+            runs.values[i].tolist(), stamp.observed_at, external_id, workload, version
+        )
+        record = records[position]
+        yield RowOutcome(
+            record.line,
+            "ok",
+            record.raw,
+            records=[
+                run,
+                operation,
+                project,
+                implementation,
+                workload.record,
+                protocol,
+                environment,
+            ],
+            facts=facts,
+        )
 
 
 def quarantine_duplicates(

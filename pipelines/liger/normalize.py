@@ -30,14 +30,24 @@ from pipelines.canonical import (
     manifest_digest,
     number_text,
 )
-from pipelines.curation import Binding, Curation, Expression, ExpressionError, Kernel, load
-from pipelines.liger.read import COLUMNS, CsvRecord, LigerCsv, NotLigerCsv, open_liger_csv
+from pipelines.curation import (
+    MODEL_PREFIX,
+    Binding,
+    Curation,
+    Expression,
+    ExpressionError,
+    Kernel,
+    load,
+)
+from pipelines.liger.read import COLUMNS, CsvRecord, NotLigerCsv
 from pipelines.records import Record, RowOutcome, RunFacts
 
 PARSER_VERSION = "liger-csv/1"  # the code's version; see parser_version() for the full one
 SOURCE = "liger-kernel-bench"
-MIB = 2**20
 NAME_LIMIT = 100  # metadata.name length the reference importer cuts at
+# A real field is under 300 characters; a longer one than this is garbage or an attack, and would
+# ride every record and index row of its run (README: `field_too_large`).
+FIELD_LIMIT = 2**20
 
 __all__ = ["PARSER_VERSION", "NotLigerCsv", "normalize_bytes", "normalize_lines", "parser_version"]
 
@@ -53,6 +63,8 @@ def parser_version(curation: Curation | None = None) -> str:
 _NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 _TIMESTAMP = re.compile(r"(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})")
 _SLUG_BREAK = re.compile(r"[^a-z0-9]+")
+# What an x value that names a configuration may be (it rides the run's externalId and name).
+_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}")
 
 
 # The columns the normalizer reads, in the order `Normalizer.normalize_fields` takes them.
@@ -153,22 +165,36 @@ class Workload:
 class Normalizer:
     """Builds records from rows; manifests shared by many rows are built once and cached."""
 
-    def __init__(self, curation: Curation | None = None, *, reference: bool = False) -> None:
-        """`reference=True` builds every run and workload the plain, slow way
-        (Series.reference_run, `reference_workload`): the tests hold the templated ones against
-        it."""
+    def __init__(self, curation: Curation | None = None) -> None:
         self.curation = curation or load()
-        self.reference = reference
         self._operations = {k.name: _record(k.operation) for k in self.curation.kernels.values()}
         self.project = lru_cache(maxsize=None)(self._project)
         self.implementation = lru_cache(maxsize=None)(self._implementation)
         self.environment = lru_cache(maxsize=None)(self._environment)
         self.protocol = lru_cache(maxsize=None)(self._protocol)
         self.family = lru_cache(maxsize=1024)(self._family)
-        self.workload = lru_cache(maxsize=4096)(
-            self.reference_workload if reference else self._workload
-        )
+        self.workload = lru_cache(maxsize=4096)(self._workload)
         self.series = lru_cache(maxsize=1024)(self._series)
+        self.kernel_of = lru_cache(maxsize=1024)(self._kernel_of)
+
+    def _kernel_of(self, kernel: str, config_text: str) -> str:
+        """The curated kernel a row's kernel name and config name: the name itself, unless
+        `kernelNames` in kernels.yaml renames it or lets a config key pick the kernel."""
+        variant = self.curation.kernel_names.get(kernel)
+        if variant is None:
+            return kernel
+        key, kernels = variant
+        if key is None:  # a rename
+            return kernels[None]
+        value = _parse_config(config_text).get(key)
+        picked = next(
+            (k for v, k in kernels.items() if v == value and type(v) is type(value)), None
+        )
+        if picked is None:
+            raise RowRejected(
+                "unknown_config_shape", f"{kernel}: config {key}={value!r} names no curated kernel"
+            )
+        return picked
 
     # --- shared manifests -------------------------------------------------------------------
     def operation(self, kernel: str) -> Record:
@@ -241,14 +267,15 @@ class Normalizer:
         """What the workloads of one config share; raises what `reference_workload` raises
         before it reads x, and is None where splicing is not provably byte-identical."""
         kernel = self.curation.kernels[kernel_name]
-        config = _parse_config(config_text)
-        binding = _binding(kernel, x_name, config)
+        binding, config = _binding(kernel, x_name, _parse_config(config_text))
+        if binding.named_x:  # x is a name, not a size: the generic path binds it
+            return None
         values = {k: v for k, v in config.items() if _is_integer(v)}
         axes = _fixed_axes(binding, values)
         if axes is None:
             return None
         try:
-            scalars, dtype = _scalars(kernel, config), self._dtype(kernel, config)
+            scalars, dtype = _scalars(kernel, config), self._dtype(kernel, binding, config)
         except RowRejected as rejected:  # raised once x and the axes pass, as the generic path does
             return WorkloadFamily(kernel, values, axes, (rejected.reason, rejected.detail), None)
         except Exception:  # anything else: the generic path raises it, in its order
@@ -262,8 +289,8 @@ class Normalizer:
         """The workload built as a dict and digested by the generic canonical path: the
         definition `_workload` is held to (tests/test_liger_workloads.py)."""
         kernel = self.curation.kernels[kernel_name]
-        config = _parse_config(config_text)
-        axes, dtype, scalars = self._bind(kernel, x_name, x_text, config)
+        binding, config = _binding(kernel, x_name, _parse_config(config_text))
+        axes, dtype, scalars = self._bind(kernel, binding, x_text, config)
         case_key = "-".join(f"{name}{axes[name]}" for name in sorted(axes)) + f"-{dtype}"
         spec: dict[str, Any] = {
             "operationSpecDigest": self.operation(kernel_name).digest,
@@ -281,14 +308,30 @@ class Normalizer:
             "title": f"{kernel.title} · {bound} · {dtype}",
         }
         record = _record(_manifest("WorkloadCase", metadata, spec))
+        if binding.named_x:
+            # Two models (or labels) may give one workload (same vocab, say): each row stays its
+            # own run, its externalId and name carrying the name its x value gives.
+            case_key = f"{case_key}-{x_text.strip()}"
         return Workload(case_key, dtype, record, json_string(record.digest), slug(case_key))
 
     def _bind(
-        self, kernel: Kernel, x_name: str, x_text: str, config: dict[str, Any]
+        self, kernel: Kernel, binding: Binding, x_text: str, config: dict[str, Any]
     ) -> tuple[dict[str, int], str, dict[str, float | int]]:
-        binding = _binding(kernel, x_name, config)
         values = {k: v for k, v in config.items() if _is_integer(v)}
-        values["x"] = _positive_integer(x_text, "x_value")
+        if binding.x == "model":
+            model = self.curation.models.get(x_text.strip())
+            if model is None:
+                raise RowRejected(
+                    "unknown_config_shape", f"x_value {x_text[:80]!r} names no curated model"
+                )
+            values.update({MODEL_PREFIX + name: size for name, size in model.items()})
+        elif binding.x == "label":
+            if not _LABEL.fullmatch(x_text.strip()):
+                raise RowRejected(
+                    "unknown_config_shape", f"x_value {x_text[:80]!r} is not a configuration name"
+                )
+        else:
+            values["x"] = _positive_integer(x_text, "x_value")
         try:
             axes = {
                 axis: _axis_value(axis, expr.evaluate(values))
@@ -297,13 +340,14 @@ class Normalizer:
         except (ExpressionError, TypeError) as error:
             raise RowRejected("unknown_config_shape", f"{kernel.name}: {error}") from None
         scalars = _scalars(kernel, config)
-        return axes, self._dtype(kernel, config), scalars
+        return axes, self._dtype(kernel, binding, config), scalars
 
-    def _dtype(self, kernel: Kernel, config: dict[str, Any]) -> str:
+    def _dtype(self, kernel: Kernel, binding: Binding, config: dict[str, Any]) -> str:
         if "dtype" not in config:
-            if kernel.default_dtype is None:
+            default = binding.default_dtype or kernel.default_dtype
+            if default is None:
                 raise RowRejected("unknown_config_shape", f"{kernel.name}: config names no dtype")
-            return kernel.default_dtype
+            return default
         dtype = (
             self.curation.dtypes.get(config["dtype"]) if isinstance(config["dtype"], str) else None
         )
@@ -320,7 +364,8 @@ class Normalizer:
         """A row given as the texts of ROW_COLUMNS, in that order (see `Layout`)."""
         (kernel, provider, mode, metric, unit, x_name, x_value, median, p20, p80,
          config, gpu, timestamp, version) = fields  # fmt: skip
-        series = self.series(kernel, provider, mode, gpu, _metric(metric, unit))
+        kernel = self.kernel_of(kernel, config)
+        series = self.series(kernel, provider, mode, gpu, metric, unit)
         stats = [
             parse_positive(median, "y_value_50"),
             parse_positive(p20, "y_value_20"),
@@ -329,11 +374,7 @@ class Normalizer:
         observed_at, stamp = parse_timestamp(timestamp)
         workload = self.workload(series.kernel, x_name, x_value, config)
         version = version.strip()
-        if self.reference:
-            run = series.reference_run(stats, observed_at, stamp, workload, version)
-            facts = series.run(stats, observed_at, stamp, workload, version)[1]
-        else:
-            run, facts = series.run(stats, observed_at, stamp, workload, version)
+        run, facts = self.run(series, stats, observed_at, stamp, workload, version)
         operation, project, implementation, protocol, environment = series.references
         return [
             run,
@@ -345,8 +386,24 @@ class Normalizer:
             environment,
         ], facts
 
-    def _series(self, kernel: str, provider: str, mode: str, gpu: str, metric: str) -> Series:
-        """What every run of one kernel, provider, pass, GPU and metric shares."""
+    def run(
+        self,
+        series: Series,
+        stats: list[float],
+        observed_at: str,
+        stamp: str,
+        workload: Workload,
+        version: str,
+    ) -> tuple[Record, RunFacts]:
+        """A row's run, from its series' template (tests/liger_oracle.py builds it the plain
+        way and holds the two equal)."""
+        return series.run(stats, observed_at, stamp, workload, version)
+
+    def _series(
+        self, kernel: str, provider: str, mode: str, gpu: str, metric_name: str, unit: str
+    ) -> Series:
+        """What every run of one kernel, provider, pass, GPU and metric (in one unit) shares."""
+        metric, scale = self._metric(metric_name, unit)
         self._check_known(kernel, provider, mode, gpu)
         return Series(
             kernel=kernel,
@@ -354,6 +411,8 @@ class Normalizer:
             mode=mode,
             gpu=gpu,
             memory=metric == "memory",
+            unit=unit,
+            scale=scale,
             kernel_title=self.curation.kernels[kernel].title,
             architecture=self.curation.gpus[gpu].hardware["architecture"],
             baseline=self.curation.providers[provider].baseline,
@@ -365,6 +424,17 @@ class Normalizer:
                 self.environment(gpu),
             ),
         )
+
+    def _metric(self, name: str, unit: str) -> tuple[str, float]:
+        """The protocol (speed or memory) of a row's metric, and the factor from its unit to the
+        stored one (protocols.yaml's `units`)."""
+        scale = self.curation.units.get(name, {}).get(unit)
+        if scale is None:
+            known = ", ".join(f"{m}/{u}" for m, units in self.curation.units.items() for u in units)
+            raise RowRejected(
+                "unknown_metric", f"metric {name!r} in {unit!r}: expected one of {known}"
+            )
+        return name, scale
 
     def _check_known(self, kernel: str, provider: str, mode: str, gpu: str) -> None:
         curation = self.curation
@@ -390,8 +460,8 @@ class Series:
 
     A run's canonical JSON differs from its series' other runs only in a few values, so it is
     written by filling the holes of a template the reference serializer made once per series
-    (`run_template`). `reference_run` builds the same record the plain way; the tests prove the
-    two equal byte for byte.
+    (`run_template`). tests/liger_oracle.py builds the same record the plain way; the tests prove
+    the two equal byte for byte.
     """
 
     kernel: str
@@ -399,6 +469,8 @@ class Series:
     mode: str
     gpu: str
     memory: bool
+    unit: str  # as the row writes it (sourceNative names its metrics after it)
+    scale: float  # from the unit to integer ns (speed) or bytes (memory)
     kernel_title: str
     architecture: str
     baseline: bool
@@ -430,16 +502,7 @@ class Series:
         digest = digest_of_canonical((template.identity % {"spec": spec}).encode())
         text = template.manifest % {"metadata": metadata, "spec": spec}
         run = Record("BenchmarkRun", digest, manifest_json=text)
-        return run, self._facts(values, observed_at, external_id, workload, version)
-
-    def reference_run(
-        self, stats: list[float], observed_at: str, stamp: str, workload: Workload, version: str
-    ) -> Record:
-        """The run built as a dict and digested by the reference serializer (for the tests)."""
-        values = self._values(stats)
-        external_id = self._external_id(workload, stamp)
-        spec = self._spec(values, stats, observed_at, external_id, workload.record.digest)
-        return _record(_manifest("BenchmarkRun", self._metadata(workload, stamp, version), spec))
+        return run, self.facts(values, observed_at, external_id, workload, version)
 
     @cached_property
     def references_json(self) -> tuple[bytes, bytes]:
@@ -483,15 +546,12 @@ class Series:
         )
 
     def _values(self, stats: list[float]) -> list[int]:
-        values = [js_round(v * (MIB if self.memory else 1e6)) for v in stats]
+        values = [js_round(v * self.scale) for v in stats]
         if max(values) > MAX_SAFE_INTEGER:
             # JSON's safe integers end at 2**53 (104 days in ns, 8 PiB): a value past that is
             # garbage, and RFC 8785 has no exact form for it.
             raise RowRejected("bad_number", f"value out of range: {max(stats)!r}")
         return values
-
-    def _external_id(self, workload: Workload, stamp: str) -> str:
-        return self._external_id_of(workload.case_key, stamp)
 
     def _external_id_of(self, case_key: str, stamp: str) -> str:
         gpu = slug(self.gpu)
@@ -520,14 +580,14 @@ class Series:
                 {"metric": "memory", "unit": "bytes", "statistic": s, "value": v}
                 for s, v in zip(("median", "p20", "p80"), values, strict=True)
             ]
-            native = dict(zip(("mb_50", "mb_20", "mb_80"), stats, strict=True))
+            native = self._native(stats)
         else:
             spec["timing"] = {"primaryStatistic": "median", "latencyNs": {"median": values[0]}}
             spec["measurements"] = [
                 {"metric": "latency", "unit": "ns", "statistic": "p20", "value": values[1]},
                 {"metric": "latency", "unit": "ns", "statistic": "p80", "value": values[2]},
             ]
-            native = dict(zip(("ms_50", "ms_20", "ms_80"), stats, strict=True))
+            native = self._native(stats)
         spec["sourceNative"] = {
             "source": SOURCE,
             "benchmark": f"{kernel}/{mode}",
@@ -536,6 +596,11 @@ class Series:
         }
         spec["observedAt"] = observed_at
         return spec
+
+    def _native(self, stats: list[Any]) -> dict[str, Any]:
+        """The row's own numbers, named after its unit and quantile (ms_50, mb_20, ...)."""
+        names = (f"{self.unit.lower()}_{q}" for q in (50, 20, 80))
+        return dict(zip(names, stats, strict=True))
 
     def _title(self) -> str:
         memory = " · memory" if self.memory else ""
@@ -551,14 +616,7 @@ class Series:
         name_mode = f"{self.mode}-memory" if self.memory else self.mode
         return ("liger", self.kernel, name_mode, self.provider, self.gpu)
 
-    def _metadata(self, workload: Workload, stamp: str, version: str) -> dict[str, Any]:
-        name = joined_slug(*self._name_parts(), workload.case_key, stamp)[:NAME_LIMIT]
-        metadata: dict[str, Any] = {"name": name, "title": self._title()}
-        if version:
-            metadata["labels"] = {"liger_version": version}
-        return metadata
-
-    def _facts(
+    def facts(
         self,
         values: list[int],
         observed_at: str,
@@ -891,18 +949,29 @@ def _pieces(text: bytes, holes: tuple[str, ...]) -> tuple[bytes, ...]:
 
 
 # --- helpers over config values -------------------------------------------------------------
-def _binding(kernel: Kernel, x_name: str, config: dict[str, Any]) -> Binding:
-    """x_name's binding, once the config is checked to hold nothing else."""
+def _binding(kernel: Kernel, x_name: str, config: dict[str, Any]) -> tuple[Binding, dict[str, Any]]:
+    """x_name's binding and the config under the binding's key names, once the config is
+    checked to hold nothing else."""
     binding = kernel.bindings.get(x_name)
     if binding is None:
         raise RowRejected(
             "unknown_config_shape",
             f"{kernel.name} has no curated binding for x_name {x_name!r}",
         )
+    if binding.aliases:
+        config = dict(config)
+        for written, bound in binding.aliases.items():
+            if written in config:
+                if bound in config:
+                    raise RowRejected(
+                        "unknown_config_shape",
+                        f"{kernel.name}/{x_name}: config has both {written} and {bound}",
+                    )
+                config[bound] = config.pop(written)
     scalar_keys = frozenset().union(*(e.names for e in kernel.scalars.values()))
     allowed = binding.config_keys | scalar_keys | {"dtype"}
     _check_config_keys(kernel.name, x_name, allowed, binding.require, config)
-    return binding
+    return binding, config
 
 
 def _is_integer(value: Any) -> bool:
@@ -984,16 +1053,6 @@ def _scalar(name: str, value: Any) -> float | int:
     return value
 
 
-def _metric(name: str, unit: str) -> str:
-    if (name, unit) == ("speed", "ms"):
-        return "speed"
-    if (name, unit) == ("memory", "MB"):
-        return "memory"
-    raise RowRejected(
-        "unknown_metric", f"metric {name!r} in {unit!r}: expected speed/ms or memory/MB"
-    )
-
-
 def _sizes(kernel: Kernel, axes: dict[str, int]) -> dict[str, int]:
     """The axes and the derived axes."""
     sizes: dict[str, int] = dict(axes)
@@ -1021,27 +1080,14 @@ def _tensors(kernel: Kernel, axes: dict[str, int], dtype: str) -> dict[str, Any]
 
 
 # --- the file ---------------------------------------------------------------------------------
-def _outcomes(csv_file: LigerCsv, normalizer: Normalizer) -> Iterator[RowOutcome]:
-    layout = Layout.of(csv_file.columns)
-    seen: set[str] = set()
-    for record in csv_file.records:
-        outcome = outcome_of(record, layout, normalizer)
-        if outcome.facts is not None:
-            external_id = outcome.facts.external_id
-            if external_id in seen:
-                outcome = duplicate_outcome(record.line, record.raw, external_id)
-            else:
-                seen.add(external_id)
-        yield outcome
-
-
 def duplicate_outcome(line: int, raw: str, external_id: str) -> RowOutcome:
     detail = f"externalId {external_id} already appeared earlier in this file (first one wins)"
     return RowOutcome(line, "quarantined", raw, "duplicate_external_id", detail)
 
 
 def outcome_of(record: CsvRecord, layout: Layout, normalizer: Normalizer) -> RowOutcome:
-    """One record's outcome, judged alone (duplicates across the file are the caller's rule)."""
+    """One record's outcome, judged alone (duplicates across the file are the caller's rule):
+    how a batch normalizes a row its columns cannot (pipelines/liger/columnar.py)."""
     fields = record.fields
     if fields is None or record.error is not None:
         reason = (record.error or "unparseable_row").split(":", 1)[0]
@@ -1049,6 +1095,13 @@ def outcome_of(record: CsvRecord, layout: Layout, normalizer: Normalizer) -> Row
     if len(fields) != layout.width:
         detail = f"expected {layout.width} fields, found {len(fields)}"
         return RowOutcome(record.line, "quarantined", record.raw, "wrong_column_count", detail)
+    longest = max(range(len(fields)), key=lambda i: len(fields[i]))
+    if len(fields[longest]) > FIELD_LIMIT:
+        detail = (
+            f"field {longest + 1} holds {len(fields[longest])} characters,"
+            f" over the limit of {FIELD_LIMIT}"
+        )
+        return RowOutcome(record.line, "quarantined", record.raw, "field_too_large", detail)
     try:
         records, facts = normalizer.normalize_fields(layout.pick(fields))
     except RowRejected as rejected:
@@ -1059,12 +1112,14 @@ def outcome_of(record: CsvRecord, layout: Layout, normalizer: Normalizer) -> Row
 def normalize_lines(
     lines: Iterable[bytes], normalizer: Normalizer | None = None
 ) -> Iterator[RowOutcome]:
-    """Normalize a Liger CSV given as binary lines (e.g. a file opened "rb"): streams.
+    """Normalize a Liger CSV given as binary lines (e.g. a file opened "rb"): streams, in
+    batches (pipelines/liger/columnar.py), one outcome per row.
 
     Raises NotLigerCsv before yielding anything when the header is not Liger's.
     """
-    csv_file = open_liger_csv(lines)
-    return _outcomes(csv_file, normalizer or Normalizer())
+    from pipelines.liger.columnar import normalized_outcomes  # it builds on this module
+
+    return normalized_outcomes(lines, normalizer)
 
 
 def normalize_bytes(data: bytes, normalizer: Normalizer | None = None) -> Iterator[RowOutcome]:
