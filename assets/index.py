@@ -13,7 +13,7 @@ from dagster import (
     asset,
 )
 
-from assets.files import GROUP, RECORDS_KEY
+from assets.files import FILE_RETRY_POLICY, GROUP, RECORDS_KEY
 from assets.resources import KindexResource
 
 INDEX_KEY = AssetKey("index")
@@ -36,6 +36,7 @@ INDEX_CONDITION = (
     group_name=GROUP,
     deps=[RECORDS_KEY],
     pool=INDEX_POOL,
+    retry_policy=FILE_RETRY_POLICY,
     automation_condition=INDEX_CONDITION,
     check_specs=[
         AssetCheckSpec(
