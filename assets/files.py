@@ -56,7 +56,7 @@ FILE_THREADS = 8
 # A transient fault (S3 restarting, a dropped connection past the store's own retries) gets the
 # step again; a retry redoes only the files not materialized yet.
 FILE_RETRY_POLICY = RetryPolicy(
-    max_retries=3, delay=2, backoff=Backoff.EXPONENTIAL, jitter=Jitter.PLUS_MINUS
+    max_retries=3, delay=1, backoff=Backoff.EXPONENTIAL, jitter=Jitter.PLUS_MINUS
 )
 
 
