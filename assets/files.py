@@ -242,7 +242,7 @@ def pending_partitions(context: AssetExecutionContext, asset_key: AssetKey) -> l
     cursor = None
     while True:
         page = context.instance.get_records_for_run(
-            context.run_id, cursor=cursor, of_type=DagsterEventType.ASSET_MATERIALIZATION
+            context.run.run_id, cursor=cursor, of_type=DagsterEventType.ASSET_MATERIALIZATION
         )
         for record in page.records:
             event = record.event_log_entry.dagster_event

@@ -255,10 +255,11 @@ def _hex(digest: str) -> str:
     return value.lower()
 
 
-# S3 keys hold at most 1,024 bytes. A read record's key is its prefix, the encoded object key,
-# "/" and 69 more bytes; an object key whose encoding is longer than this is named by its hash
-# instead (the full key is inside the record), so any valid source key has a valid read record.
-MAX_ENCODED_KEY = 512
+# S3 keys hold at most 1,024 bytes, and SeaweedFS (like most file systems) refuses a path
+# segment longer than 255. The encoded object key is one segment of a read record's key; an
+# object key whose encoding is longer is named by its hash instead (the full key is inside the
+# record), so any valid source key has a valid read record.
+MAX_ENCODED_KEY = 255
 HASHED_KEY_MARK = "~sha256-"  # "~" is not in the base64url alphabet: no encoded key starts so
 
 
