@@ -36,7 +36,7 @@ from dagster import (
 from assets import metadata as md
 from assets.partitions import INCOMING_FILES
 from assets.resources import KindexResource
-from pipelines.charts import speedup_chart_png
+from pipelines.charts import geometric_mean, speedup_chart_png, speedups
 from pipelines.ingest import (
     SnapshotRecords,
     process_snapshot,
@@ -285,6 +285,9 @@ def cosmetic(outcome: FileOutcome, what: str, work: Callable[[], T]) -> T | None
 
 
 CHART_COLUMNS = ["kernel", "provider", "mode", "gpu", "case_key", "metric", "median"]
+# Drawing a chart costs ~0.1 s of CPU, more than processing a small file; below this many runs a
+# file gets the speedups as a table only (a burst of small files is mostly small files).
+CHART_MIN_RUNS = 500
 
 
 def records_metadata(
@@ -306,9 +309,15 @@ def records_metadata(
         runs = cosmetic(outcome, "reading the runs for checks", lambda: file_runs(kindex, result))
         if runs is not None:
             check_runs(outcome, runs)
-            png = cosmetic(outcome, "speedup chart", lambda: chart_png(snap, runs))
-            if png is not None:
-                meta["speedups"] = MetadataValue.md(md.png_markdown(png, "speedups over baseline"))
+            table = cosmetic(outcome, "speedup table", lambda: speedup_table(runs))
+            if table is not None:
+                meta["speedups"] = MetadataValue.md(table)
+            if result.runs >= CHART_MIN_RUNS:
+                png = cosmetic(outcome, "speedup chart", lambda: chart_png(snap, runs))
+                if png is not None:
+                    meta["speedup_chart"] = MetadataValue.md(
+                        md.png_markdown(png, "speedups over baseline")
+                    )
     if outcome.warnings:
         meta["warnings"] = MetadataValue.md("\n".join(f"- {w}" for w in outcome.warnings))
     return meta
@@ -345,10 +354,25 @@ def check_runs(outcome: FileOutcome, runs: dict[str, list[Any]]) -> None:
         outcome.schema_checked = verdict.checked
 
 
-def chart_png(snap: Snapshot, runs: dict[str, list[Any]]) -> bytes | None:
+def run_rows(runs: dict[str, list[Any]]) -> list[dict[str, Any]]:
     columns = [runs[name] for name in CHART_COLUMNS]
-    rows = [dict(zip(CHART_COLUMNS, values, strict=True)) for values in zip(*columns, strict=True)]
-    return speedup_chart_png(rows, title=f"Speedups in {snap.key}")
+    return [dict(zip(CHART_COLUMNS, values, strict=True)) for values in zip(*columns, strict=True)]
+
+
+def chart_png(snap: Snapshot, runs: dict[str, list[Any]]) -> bytes | None:
+    return speedup_chart_png(run_rows(runs), title=f"Speedups in {snap.key}")
+
+
+def speedup_table(runs: dict[str, list[Any]]) -> str | None:
+    """Geometric-mean speedups over the cohort's baseline provider, per kernel and provider."""
+    by_series = speedups(run_rows(runs))
+    if not by_series:
+        return None
+    rows = [
+        {"series": name, "cohorts": len(values), "speedup": f"{geometric_mean(values):.3g}x"}
+        for name, values in sorted(by_series.items())
+    ]
+    return md.markdown_table(rows, ["series", "cohorts", "speedup"])
 
 
 def duplicate_count(values: list[Any]) -> int:
