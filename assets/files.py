@@ -6,7 +6,7 @@ processed (its bytes, its key, an S3 error) is that file's alone: every file is 
 own, each good file is materialized as soon as it is done (its own materialization event), and
 the step fails at the end naming the failed files, so they show as failed partitions in the UI
 (re-request them there, or let the step's retries and the reconcile sensor do it). Garbage bytes
-are not a failure: they become a quarantine row and a failing check that says why. A chart,
+are not a failure: they become a quarantine row and a failing check that says why. A speedup table,
 preview or check that breaks is a warning on the file's materialization, never a failure.
 """
 
@@ -36,11 +36,12 @@ from dagster import (
 from assets import metadata as md
 from assets.partitions import INCOMING_FILES
 from assets.resources import KindexResource
-from pipelines.charts import geometric_mean, speedup_chart_png, speedups
+from pipelines.charts import geometric_mean, speedups
 from pipelines.ingest import (
     SnapshotRecords,
     process_snapshot,
-    record_set_columns,
+    record_set_table,
+    schema_sample,
     schema_verdict,
 )
 from pipelines.reconcile import snapshots_of_versions
@@ -284,10 +285,7 @@ def cosmetic(outcome: FileOutcome, what: str, work: Callable[[], T]) -> T | None
         return None
 
 
-CHART_COLUMNS = ["kernel", "provider", "mode", "gpu", "case_key", "metric", "median"]
-# Drawing a chart costs ~0.1 s of CPU, more than processing a small file; below this many runs a
-# file gets the speedups as a table only (a burst of small files is mostly small files).
-CHART_MIN_RUNS = 500
+SPEEDUP_COLUMNS = ["kernel", "provider", "mode", "gpu", "case_key", "metric", "median"]
 
 
 def records_metadata(
@@ -309,15 +307,9 @@ def records_metadata(
         runs = cosmetic(outcome, "reading the runs for checks", lambda: file_runs(kindex, result))
         if runs is not None:
             check_runs(outcome, runs)
-            table = cosmetic(outcome, "speedup table", lambda: speedup_table(runs))
-            if table is not None:
-                meta["speedups"] = MetadataValue.md(table)
-            if result.runs >= CHART_MIN_RUNS:
-                png = cosmetic(outcome, "speedup chart", lambda: chart_png(snap, runs))
-                if png is not None:
-                    meta["speedup_chart"] = MetadataValue.md(
-                        md.png_markdown(png, "speedups over baseline")
-                    )
+            by_series = cosmetic(outcome, "speedups", lambda: series_speedups(runs))
+            if by_series:
+                meta["speedups"] = MetadataValue.md(speedup_table(by_series))
     if outcome.warnings:
         meta["warnings"] = MetadataValue.md("\n".join(f"- {w}" for w in outcome.warnings))
     return meta
@@ -336,38 +328,40 @@ def previews_metadata(result: SnapshotRecords) -> dict[str, Any]:
     }
 
 
-RUN_COLUMNS = [*CHART_COLUMNS, "external_id", "manifest"]
+RUN_COLUMNS = [*SPEEDUP_COLUMNS, "external_id", "manifest"]
 
 
-def file_runs(kindex: KindexResource, result: SnapshotRecords) -> dict[str, list[Any]]:
-    """The run columns the checks and the chart read, from what writing the file just cached."""
-    return record_set_columns(kindex.store, kindex.settings, result.run_keys, RUN_COLUMNS)
+def file_runs(kindex: KindexResource, result: SnapshotRecords) -> Any:
+    """The run columns the checks and the speedups read (an Arrow table), from what writing the
+    record set just put in the local cache."""
+    return record_set_table(kindex.store, kindex.settings, result.run_keys, RUN_COLUMNS)
 
 
-def check_runs(outcome: FileOutcome, runs: dict[str, list[Any]]) -> None:
+def check_runs(outcome: FileOutcome, runs: Any) -> None:
     outcome.duplicate_external_ids = (
-        cosmetic(outcome, "duplicate check", lambda: duplicate_count(runs["external_id"])) or 0
+        cosmetic(outcome, "duplicate check", lambda: duplicate_count(runs.column("external_id")))
+        or 0
     )
-    verdict = cosmetic(outcome, "schema check", lambda: schema_verdict(runs["manifest"]))
+    verdict = cosmetic(
+        outcome, "schema check", lambda: schema_verdict(schema_sample(runs.column("manifest")))
+    )
     if verdict is not None:
         outcome.schema_failures = verdict.failures
         outcome.schema_checked = verdict.checked
 
 
-def run_rows(runs: dict[str, list[Any]]) -> list[dict[str, Any]]:
-    columns = [runs[name] for name in CHART_COLUMNS]
-    return [dict(zip(CHART_COLUMNS, values, strict=True)) for values in zip(*columns, strict=True)]
+def series_speedups(runs: Any) -> dict[str, list[float]]:
+    """Speedups per kernel and provider (pipelines/charts.py), over the latency runs only."""
+    import pyarrow.compute as pc
+
+    latency = runs.filter(pc.equal(runs.column("metric"), "latency")).select(SPEEDUP_COLUMNS)
+    return speedups(latency.to_pylist())
 
 
-def chart_png(snap: Snapshot, runs: dict[str, list[Any]]) -> bytes | None:
-    return speedup_chart_png(run_rows(runs), title=f"Speedups in {snap.key}")
-
-
-def speedup_table(runs: dict[str, list[Any]]) -> str | None:
-    """Geometric-mean speedups over the cohort's baseline provider, per kernel and provider."""
-    by_series = speedups(run_rows(runs))
-    if not by_series:
-        return None
+def speedup_table(by_series: dict[str, list[float]]) -> str:
+    """Geometric-mean speedups over the cohort's baseline provider, per kernel and provider: the
+    numbers of the speedup chart (pipelines/charts.py), which is not drawn here, as drawing it
+    for a large file costs more than a third of what processing the file does."""
     rows = [
         {"series": name, "cohorts": len(values), "speedup": f"{geometric_mean(values):.3g}x"}
         for name, values in sorted(by_series.items())
@@ -375,8 +369,12 @@ def speedup_table(runs: dict[str, list[Any]]) -> str | None:
     return md.markdown_table(rows, ["series", "cohorts", "speedup"])
 
 
-def duplicate_count(values: list[Any]) -> int:
-    return sum(n - 1 for n in Counter(values).values() if n > 1)
+def duplicate_count(values: Any) -> int:
+    """How many runs repeat an externalId already held by an earlier one (an Arrow column)."""
+    import pyarrow.compute as pc
+
+    counts = pc.value_counts(values).field("counts")
+    return int(pc.sum(pc.subtract(counts, 1)).as_py() or 0)
 
 
 def file_checks(outcomes: list[FileOutcome]) -> Iterator[AssetCheckResult]:

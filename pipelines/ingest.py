@@ -416,12 +416,12 @@ def ingest_paths(
     return IngestSummary(files, index)
 
 
-def record_set_columns(
+def record_set_table(
     store: ObjectStore, settings: Any, keys: Sequence[str], columns: Sequence[str]
-) -> dict[str, list[Any]]:
-    """Columns of a record set's objects (e.g. its runs), in source-line order. Read from the
-    local cache, where writing the record set just put them; from the bucket only when another
-    process wrote them."""
+) -> Any:
+    """Columns of a record set's objects (e.g. its runs) as one Arrow table, in source-line
+    order. Read from the local cache, where writing the record set just put them; from the
+    bucket only when another process wrote them."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -433,10 +433,9 @@ def record_set_columns(
         source: Any = cached if cached.exists() else io.BytesIO(store.get_bytes(key))
         tables.append(pq.read_table(source, columns=wanted))
     if not tables:
-        return {name: [] for name in columns}
+        return pa.table({name: pa.array([], pa.string()) for name in wanted})
     # a large file's parts hold its runs in another order
-    table = pa.concat_tables(tables).sort_by("source_line")
-    return {name: table.column(name).to_pylist() for name in columns}
+    return pa.concat_tables(tables).sort_by("source_line")
 
 
 # The schema check validates at most this many runs of a file (evenly spread over it), and
@@ -449,6 +448,12 @@ class SchemaVerdict:
     checked: int
     of: int
     failures: list[str]
+
+
+def schema_sample(manifests: Any) -> list[str]:
+    """At most SCHEMA_CHECKED_RUNS of an Arrow column of manifests, evenly spread."""
+    stride = max(1, -(-len(manifests) // SCHEMA_CHECKED_RUNS))
+    return [str(m) for m in manifests.take(list(range(0, len(manifests), stride))).to_pylist()]
 
 
 def schema_verdict(manifests: Sequence[str], limit: int = 10) -> SchemaVerdict:

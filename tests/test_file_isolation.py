@@ -117,17 +117,16 @@ def test_a_transient_fault_is_retried_by_the_step(
     assert sorted(materialized) == sorted(partitions)
 
 
-def test_a_broken_chart_is_a_warning_not_a_failure(
+def test_broken_speedups_are_a_warning_not_a_failure(
     s3_store: Any, instance: DagsterInstance, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     rows = csv_lines([2212, 1843])
     s3_store.put_bytes("incoming/two.csv", (f"{HEADER}\n" + "\n".join(rows) + "\n").encode())
 
-    def broken_chart(runs: Any, title: str) -> bytes:
+    def broken(runs: Any) -> dict[str, list[float]]:
         raise ValueError("ParseException in a shared mathtext parser")
 
-    monkeypatch.setattr(assets.files, "speedup_chart_png", broken_chart)
-    monkeypatch.setattr(assets.files, "CHART_MIN_RUNS", 1)
+    monkeypatch.setattr(assets.files, "speedups", broken)
     driver = SensorDriver(instance)
     (request,) = driver.tick().run_requests or []
 
@@ -137,6 +136,6 @@ def test_a_broken_chart_is_a_warning_not_a_failure(
     (partition,) = driver.partition_keys()
     meta = latest_metadata(instance, "records", partition)
     assert meta["runs"] == 2
-    assert "speedup_chart" not in meta
-    assert "speedup chart failed: ValueError: ParseException" in str(meta["warnings"])
+    assert "speedups failed: ValueError: ParseException" in str(meta["warnings"])
+    assert "speedups" not in meta
     assert check_evaluations(run)["records_match_schemas"].passed
