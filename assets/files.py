@@ -77,6 +77,7 @@ class FileOutcome:
     schema_failures: list[str] = field(default_factory=list)
     schema_checked: int = 0
     error: str | None = None
+    gone: str | None = None  # the version was overwritten or deleted before it was read
     warnings: list[str] = field(default_factory=list)
     metadata: dict[str, Any] = field(default_factory=dict)
 
@@ -210,6 +211,9 @@ def records(context: AssetExecutionContext, kindex: KindexResource) -> Iterator[
         if outcome.error:
             context.log.error(f"{partition_key}: {outcome.error}")
             continue
+        if outcome.gone:  # nothing to process, nor ever will be: neither done nor failed
+            context.log.warning(f"{partition_key}: {outcome.gone}")
+            continue
         for warning in outcome.warnings:
             context.log.warning(f"{partition_key}: {warning}")
         context.log_event(
@@ -266,6 +270,9 @@ def process_partition(
         if snap is None:
             snap = take_partition_snapshot(kindex, partition_key)
         result = process_snapshot(kindex.store, kindex.settings, snap)
+    except VersionGone as gone:
+        outcome.gone = describe(gone)
+        return outcome
     except Exception as error:  # this file's alone; the others go on
         outcome.error = describe(error)
         return outcome
@@ -385,13 +392,13 @@ def file_checks(outcomes: list[FileOutcome]) -> Iterator[AssetCheckResult]:
                 "file": o.partition_key,
                 "runs": o.runs,
                 "quarantined": o.quarantined,
-                "top reasons": md.reasons_markdown(o.top_reasons) if not o.error else o.error,
+                "top reasons": o.error or o.gone or md.reasons_markdown(o.top_reasons),
             }
             for o in outcomes
         ],
         ["file", "runs", "quarantined", "top reasons"],
     )
-    failed = [o for o in outcomes if o.error or (o.runs == 0 and o.quarantined)]
+    failed = [o for o in outcomes if o.error or o.gone or (o.runs == 0 and o.quarantined)]
     quarantined = sum(o.quarantined for o in outcomes)
     yield AssetCheckResult(
         check_name="no_quarantined_rows",
