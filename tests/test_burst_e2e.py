@@ -17,7 +17,7 @@ from burst import drop_burst, ingest_in_process, odd_objects, small_files  # noq
 
 pytestmark = pytest.mark.slow
 
-FILES = 40
+FILES = 24
 ODD = 3  # a 999-byte key, a binary file, a file in no format
 
 
