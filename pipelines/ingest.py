@@ -438,8 +438,8 @@ def record_set_table(
     return pa.concat_tables(tables).sort_by("source_line")
 
 
-# The schema check validates at most this many runs of a file (evenly spread over it), and
-# every other manifest: its cost stays flat however large the file.
+# The schema check validates at most this many runs of a file (evenly spread over it): its cost
+# stays flat however large the file.
 SCHEMA_CHECKED_RUNS = 2000
 
 
