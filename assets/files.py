@@ -1,14 +1,18 @@
 """Per-file assets: the immutable snapshot of each dropped object version, and its records.
 
 Both are partitioned by object version (assets/partitions.py) with a single-run backfill policy,
-so a sensor tick or a backfill over many files is one run. A problem with one file (garbage
-bytes, a version overwritten before it was read) never fails the others of the same run: it is
-recorded on that file's materialization and turned into a failing asset check that says why.
+so a sensor tick or a backfill over many files is one run. Whatever breaks while one file is
+processed (its bytes, its key, an S3 error) is that file's alone: every file is processed on its
+own, each good file is materialized as soon as it is done (its own materialization event), and
+the step fails at the end naming the failed files, so they show as failed partitions in the UI
+(re-request them there, or let the step's retries and the reconcile sensor do it). Garbage bytes
+are not a failure: they become a quarantine row and a failing check that says why. A speedup table,
+preview or check that breaks is a warning on the file's materialization, never a failure.
 """
 
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -18,20 +22,32 @@ from dagster import (
     AssetCheckSpec,
     AssetExecutionContext,
     AssetKey,
-    AssetRecordsFilter,
+    AssetMaterialization,
     BackfillPolicy,
-    MaterializeResult,
+    Backoff,
+    DagsterEventType,
+    Failure,
+    Jitter,
     MetadataValue,
+    RetryPolicy,
     asset,
 )
 
 from assets import metadata as md
 from assets.partitions import INCOMING_FILES
 from assets.resources import KindexResource
-from pipelines.charts import speedup_chart_png
-from pipelines.ingest import SnapshotRecords, process_snapshot
-from pipelines.sensor_cursor import parse_partition_key
-from pipelines.snapshots import Snapshot, VersionChanged, load_snapshot, take_snapshot
+from pipelines.charts import geometric_mean, speedups
+from pipelines.ingest import (
+    SCHEMA_CHECKED_RUNS,
+    SnapshotRecords,
+    process_snapshot,
+    record_set_table,
+    schema_sample,
+    schema_verdict,
+)
+from pipelines.reconcile import snapshots_of_versions
+from pipelines.sensor_cursor import ObjectVersionRef, parse_partition_key
+from pipelines.snapshots import Snapshot, VersionChanged, take_snapshot
 
 T = TypeVar("T")
 
@@ -39,6 +55,11 @@ GROUP = "kindex"
 SNAPSHOT_KEY = AssetKey("snapshot")
 RECORDS_KEY = AssetKey("records")
 FILE_THREADS = 8
+# A transient fault (S3 restarting, a dropped connection past the store's own retries) gets the
+# step again; a retry redoes only the files not materialized yet.
+FILE_RETRY_POLICY = RetryPolicy(
+    max_retries=3, delay=1, backoff=Backoff.EXPONENTIAL, jitter=Jitter.PLUS_MINUS
+)
 
 
 class VersionGone(RuntimeError):
@@ -55,7 +76,11 @@ class FileOutcome:
     top_reasons: list[tuple[str, int]] = field(default_factory=list)
     duplicate_external_ids: int = 0
     schema_failures: list[str] = field(default_factory=list)
+    schema_checked: int = 0
     error: str | None = None
+    gone: str | None = None  # the version was overwritten or deleted before it was read
+    warnings: list[str] = field(default_factory=list)
+    metadata: dict[str, Any] = field(default_factory=dict)
 
 
 @asset(
@@ -63,37 +88,62 @@ class FileOutcome:
     group_name=GROUP,
     partitions_def=INCOMING_FILES,
     backfill_policy=BackfillPolicy.single_run(),
+    retry_policy=FILE_RETRY_POLICY,
     description="An immutable, content-addressed copy of one dropped object version.",
     kinds={"s3"},
 )
 def snapshot(context: AssetExecutionContext, kindex: KindexResource) -> None:
-    known = _latest_snapshot_digests(context)
+    keys = list(context.partition_keys)
     # A backfill re-reads nothing: the copy exists, and the object may be gone since.
-    pending = [key for key in context.partition_keys if key not in known]
-    for partition_key, taken in zip(
-        pending, in_parallel(lambda key: _snapshot_or_gone(kindex, key), pending), strict=True
-    ):
-        if isinstance(taken, VersionGone):
-            context.log.warning(f"{partition_key}: {taken}")
-            context.add_asset_metadata({"error": str(taken)}, partition_key=partition_key)
-        else:
+    known = known_snapshots(kindex, keys)
+    work = lambda key: _snapshot_or_error(kindex, key, known.get(key))  # noqa: E731
+    for partition_key, taken in each_file(work, keys):
+        if isinstance(taken, Snapshot):
             context.add_asset_metadata(snapshot_metadata(taken), partition_key=partition_key)
+        else:
+            # The records partition of this file fails with the same reason.
+            context.log.warning(f"{partition_key}: {taken}")
+            context.add_asset_metadata({"error": taken}, partition_key=partition_key)
 
 
-def in_parallel(work: Callable[[str], T], partition_keys: Sequence[str]) -> list[T]:
-    """`work` over each partition on a few threads: a file costs ~30 small S3 requests, which
-    wait on the network, not the CPU (100 tiny files: 17 s one after another)."""
+def each_file(work: Callable[[str], T], partition_keys: Sequence[str]) -> Iterator[tuple[str, T]]:
+    """`work` over each partition on a few threads, yielded here as each one finishes: a file
+    costs ~30 small S3 requests, which wait on the network, not the CPU. `work` must not raise:
+    every file is done whatever happens to the others."""
     if len(partition_keys) <= 1:
-        return [work(key) for key in partition_keys]
+        yield from ((key, work(key)) for key in partition_keys)
+        return
     with ThreadPoolExecutor(FILE_THREADS, thread_name_prefix="kindex-file") as pool:
-        return list(pool.map(work, partition_keys))
+        futures = {pool.submit(work, key): key for key in partition_keys}
+        for future in as_completed(futures):
+            yield futures[future], future.result()
 
 
-def _snapshot_or_gone(kindex: KindexResource, partition_key: str) -> Any:
+def known_snapshots(kindex: KindexResource, partition_keys: Sequence[str]) -> dict[str, Snapshot]:
+    """The snapshot of each partition's object version that was read already, from the bucket."""
+    refs: dict[str, ObjectVersionRef] = {}
+    for key in partition_keys:
+        try:
+            refs[key] = parse_partition_key(key)
+        except ValueError:
+            continue  # that file fails on its own, with the parse error
+    found = snapshots_of_versions(kindex.store, kindex.settings, list(refs.values()))
+    return {key: found[ref] for key, ref in refs.items() if ref in found}
+
+
+def _snapshot_or_error(
+    kindex: KindexResource, partition_key: str, known: Snapshot | None
+) -> Snapshot | str:
+    if known is not None:
+        return known
     try:
         return take_partition_snapshot(kindex, partition_key)
-    except (VersionGone, VersionChanged) as gone:
-        return VersionGone(str(gone))
+    except Exception as error:  # this file's alone; the others go on
+        return describe(error)
+
+
+def describe(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
 
 
 def take_partition_snapshot(kindex: KindexResource, partition_key: str) -> Snapshot:
@@ -104,7 +154,10 @@ def take_partition_snapshot(kindex: KindexResource, partition_key: str) -> Snaps
             f"s3://{kindex.store.bucket}/{ref.key} with ETag {ref.etag_prefix}... is gone "
             "(deleted or overwritten before it was read); a newer version has its own partition"
         )
-    return take_snapshot(kindex.store, kindex.settings, ref.key, etag=info.etag)
+    try:
+        return take_snapshot(kindex.store, kindex.settings, ref.key, etag=info.etag)
+    except VersionChanged as changed:
+        raise VersionGone(str(changed)) from changed
 
 
 def snapshot_metadata(snap: Snapshot) -> dict[str, Any]:
@@ -130,7 +183,8 @@ CHECKS = [
     AssetCheckSpec(
         "records_match_schemas",
         asset=RECORDS_KEY,
-        description="Every record validates against its kernelindex JSON Schema.",
+        description="Run records validate against their kernelindex JSON Schema (a sample of "
+        f"up to {SCHEMA_CHECKED_RUNS:,} per file, evenly spread).",
     ),
 ]
 
@@ -141,115 +195,118 @@ CHECKS = [
     deps=[SNAPSHOT_KEY],
     partitions_def=INCOMING_FILES,
     backfill_policy=BackfillPolicy.single_run(),
+    retry_policy=FILE_RETRY_POLICY,
     check_specs=CHECKS,
+    # Each file is materialized by its own event as it is done, never all at once by the step.
+    output_required=False,
     description="kernelindex.dev/v1alpha1 records and quarantine rows of one snapshot, "
     "normalized by the current parser (backfill to re-process).",
     kinds={"parquet", "s3"},
 )
-def records(context: AssetExecutionContext, kindex: KindexResource) -> MaterializeResult:
-    digests = _latest_snapshot_digests(context)
-    keys = list(context.partition_keys)
-    processed = in_parallel(lambda key: process_partition(kindex, key, digests.get(key)), keys)
-    for outcome, metadata in processed:
+def records(context: AssetExecutionContext, kindex: KindexResource) -> Iterator[AssetCheckResult]:
+    keys = pending_partitions(context, RECORDS_KEY)
+    known = known_snapshots(kindex, keys)
+    outcomes: list[FileOutcome] = []
+    work = lambda key: process_partition(kindex, key, known.get(key))  # noqa: E731
+    for partition_key, outcome in each_file(work, keys):
+        outcomes.append(outcome)
         if outcome.error:
-            context.log.error(f"{outcome.partition_key}: {outcome.error}")
-        context.add_asset_metadata(metadata, partition_key=outcome.partition_key)
-    # One result materializes every partition of the run; per-file metadata was added above.
-    return MaterializeResult(check_results=list(file_checks([o for o, _ in processed])))
-
-
-def _latest_snapshot_digests(context: AssetExecutionContext) -> dict[str, tuple[str, str]]:
-    """For each partition of the run, the (digest, object key) of its newest snapshot."""
-    records_ = context.instance.fetch_materializations(
-        AssetRecordsFilter(asset_key=SNAPSHOT_KEY, asset_partitions=list(context.partition_keys)),
-        limit=10 * len(context.partition_keys) + 10,
-    ).records
-    digests: dict[str, tuple[str, str]] = {}
-    for record in records_:  # newest first
-        materialization = record.asset_materialization
-        if materialization is None or materialization.partition in digests:
+            context.log.error(f"{partition_key}: {outcome.error}")
             continue
-        digest = materialization.metadata.get("snapshot_digest")
-        key = materialization.metadata.get("source_key")
-        if digest is not None and key is not None and materialization.partition is not None:
-            digests[materialization.partition] = (str(digest.value), str(key.value))
-    return digests
+        if outcome.gone:  # nothing to process, nor ever will be: neither done nor failed
+            context.log.warning(f"{partition_key}: {outcome.gone}")
+            continue
+        for warning in outcome.warnings:
+            context.log.warning(f"{partition_key}: {warning}")
+        context.log_event(
+            AssetMaterialization(RECORDS_KEY, partition=partition_key, metadata=outcome.metadata)
+        )
+        outcome.metadata = {}  # logged: a run over many files keeps only the counts
+    yield from file_checks(outcomes)
+    failed = [o for o in outcomes if o.error]
+    if failed:
+        raise Failure(
+            description=f"{len(failed)} of {len(outcomes)} files failed (the others are "
+            f"materialized): {', '.join(o.partition_key for o in failed[:5])}"
+            + (", ..." if len(failed) > 5 else ""),
+            metadata={
+                "failed_files": MetadataValue.md(
+                    md.markdown_table(
+                        [{"file": o.partition_key, "error": o.error} for o in failed],
+                        ["file", "error"],
+                    )
+                )
+            },
+        )
+
+
+def pending_partitions(context: AssetExecutionContext, asset_key: AssetKey) -> list[str]:
+    """The run's partitions, less those a previous attempt of this step materialized."""
+    keys = list(context.partition_keys)
+    if context.retry_number == 0:
+        return keys
+    done: set[str] = set()
+    cursor = None
+    while True:
+        page = context.instance.get_records_for_run(
+            context.run.run_id, cursor=cursor, of_type=DagsterEventType.ASSET_MATERIALIZATION
+        )
+        for record in page.records:
+            event = record.event_log_entry.dagster_event
+            if event is not None and event.asset_key == asset_key and event.partition:
+                done.add(event.partition)
+        if not page.has_more:
+            break
+        cursor = page.cursor
+    return [key for key in keys if key not in done]
 
 
 def process_partition(
-    kindex: KindexResource, partition_key: str, snapshot_ref: tuple[str, str] | None
-) -> tuple[FileOutcome, dict[str, Any]]:
+    kindex: KindexResource, partition_key: str, snap: Snapshot | None
+) -> FileOutcome:
     """Normalize one file's snapshot into its record set; never raises, so one bad file
-    cannot fail the other files of the run. Returns the outcome and the file's metadata."""
+    cannot fail the other files of the run. A file without a snapshot yet (the snapshot step
+    could not take it) gets one here, so a retry of this step covers both."""
     outcome = FileOutcome(partition_key)
     try:
-        if snapshot_ref is None:
-            raise VersionGone("no snapshot of this object version (see the snapshot asset)")
-        digest, key = snapshot_ref
-        snap = load_snapshot(kindex.store, kindex.settings, digest, key=key)
+        if snap is None:
+            snap = take_partition_snapshot(kindex, partition_key)
         result = process_snapshot(kindex.store, kindex.settings, snap)
-        runs = read_runs(kindex, result.run_keys)
-    except Exception as error:
-        outcome.error = f"{type(error).__name__}: {error}"
-        return outcome, {"error": outcome.error}
+    except VersionGone as gone:
+        outcome.gone = describe(gone)
+        return outcome
+    except Exception as error:  # this file's alone; the others go on
+        outcome.error = describe(error)
+        return outcome
     outcome.runs = result.runs
     outcome.quarantined = result.quarantined
     outcome.top_reasons = Counter(result.quarantined_by_reason).most_common(5)
-    outcome.duplicate_external_ids = duplicate_count(runs["external_id"])
-    outcome.schema_failures = schema_failures(runs["manifest"])
-    return outcome, records_metadata(snap, result, runs, outcome)
+    metadata = cosmetic(
+        outcome, "metadata", lambda: records_metadata(kindex, snap, result, outcome)
+    )
+    outcome.metadata = metadata or {
+        **snapshot_metadata(snap),
+        "runs": MetadataValue.int(outcome.runs),
+        "quarantined_rows": MetadataValue.int(outcome.quarantined),
+        "warnings": MetadataValue.md("\n".join(f"- {w}" for w in outcome.warnings)),
+    }
+    return outcome
 
 
-RUN_COLUMNS = [
-    "kernel",
-    "provider",
-    "mode",
-    "gpu",
-    "case_key",
-    "metric",
-    "median",
-    "external_id",
-    "manifest",
-    "source_line",  # the parts of a large file hold its runs in another order
-]
+def cosmetic(outcome: FileOutcome, what: str, work: Callable[[], T]) -> T | None:
+    """A preview, chart or check of a file: what breaks there is a warning, not a failure."""
+    try:
+        return work()
+    except Exception as error:
+        outcome.warnings.append(f"{what} failed: {describe(error)}")
+        return None
 
 
-def read_runs(kindex: KindexResource, keys: list[str]) -> dict[str, list[Any]]:
-    """The run columns of a record set (its runs objects), for checks and the chart."""
-    import io
-
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    tables = [
-        pq.read_table(io.BytesIO(kindex.store.get_bytes(key)), columns=RUN_COLUMNS) for key in keys
-    ]
-    return pa.concat_tables(tables).sort_by("source_line").to_pydict()
-
-
-def duplicate_count(values: list[Any]) -> int:
-    return sum(n - 1 for n in Counter(values).values() if n > 1)
-
-
-def schema_failures(manifests: list[str], limit: int = 10) -> list[str]:
-    import orjson
-
-    from pipelines.manifests import schema_errors
-
-    failures = []
-    for text in manifests:
-        manifest = orjson.loads(text)
-        for pointer, message in schema_errors(manifest):
-            name = manifest.get("metadata", {}).get("name", "?")
-            failures.append(f"{manifest.get('kind')} {name}: {pointer}: {message}")
-            break
-        if len(failures) >= limit:
-            break
-    return failures
+SPEEDUP_COLUMNS = ["kernel", "provider", "mode", "gpu", "case_key", "metric", "median"]
 
 
 def records_metadata(
-    snap: Snapshot, result: SnapshotRecords, runs: dict[str, list[Any]], outcome: FileOutcome
+    kindex: KindexResource, snap: Snapshot, result: SnapshotRecords, outcome: FileOutcome
 ) -> dict[str, Any]:
     meta: dict[str, Any] = {
         **snapshot_metadata(snap),
@@ -259,6 +316,24 @@ def records_metadata(
         **{f"runs_{metric}": MetadataValue.int(n) for metric, n in result.runs_by_metric.items()},
         "quarantined_rows": MetadataValue.int(outcome.quarantined),
         "top_quarantine_reasons": MetadataValue.md(md.reasons_markdown(outcome.top_reasons)),
+        "record_set": f"s3://{snap.bucket}/{result.prefix}",
+    }
+    previews = cosmetic(outcome, "preview", lambda: previews_metadata(result))
+    meta.update(previews or {})
+    if result.runs:
+        runs = cosmetic(outcome, "reading the runs for checks", lambda: file_runs(kindex, result))
+        if runs is not None:
+            check_runs(outcome, runs)
+            by_series = cosmetic(outcome, "speedups", lambda: series_speedups(runs))
+            if by_series:
+                meta["speedups"] = MetadataValue.md(speedup_table(by_series))
+    if outcome.warnings:
+        meta["warnings"] = MetadataValue.md("\n".join(f"- {w}" for w in outcome.warnings))
+    return meta
+
+
+def previews_metadata(result: SnapshotRecords) -> dict[str, Any]:
+    return {
         "runs_preview": MetadataValue.md(
             md.markdown_table(result.run_preview, list(result.run_preview[0]))
             if result.run_preview
@@ -267,13 +342,56 @@ def records_metadata(
         "quarantine_preview": MetadataValue.md(
             md.markdown_table(result.quarantine_preview, ["source_line", "reason", "detail"])
         ),
-        "record_set": f"s3://{snap.bucket}/{result.prefix}",
     }
-    rows = [dict(zip(runs, values, strict=True)) for values in zip(*runs.values(), strict=True)]
-    png = speedup_chart_png(rows, title=f"Speedups in {snap.key}")
-    if png is not None:
-        meta["speedups"] = MetadataValue.md(md.png_markdown(png, "speedups over baseline"))
-    return meta
+
+
+RUN_COLUMNS = [*SPEEDUP_COLUMNS, "external_id", "manifest"]
+
+
+def file_runs(kindex: KindexResource, result: SnapshotRecords) -> Any:
+    """The run columns the checks and the speedups read (an Arrow table), from what writing the
+    record set just put in the local cache."""
+    return record_set_table(kindex.store, kindex.settings, result.run_keys, RUN_COLUMNS)
+
+
+def check_runs(outcome: FileOutcome, runs: Any) -> None:
+    outcome.duplicate_external_ids = (
+        cosmetic(outcome, "duplicate check", lambda: duplicate_count(runs.column("external_id")))
+        or 0
+    )
+    verdict = cosmetic(
+        outcome, "schema check", lambda: schema_verdict(schema_sample(runs.column("manifest")))
+    )
+    if verdict is not None:
+        outcome.schema_failures = verdict.failures
+        outcome.schema_checked = verdict.checked
+
+
+def series_speedups(runs: Any) -> dict[str, list[float]]:
+    """Speedups per kernel and provider (pipelines/charts.py), over the latency runs only."""
+    import pyarrow.compute as pc
+
+    latency = runs.filter(pc.equal(runs.column("metric"), "latency")).select(SPEEDUP_COLUMNS)
+    return speedups(latency.to_pylist())
+
+
+def speedup_table(by_series: dict[str, list[float]]) -> str:
+    """Geometric-mean speedups over the cohort's baseline provider, per kernel and provider: the
+    numbers of the speedup chart (pipelines/charts.py), which is not drawn here, as drawing it
+    for a large file costs more than a third of what processing the file does."""
+    rows = [
+        {"series": name, "cohorts": len(values), "speedup": f"{geometric_mean(values):.3g}x"}
+        for name, values in sorted(by_series.items())
+    ]
+    return md.markdown_table(rows, ["series", "cohorts", "speedup"])
+
+
+def duplicate_count(values: Any) -> int:
+    """How many runs repeat an externalId already held by an earlier one (an Arrow column)."""
+    import pyarrow.compute as pc
+
+    counts = pc.value_counts(values).field("counts")
+    return int(pc.sum(pc.subtract(counts, 1)).as_py() or 0)
 
 
 def file_checks(outcomes: list[FileOutcome]) -> Iterator[AssetCheckResult]:
@@ -284,13 +402,13 @@ def file_checks(outcomes: list[FileOutcome]) -> Iterator[AssetCheckResult]:
                 "file": o.partition_key,
                 "runs": o.runs,
                 "quarantined": o.quarantined,
-                "top reasons": md.reasons_markdown(o.top_reasons) if not o.error else o.error,
+                "top reasons": o.error or o.gone or md.reasons_markdown(o.top_reasons),
             }
             for o in outcomes
         ],
         ["file", "runs", "quarantined", "top reasons"],
     )
-    failed = [o for o in outcomes if o.error or (o.runs == 0 and o.quarantined)]
+    failed = [o for o in outcomes if o.error or o.gone or (o.runs == 0 and o.quarantined)]
     quarantined = sum(o.quarantined for o in outcomes)
     yield AssetCheckResult(
         check_name="no_quarantined_rows",
@@ -316,6 +434,8 @@ def file_checks(outcomes: list[FileOutcome]) -> Iterator[AssetCheckResult]:
         passed=not schema_failures,
         metadata={
             "failing_records": MetadataValue.int(len(schema_failures)),
+            # up to SCHEMA_CHECKED_RUNS runs of each file, evenly spread over it
+            "runs_checked": MetadataValue.int(sum(o.schema_checked for o in outcomes)),
             "examples": MetadataValue.md(
                 "\n".join(f"- {f}" for f in schema_failures[:10]) or "none"
             ),

@@ -4,6 +4,7 @@ from typing import Any
 
 from dagster import (
     AssetCheckResult,
+    AssetCheckSeverity,
     AssetCheckSpec,
     AssetExecutionContext,
     AssetKey,
@@ -13,7 +14,7 @@ from dagster import (
     asset,
 )
 
-from assets.files import GROUP, RECORDS_KEY
+from assets.files import FILE_RETRY_POLICY, GROUP, RECORDS_KEY
 from assets.resources import KindexResource
 
 INDEX_KEY = AssetKey("index")
@@ -36,13 +37,20 @@ INDEX_CONDITION = (
     group_name=GROUP,
     deps=[RECORDS_KEY],
     pool=INDEX_POOL,
+    retry_policy=FILE_RETRY_POLICY,
     automation_condition=INDEX_CONDITION,
     check_specs=[
         AssetCheckSpec(
             "row_counts_match_snapshots",
             asset=INDEX_KEY,
             description="Runs and quarantine rows in the index against the sum of the snapshots.",
-        )
+        ),
+        AssetCheckSpec(
+            "every_version_processed",
+            asset=INDEX_KEY,
+            description="Every object version under incoming/ has a snapshot and a record set "
+            "of the current parser (the reconcile sensor requests the missing ones again).",
+        ),
     ],
     description="DuckDB/Parquet index over all record sets (runs, manifests, quarantine, views); "
     "published as a new version, then a pointer, so readers never see half an index.",
@@ -60,7 +68,24 @@ def index(context: AssetExecutionContext, kindex: KindexResource) -> Materialize
             "new_runs": MetadataValue.int(version.new_runs),
             **counts,
         },
-        check_results=[row_count_check(kindex)],
+        check_results=[row_count_check(kindex), missing_versions_check(kindex)],
+    )
+
+
+def missing_versions_check(kindex: KindexResource) -> AssetCheckResult:
+    from pipelines.reconcile import reconcile
+
+    found = reconcile(kindex.store, kindex.settings)
+    examples = [m.info.key for m in found.missing[:10]]
+    return AssetCheckResult(
+        check_name="every_version_processed",
+        passed=found.missing_count == 0,
+        severity=AssetCheckSeverity.WARN,
+        metadata={
+            "missing_versions": MetadataValue.int(found.missing_count),
+            "object_versions": MetadataValue.int(found.objects),
+            "examples": MetadataValue.md("\n".join(f"- `{k}`" for k in examples) or "none"),
+        },
     )
 
 

@@ -2,9 +2,10 @@
 
 Reading a dropped object copies its bytes, unchanged, to `<snapshot prefix>sha256/<hex>` (the
 same bytes under any key are one snapshot) and records the read beside them:
-`<snapshot prefix>reads/<base64url key>/<hex>.json` holds the key, ETag, version id, size,
-LastModified and the time of the read. Parsing reads the snapshot, never the mutable key (or,
-for a version kindex itself just wrote, the bytes it wrote, which hash to the snapshot's digest).
+`<snapshot prefix>reads/<base64url key>/<hex>.json` (a long key: its hash) holds the key, ETag,
+version id, size, LastModified and the time of the read. Parsing reads the snapshot, never the
+mutable key (or, for a version kindex itself just wrote, the bytes it wrote, which hash to the
+snapshot's digest).
 
 A read record is per (key, content): when a key returns to bytes it held before, the record of
 that content is updated to the newer LastModified, so the newest read of a key is always the
@@ -319,10 +320,24 @@ def _hex(digest: str) -> str:
     return value.lower()
 
 
+# S3 keys hold at most 1,024 bytes, and SeaweedFS (like most file systems) refuses a path
+# segment longer than 255. The encoded object key is one segment of a read record's key; an
+# object key whose encoding is longer is named by its hash instead (the full key is inside the
+# record), so any valid source key has a valid read record.
+MAX_ENCODED_KEY = 255
+HASHED_KEY_MARK = "~sha256-"  # "~" is not in the base64url alphabet: no encoded key starts so
+
+
 def _encode_key(key: str) -> str:
     """Object keys may hold any character; SeaweedFS maps keys to paths, so keep them opaque."""
-    return base64.urlsafe_b64encode(key.encode()).decode().rstrip("=")
+    encoded = base64.urlsafe_b64encode(key.encode()).decode().rstrip("=")
+    if len(encoded) <= MAX_ENCODED_KEY:
+        return encoded
+    return HASHED_KEY_MARK + hashlib.sha256(key.encode()).hexdigest()
 
 
 def decode_key(encoded: str) -> str:
+    """The object key of an encoded name; a hashed (long) key is only in its records."""
+    if encoded.startswith(HASHED_KEY_MARK):
+        raise ValueError(f"{encoded!r} names a long key by its hash: read its record for the key")
     return base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()

@@ -29,15 +29,24 @@ def test_definitions_load_and_validate() -> None:
     records = graph.get(AssetKey("records"))
     policy = records.backfill_policy
     assert policy is not None and policy.max_partitions_per_run is None  # single run
+    for key in ("snapshot", "records", "index"):  # transient faults are retried, with backoff
+        retry = definitions.defs.resolve_assets_def(key).op.retry_policy
+        assert retry is not None and retry.max_retries >= 2 and retry.backoff is not None
     checks = {k.name for k in graph.asset_check_keys}
     assert checks >= {
         "no_quarantined_rows",
         "unique_external_ids",
         "records_match_schemas",
         "row_counts_match_snapshots",
+        "every_version_processed",
     }
     sensors = {s.name: s for s in repo.sensor_defs}
-    assert set(sensors) == {"incoming_files_sensor", "index_catchup_sensor", "kindex_automation"}
+    assert set(sensors) == {
+        "incoming_files_sensor",
+        "index_catchup_sensor",
+        "reconcile_sensor",
+        "kindex_automation",
+    }
     for sensor in sensors.values():
         assert sensor.default_status == DefaultSensorStatus.RUNNING
 

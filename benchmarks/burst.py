@@ -1,0 +1,254 @@
+"""A burst of small files dropped at once under a real `kindex up`, against `kindex ingest`.
+
+Starts `kindex up` (embedded SeaweedFS, Dagster webserver and daemon) in a fresh home, uploads
+N small Liger CSVs (20 rows each, distinct runs) at once, plus a 999-byte key, a binary file and
+a text file that is no format, and waits until every object version has a record set of the
+current parser (pipelines/reconcile.py: the missing count is 0) and the index holds them all.
+Then `kindex ingest` of the same small files in another fresh home, in-process. Prints the time
+from the drop to the last file, files/s, the peak memory of `kindex up`'s processes, and the
+ratio to in-process ingest; checks that both indexes hold the same runs (count and fingerprint:
+the sha256 of the sorted run digests). The test suite runs the same with fewer files
+(tests/test_burst_e2e.py). Usage:
+
+    python benchmarks/burst.py [--files 2000] [--rows 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+SHARED_CSV = ROOT / "tests" / "data" / "liger" / "all_benchmark_data.csv"
+LONG_KEY_BYTES = 999
+DROP_TIMEOUT = 1800.0
+UPLOAD_THREADS = 8
+
+
+def small_files(folder: Path, count: int, rows: int) -> list[Path]:
+    """`count` Liger CSVs of `rows` rows each, cut from the shared CSV; file i shifts every x
+    value by i, so each file's runs are its own."""
+    with SHARED_CSV.open(newline="") as handle:
+        reader = csv.reader(handle)
+        header = next(reader)
+        base = list(reader)
+    x = header.index("x_value")
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i in range(count):
+        start = (i * rows) % (len(base) - rows)
+        path = folder / f"small-{i:05d}.csv"
+        with path.open("w", newline="") as out:
+            writer = csv.writer(out, lineterminator="\n")
+            writer.writerow(header)
+            for fields in base[start : start + rows]:
+                row = list(fields)
+                row[x] = str(int(float(row[x])) + i * 7919)
+                writer.writerow(row)
+        paths.append(path)
+    return paths
+
+
+def long_key(length: int = LONG_KEY_BYTES) -> str:
+    """A valid key of `length` bytes (SeaweedFS takes path segments up to 255 bytes)."""
+    stem = "incoming/" + ("d" * 199 + "/") * 4
+    return stem + "k" * (length - len(stem) - len(".csv")) + ".csv"
+
+
+def odd_objects(small: Path) -> dict[str, bytes]:
+    """The objects dropped beside the small files: a 999-byte key holding a copy of the first
+    small file (so its runs are the ingest's too), a binary file, and text in no format."""
+    return {
+        long_key(): small.read_bytes(),
+        "incoming/odd/blob.bin": bytes(range(256)) * 64,
+        "incoming/odd/notes.txt": b"this is not a benchmark file\njust words\n",
+    }
+
+
+def environment(home: Path, s3_port: int | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KINDEX_", "AWS_", "DAGSTER_"))}
+    env["KINDEX_HOME"] = str(home)
+    if s3_port is not None:
+        env["KINDEX_S3_PORT"] = str(s3_port)
+    return env
+
+
+def kindex(
+    env: dict[str, str], *args: str, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    command = [str(Path(sys.executable).parent / "kindex"), *args]
+    return subprocess.run(
+        command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def run_digests(env: dict[str, str]) -> list[str]:
+    result = kindex(env, "query", "select run_digest from runs order by 1", "--format", "csv")
+    assert result.returncode == 0, result.stderr
+    return result.stdout.split()[1:]
+
+
+def fingerprint(digests: list[str]) -> str:
+    return hashlib.sha256("\n".join(sorted(digests)).encode()).hexdigest()
+
+
+def rss_bytes(pids: set[int]) -> int:
+    total = 0
+    for pid in pids:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) * 1024
+        except OSError:
+            continue
+    return total
+
+
+@dataclass
+class BurstResult:
+    files: int  # objects dropped, odd ones included
+    drop_to_last_file_s: float
+    upload_s: float
+    peak_rss_bytes: int
+    runs: int
+    fingerprint: str
+    missing: int
+    quarantined_files: int
+
+
+def drop_burst(up: Any, paths: list[Path], odd: dict[str, bytes]) -> BurstResult:
+    """Upload everything at once to a running `kindex up` (tests/test_up_e2e.KindexUp) and wait
+    until nothing is missing and the index holds every file's record set."""
+    from test_up_e2e import descendants
+
+    from pipelines.reconcile import reconcile
+    from pipelines.settings import Settings
+    from pipelines.storage.s3 import store_session
+
+    settings = Settings.from_env(up.env)
+    objects = {f"incoming/{p.name}": p.read_bytes() for p in paths} | odd
+    with store_session(settings) as store:
+        dropped_at = time.monotonic()
+        with ThreadPoolExecutor(UPLOAD_THREADS) as pool:
+            list(pool.map(lambda item: store.put_bytes(*item), objects.items()))
+        upload_s = time.monotonic() - dropped_at
+        peak = 0
+        deadline = dropped_at + DROP_TIMEOUT
+        while True:
+            peak = max(peak, rss_bytes({up.process.pid, *descendants(up.process.pid)}))
+            found = reconcile(store, settings)
+            if found.objects == len(objects) and found.missing_count == 0:
+                break
+            assert time.monotonic() < deadline, f"{found.missing_count} still missing"
+            time.sleep(1)
+        last_file_s = time.monotonic() - dropped_at
+        # The index follows the record sets: wait until it holds them all.
+        from pipelines.index.publish import unpublished_record_sets
+
+        while unpublished_record_sets(store, settings):
+            peak = max(peak, rss_bytes({up.process.pid, *descendants(up.process.pid)}))
+            assert time.monotonic() < deadline, "the index never caught up"
+            time.sleep(1)
+        missing = reconcile(store, settings).missing_count
+    digests = run_digests(up.env)
+    quarantined = kindex(
+        up.env, "query", "select count(distinct source_key) as n from quarantine", "--format", "csv"
+    )
+    return BurstResult(
+        files=len(objects),
+        drop_to_last_file_s=last_file_s,
+        upload_s=upload_s,
+        peak_rss_bytes=peak,
+        runs=len(digests),
+        fingerprint=fingerprint(digests),
+        missing=missing,
+        quarantined_files=int(quarantined.stdout.split()[1]),
+    )
+
+
+@dataclass
+class IngestResult:
+    seconds: float
+    runs: int
+    fingerprint: str
+
+
+def ingest_in_process(home: Path, paths: list[Path]) -> IngestResult:
+    """`kindex ingest` of the same files into a fresh home (its own embedded server)."""
+    from pipelines.storage.embedded import find_free_port_block
+
+    env = environment(home, find_free_port_block())
+    started = time.monotonic()
+    result = kindex(env, "ingest", *map(str, paths), timeout=DROP_TIMEOUT)
+    seconds = time.monotonic() - started
+    assert result.returncode == 0, result.stderr[-2000:]
+    digests = run_digests(env)
+    return IngestResult(seconds, len(digests), fingerprint(digests))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--files", type=int, default=2000)
+    parser.add_argument("--rows", type=int, default=20)
+    args = parser.parse_args()
+    import tempfile
+
+    from test_up_e2e import KindexUp, free_port
+
+    from pipelines.storage.embedded import find_free_port_block
+
+    with tempfile.TemporaryDirectory(prefix="kindex-burst-") as folder:
+        work = Path(folder)
+        paths = small_files(work / "files", args.files, args.rows)
+        up = KindexUp(work / "up-home", free_port(), find_free_port_block())
+        try:
+            up.start()
+            burst = drop_burst(up, paths, odd_objects(paths[0]))
+            backfill_started = time.monotonic()
+            backfill = up.kindex(
+                "backfill",
+                "incoming/*",
+                "--url",
+                up.graphql_url,
+                "--wait",
+                "--timeout",
+                "1500",
+                timeout=1600,
+            )
+            backfill_s = time.monotonic() - backfill_started
+        finally:
+            up.stop()
+        ingest = ingest_in_process(work / "ingest-home", paths)
+    rate = burst.files / burst.drop_to_last_file_s
+    ingest_rate = len(paths) / ingest.seconds
+    print(f"files dropped:              {burst.files} ({args.files} x {args.rows} rows + 3 odd)")
+    print(f"upload:                     {burst.upload_s:.1f} s")
+    print(f"drop to last file:          {burst.drop_to_last_file_s:.1f} s ({rate:.1f} files/s)")
+    print(f"kindex ingest, same files:  {ingest.seconds:.1f} s ({ingest_rate:.1f} files/s)")
+    print(f"ratio (burst / ingest rate): {rate / ingest_rate:.2f}x")
+    print(f"peak RSS of kindex up:      {burst.peak_rss_bytes / 2**20:.0f} MiB")
+    print(f"missing at rest:            {burst.missing}")
+    print(f"quarantined files:          {burst.quarantined_files}")
+    print(
+        f"runs: burst {burst.runs}, ingest {ingest.runs}; fingerprints equal: "
+        f"{burst.fingerprint == ingest.fingerprint}"
+    )
+    print(
+        f"backfill of every file:     {backfill_s:.1f} s, rc {backfill.returncode}, "
+        f"{'COMPLETED_SUCCESS' in backfill.stdout and 'COMPLETED_SUCCESS'}"
+    )
+
+
+if __name__ == "__main__":
+    main()
