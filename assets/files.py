@@ -36,7 +36,7 @@ from dagster import (
 from assets import metadata as md
 from assets.partitions import INCOMING_FILES
 from assets.resources import KindexResource
-from pipelines.charts import geometric_mean, speedups
+from pipelines.charts import geometric_mean, speedup_bars_png, speedups
 from pipelines.ingest import (
     SCHEMA_CHECKED_RUNS,
     SnapshotRecords,
@@ -302,6 +302,9 @@ def cosmetic(outcome: FileOutcome, what: str, work: Callable[[], T]) -> T | None
         return None
 
 
+# Drawing the chart costs more CPU than processing a small file; below this many runs a file gets
+# the speedups as a table only (a burst of small files is mostly small files).
+CHART_MIN_RUNS = 500
 SPEEDUP_COLUMNS = ["kernel", "provider", "mode", "gpu", "case_key", "metric", "median"]
 
 
@@ -327,6 +330,13 @@ def records_metadata(
             by_series = cosmetic(outcome, "speedups", lambda: series_speedups(runs))
             if by_series:
                 meta["speedups"] = MetadataValue.md(speedup_table(by_series))
+            if by_series and result.runs >= CHART_MIN_RUNS:
+                title = f"Speedups in {snap.key}"
+                png = cosmetic(outcome, "speedup chart", lambda: speedup_bars_png(by_series, title))
+                if png is not None:
+                    meta["speedup_chart"] = MetadataValue.md(
+                        md.png_markdown(png, "speedups over baseline")
+                    )
     if outcome.warnings:
         meta["warnings"] = MetadataValue.md("\n".join(f"- {w}" for w in outcome.warnings))
     return meta
@@ -377,8 +387,8 @@ def series_speedups(runs: Any) -> dict[str, list[float]]:
 
 def speedup_table(by_series: dict[str, list[float]]) -> str:
     """Geometric-mean speedups over the cohort's baseline provider, per kernel and provider: the
-    numbers of the speedup chart (pipelines/charts.py), which is not drawn here, as drawing it
-    for a large file costs more than a third of what processing the file does."""
+    numbers of the speedup chart (pipelines/charts.py), drawn only for files of CHART_MIN_RUNS
+    runs or more."""
     rows = [
         {"series": name, "cohorts": len(values), "speedup": f"{geometric_mean(values):.3g}x"}
         for name, values in sorted(by_series.items())

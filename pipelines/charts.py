@@ -59,7 +59,11 @@ def _plain_number(value: float, _position: int) -> str:
 def speedup_chart_png(runs: Iterable[Mapping[str, Any]], title: str) -> bytes | None:
     """A horizontal bar chart of geometric-mean speedups per kernel and provider, or None when
     the rows hold no comparable cohort."""
-    by_series = speedups(runs)
+    return speedup_bars_png(speedups(runs), title)
+
+
+def speedup_bars_png(by_series: Mapping[str, Sequence[float]], title: str) -> bytes | None:
+    """The speedup chart of speedups already computed (`speedups`' result)."""
     if not by_series:
         return None
     labels = sorted(by_series, key=lambda s: geometric_mean(by_series[s]))
@@ -79,9 +83,7 @@ def speedup_chart_png(runs: Iterable[Mapping[str, Any]], title: str) -> bytes | 
     )
     axes.set_title(title, fontsize=10, parse_math=False)
     figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png")
-    return buffer.getvalue()
+    return _png(figure)
 
 
 def version_order(version: str) -> tuple[int | str, ...]:

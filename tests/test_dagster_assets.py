@@ -53,6 +53,7 @@ def test_liger_csv_and_garbage_become_partitions_and_the_index(
     assert liger_meta["source_key"] == "incoming/liger/all_benchmark_data.csv"
     assert str(liger_meta["snapshot_digest"]).startswith("sha256:")
     assert "| series | cohorts | speedup |" in str(liger_meta["speedups"])
+    assert "](data:image/png;base64," in str(liger_meta["speedup_chart"])
     assert "warnings" not in liger_meta
     assert "| kernel |" in str(liger_meta["runs_preview"])
     garbage_meta = latest_metadata(instance, "records", garbage_key)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from dagster import AssetKey, AssetPartitionStatus, DagsterInstance
 from dagster_support import SensorDriver, check_evaluations, execute, latest_metadata
-from liger_support import HEADER, csv_lines
+from liger_support import HEADER, LIGER_CSV, csv_lines
 
 import assets.files
 from assets.partitions import INCOMING_FILES
@@ -138,4 +138,27 @@ def test_broken_speedups_are_a_warning_not_a_failure(
     assert meta["runs"] == 2
     assert "speedups failed: ValueError: ParseException" in str(meta["warnings"])
     assert "speedups" not in meta
+
+
+def test_a_broken_chart_is_a_warning_and_the_table_stays(
+    s3_store: Any, instance: DagsterInstance, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s3_store.put_bytes("incoming/all.csv", LIGER_CSV.read_bytes())  # large enough for a chart
+
+    def broken(by_series: Any, title: str) -> bytes:
+        raise ValueError("ParseException in a shared mathtext parser")
+
+    monkeypatch.setattr(assets.files, "speedup_bars_png", broken)
+    driver = SensorDriver(instance)
+    (request,) = driver.tick().run_requests or []
+
+    run = execute(instance, request)
+
+    assert run.success
+    (partition,) = driver.partition_keys()
+    meta = latest_metadata(instance, "records", partition)
+    assert meta["runs"] == 2448
+    assert "speedup chart failed: ValueError: ParseException" in str(meta["warnings"])
+    assert "| series | cohorts | speedup |" in str(meta["speedups"])
+    assert "speedup_chart" not in meta
     assert check_evaluations(run)["records_match_schemas"].passed
