@@ -5,13 +5,23 @@ Data lives under `$KINDEX_HOME/s3/` and survives restarts; the log goes to
 (S3, master, volume, filer and admin, each with a gRPC port), plus the admin gRPC port, which its
 built-in maintenance worker always dials at admin HTTP port + 10000. Giving every port explicitly
 keeps parallel servers (tests under xdist) apart.
+
+Only the S3 API answers HTTP without a secret: `-disableHttp` turns off the master's and the
+filer's HTTP APIs (the master's would hand out write tokens and delete whole buckets), and
+`s3/security.toml` (mode 0600, read by weed from its working directory) makes the volume server
+demand JWTs signed with generated keys for every read and write; the S3 gateway signs its own.
+
+One server serves a home at a time, shared by every command that needs it (`ServerLease`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import random
+import secrets
 import shutil
 import signal
 import socket
@@ -20,7 +30,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -38,6 +48,7 @@ __all__ = [
     "EmbeddedS3",
     "EmbeddedS3Error",
     "PortPlan",
+    "ServerLease",
     "find_free_port_block",
     "running_server",
     "start_on_free_ports",
@@ -169,13 +180,18 @@ class EmbeddedS3:
         port: int = 8333,
         log_path: Path | None = None,
         ready_timeout: float = READY_TIMEOUT_SECONDS,
+        counts_as_user: bool = True,
     ) -> None:
         self.home = Path(home).resolve()
         self.port = port
         self.log_path = log_path or self.home / "logs" / "s3.log"
         self.ready_timeout = ready_timeout
+        # A server started directly (tests, benchmarks) is in use until stopped: commands that
+        # attach to it (`ServerLease`) leave it running. A lease counts its users itself.
+        self.counts_as_user = counts_as_user
         self._process: subprocess.Popen[bytes] | None = None
         self._credentials: S3Credentials | None = None
+        self._users_fd: int | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings, *, log_path: Path | None = None) -> EmbeddedS3:
@@ -205,6 +221,11 @@ class EmbeddedS3:
     @property
     def credentials_path(self) -> Path:
         return self.s3_dir / "credentials.json"
+
+    @property
+    def security_path(self) -> Path:
+        """weed reads `./security.toml` first; it runs with `s3_dir` as its working directory."""
+        return self.s3_dir / "security.toml"
 
     @property
     def endpoint_url(self) -> str:
@@ -252,7 +273,11 @@ class EmbeddedS3:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         write_private_file(self.config_path, seaweedfs_identity_config(self.credentials))
+        if not self.security_path.exists():
+            write_private_file(self.security_path, seaweedfs_security_config())
         self._process = self._spawn(plan)
+        if self.counts_as_user:
+            self._users_fd = hold_shared(self.s3_dir / USERS_LOCK)
         write_private_file(
             self.state_path, json.dumps({"pid": self._process.pid, "port": self.port}).encode()
         )
@@ -275,6 +300,7 @@ class EmbeddedS3:
             "-s3.port.iceberg=0",
             "-s3.port.lance=0",
             "-master.telemetry=false",
+            "-disableHttp",  # the master's and filer's HTTP APIs: S3 and gRPC need neither
             # A lone volume server has no peers to drain to: stop in 1 s, not 2.
             "-volume.preStopSeconds=0",
             *plan.flags(),
@@ -287,6 +313,8 @@ class EmbeddedS3:
             return subprocess.Popen(
                 command,
                 cwd=self.s3_dir,
+                # WEED_* variables would override security.toml, HOME adds a second one.
+                env={k: v for k, v in os.environ.items() if not k.startswith("WEED_")},
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -322,7 +350,16 @@ class EmbeddedS3:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
-        self.state_path.unlink(missing_ok=True)
+        self._forget(process.pid)
+        if self._users_fd is not None:
+            os.close(self._users_fd)
+            self._users_fd = None
+
+    def _forget(self, pid: int) -> None:
+        """Remove what a stopped server `pid` leaves behind: its record and its sockets."""
+        with contextlib.suppress(FileNotFoundError, ValueError, KeyError):
+            if int(json.loads(self.state_path.read_text(encoding="utf-8"))["pid"]) == pid:
+                self.state_path.unlink(missing_ok=True)
         for path in PortPlan(self.port).local_sockets():
             if path.is_socket():
                 path.unlink(missing_ok=True)
@@ -361,6 +398,19 @@ def s3_answers(endpoint_url: str, timeout: float = 1.0) -> bool:
         return False
 
 
+def seaweedfs_security_config() -> bytes:
+    """security.toml with fresh keys: the volume server accepts only reads and writes signed by
+    the master or the filer (the S3 gateway's path), the filer only signed HTTP requests."""
+    sections = ("jwt.signing", "jwt.signing.read", "jwt.filer_signing", "jwt.filer_signing.read")
+    lines = ["# Written by kindex for its embedded SeaweedFS. Secret: keep it mode 0600."]
+    for section in sections:
+        lines += ["", f"[{section}]", f'key = "{secrets.token_urlsafe(32)}"']
+        lines.append("expires_after_seconds = 60")
+    lines += ["", "[access]", "ui = false"]
+    lines += ["", "[filer.expose_directory_metadata]", "enabled = false", ""]
+    return "\n".join(lines).encode()
+
+
 def running_server(home: Path) -> RunningServer | None:
     """The embedded server another process started for this home, if it is alive and answers."""
     state_path = Path(home) / "s3" / "server.json"
@@ -375,10 +425,180 @@ def running_server(home: Path) -> RunningServer | None:
 
 
 def _pid_alive(pid: int) -> bool:
+    """True while `pid` runs (a zombie, exited but not yet reaped, does not count)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return not Path("/proc/self").exists()  # no procfs: kill(0) is all there is
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _is_weed_of(pid: int, data_dir: Path) -> bool:
+    """Whether `pid` is a weed serving `data_dir` (a recorded pid may have been reused)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except FileNotFoundError:
+        return not Path("/proc/self").exists() and _pid_alive(pid)
+    except OSError:
+        return False
+    return f"-dir={data_dir}".encode() in argv
+
+
+def stop_pid(pid: int, data_dir: Path, timeout: float = STOP_TIMEOUT_SECONDS) -> None:
+    """Stop the weed `pid` started by any process: SIGTERM, SIGKILL after `timeout`."""
+    if not _is_weed_of(pid, data_dir):
+        return
+    for signum, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 10.0)):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
+        with contextlib.suppress(ChildProcessError):
+            # Our own child must be reaped; anyone else's is reaped by its parent or init.
+            os.waitpid(pid, os.WNOHANG)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+            if not _pid_alive(pid):
+                return
+            time.sleep(0.05)
+
+
+USERS_LOCK = "users.lock"
+
+
+def hold_shared(path: Path) -> int:
+    """An open descriptor holding a shared lock on `path` (closing it releases the lock)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    return fd
+
+
+class ServerLease:
+    """One command's use of the one embedded server of a home, started by whoever needs it first
+    and stopped by the last user to leave.
+
+    Two lock files in `$KINDEX_HOME/s3/` coordinate processes: `start.lock` (exclusive) is held
+    while a server is started, checked or stopped, so two commands never start two; every user
+    holds a shared lock on `users.lock` while it uses the server, and a leaver that can then take
+    that lock exclusively knows nobody else does. The kernel drops a killed user's locks."""
+
+    def __init__(self, home: Path, *, port: int = 8333, log_path: Path | None = None) -> None:
+        self.home = Path(home).resolve()
+        self.port = port
+        self.log_path = log_path
+        self.server: RunningServer | None = None
+        self._own: EmbeddedS3 | None = None  # the server this process started, if any
+        self._users_fd: int | None = None
+
+    @property
+    def s3_dir(self) -> Path:
+        return self.home / "s3"
+
+    @contextlib.contextmanager
+    def _start_lock(self) -> Iterator[None]:
+        self.s3_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.s3_dir / "start.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
+    def acquire(self) -> RunningServer:
+        """The home's server, started unless one runs (and answers) already."""
+        with self._start_lock():
+            if self._users_fd is None:
+                self._users_fd = hold_shared(self.s3_dir / USERS_LOCK)
+            try:
+                self.server = self._running_or_started()
+            except BaseException:
+                self._leave()
+                raise
+        return self.server
+
+    def _running_or_started(self) -> RunningServer:
+        server = running_server(self.home)
+        if server is not None:
+            return server
+        self._stop_recorded()
+        own = EmbeddedS3(
+            self.home, port=self.port, log_path=self.log_path, counts_as_user=False
+        ).start()
+        self._own = own
+        assert own.pid is not None
+        return RunningServer(pid=own.pid, port=own.port)
+
+    def _stop_recorded(self) -> None:
+        """Stop and forget the recorded server: one that no longer answers (killed, hung), or
+        the one the last user leaves."""
+        state_path = self.s3_dir / "server.json"
+        try:
+            state = json.loads(state_path.read_text(encoding="utf-8"))
+            pid, port = int(state["pid"]), int(state["port"])
+        except (FileNotFoundError, ValueError, KeyError):
+            return
+        stop_pid(pid, self.s3_dir / "data")
+        EmbeddedS3(self.home, port=port)._forget(pid)
+
+    def alive(self) -> bool:
+        """Whether the server this lease uses still runs and answers."""
+        if self.server is None:
+            return False
+        if self._own is not None and self._own.pid == self.server.pid:
+            if not self._own.is_running():
+                return False
+        elif not _pid_alive(self.server.pid):
+            return False
+        return s3_answers(self.server.endpoint_url)
+
+    def restart(self) -> RunningServer:
+        """After the server died: start another (on the same port), unless another user did."""
+        with self._start_lock():
+            if self._own is not None and not self._own.is_running():
+                self._own.stop()  # reaps it
+                self._own = None
+            self.server = self._running_or_started()
+        return self.server
+
+    def release(self) -> None:
+        """Stop using the server; the last user stops it."""
+        with self._start_lock():
+            self._leave()
+
+    def _leave(self) -> None:
+        if self._users_fd is not None:
+            os.close(self._users_fd)
+            self._users_fd = None
+        fd = os.open(self.s3_dir / USERS_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                self._own = None  # still in use: it outlives this process
+                return
+            if self._own is not None:
+                self._own.stop()
+                self._own = None
+            self._stop_recorded()
+            self.server = None
+        finally:
+            os.close(fd)
+
+    def __enter__(self) -> RunningServer:
+        return self.acquire()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()

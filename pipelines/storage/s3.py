@@ -24,7 +24,7 @@ from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_ex
 from pipelines.settings import Settings
 from pipelines.storage.base import NoSuchKey, ObjectInfo
 from pipelines.storage.credentials import S3Credentials, load_or_create_credentials
-from pipelines.storage.embedded import EmbeddedS3, running_server
+from pipelines.storage.embedded import ServerLease
 from pipelines.storage.errors import (
     EmbeddedS3Error,
     StorageAccessDenied,
@@ -384,16 +384,15 @@ def _loopback(endpoint_url: str | None) -> bool:
 @contextlib.contextmanager
 def store_session(settings: Settings, **options: Any) -> Iterator[S3Store]:
     """A store with its bucket created. With no endpoint configured, uses the embedded server
-    of `settings.home`: attaches to one already running (`kindex up`), or starts one and stops
-    it on exit."""
-    running = running_server(settings.home) if settings.embedded else None
-    if settings.embedded and running is None:
-        with EmbeddedS3.from_settings(settings, log_path=settings.logs_dir / "s3.log"):
-            yield _store_with_bucket(settings, options)
+    of `settings.home`, shared with every other command using it (`kindex up` included): the
+    first starts it, the last to leave stops it."""
+    if not settings.embedded:
+        yield _store_with_bucket(settings, options)
         return
-    if running is not None:
-        settings = settings.replace(s3_port=running.port)
-    yield _store_with_bucket(settings, options)
+    with ServerLease(
+        settings.home, port=settings.s3_port, log_path=settings.logs_dir / "s3.log"
+    ) as server:
+        yield _store_with_bucket(settings.replace(s3_port=server.port), options)
 
 
 def _store_with_bucket(settings: Settings, options: Mapping[str, Any]) -> S3Store:
