@@ -175,7 +175,9 @@ def anonymous(method: str, url: str, data: bytes | None = None) -> tuple[int | N
 
 def test_only_the_s3_api_answers_and_only_with_credentials(embedded_s3: EmbeddedS3) -> None:
     bucket = f"locked-{uuid.uuid4().hex[:12]}"
-    store = S3Store(bucket, endpoint_url=embedded_s3.endpoint_url, credentials=embedded_s3.credentials)
+    store = S3Store(
+        bucket, endpoint_url=embedded_s3.endpoint_url, credentials=embedded_s3.credentials
+    )
     store.ensure_bucket()
     secret = b"kindex-secret-" + uuid.uuid4().hex.encode()
     store.put_bytes("incoming/secret.csv", secret)
