@@ -27,6 +27,7 @@ from pipelines.storage.credentials import S3Credentials, load_or_create_credenti
 from pipelines.storage.embedded import ServerLease
 from pipelines.storage.errors import (
     EmbeddedS3Error,
+    KeyRefused,
     StorageAccessDenied,
     StorageError,
     StorageUnreachable,
@@ -35,6 +36,7 @@ from pipelines.storage.errors import (
 T = TypeVar("T")
 __all__ = [
     "EmbeddedS3Error",
+    "KeyRefused",
     "S3Store",
     "StorageAccessDenied",
     "StorageError",
@@ -59,6 +61,12 @@ ACCESS_DENIED_CODES = frozenset(
     }
 )
 MISSING_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
+# What S3 servers answer to a key they refuse (SeaweedFS: KeyTooLongError over 1,024 bytes,
+# InvalidRequest for a NUL or a `..` segment, a bare 400 to a HEAD, which has no body).
+REFUSED_KEY_CODES = frozenset(
+    {"KeyTooLongError", "InvalidRequest", "InvalidObjectName", "InvalidKey", "InvalidURI", "400"}
+)
+SHOWN_KEY_CHARACTERS = 80
 # Raised while a response body streams in; botocore's retries end when the headers arrive.
 BODY_READ_ERRORS: tuple[type[Exception], ...] = (
     boto_errors.ResponseStreamingError,
@@ -293,6 +301,10 @@ class S3Store:
             raise StorageUnreachable(
                 f"cannot reach the S3 endpoint {self._endpoint_name()} ({action} {where}): {error}"
             ) from error
+        except boto_errors.ParamValidationError as error:
+            if not key:
+                raise
+            raise KeyRefused(f"{action} {_shown(where)}: {_one_line(str(error))}") from error
         except boto_errors.NoCredentialsError as error:
             raise StorageAccessDenied(
                 f"no S3 credentials for {self._endpoint_name()}: set AWS_ACCESS_KEY_ID and "
@@ -304,6 +316,12 @@ class S3Store:
                 raise NoSuchKey(key) from error
             if code == "NoSuchBucket":
                 raise NoSuchKey(f"{key} (bucket {self.bucket} does not exist)") from error
+            if code in REFUSED_KEY_CODES and key:
+                message = error.response.get("Error", {}).get("Message") or "refused"
+                raise KeyRefused(
+                    f"the S3 endpoint {self._endpoint_name()} refused the key of {action} "
+                    f"{_shown(where)} ({len(key.encode())} bytes): {code}: {message}"
+                ) from error
             if code in ACCESS_DENIED_CODES:
                 raise StorageAccessDenied(
                     f"the S3 endpoint {self._endpoint_name()} refused the credentials "
@@ -426,6 +444,18 @@ def _etag(value: str) -> str:
 
 def _utc(value: datetime) -> datetime:
     return value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def _shown(text: str) -> str:
+    """`text` for a one-line message: control characters escaped, a long key shortened."""
+    shown = text.encode("unicode_escape").decode("ascii")
+    if len(shown) > SHOWN_KEY_CHARACTERS:
+        shown = shown[: SHOWN_KEY_CHARACTERS - 1] + "…"
+    return shown
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
 def _code(error: boto_errors.ClientError) -> str:
