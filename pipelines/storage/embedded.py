@@ -413,15 +413,20 @@ def seaweedfs_security_config() -> bytes:
 
 def running_server(home: Path) -> RunningServer | None:
     """The embedded server another process started for this home, if it is alive and answers."""
+    server = recorded_server(home)
+    if server is None or not _pid_alive(server.pid) or not s3_answers(server.endpoint_url):
+        return None
+    return server
+
+
+def recorded_server(home: Path) -> RunningServer | None:
+    """What `$KINDEX_HOME/s3/server.json` records, alive or not."""
     state_path = Path(home) / "s3" / "server.json"
     try:
         state = json.loads(state_path.read_text(encoding="utf-8"))
-        server = RunningServer(pid=int(state["pid"]), port=int(state["port"]))
+        return RunningServer(pid=int(state["pid"]), port=int(state["port"]))
     except (FileNotFoundError, ValueError, KeyError):
         return None
-    if not _pid_alive(server.pid) or not s3_answers(server.endpoint_url):
-        return None
-    return server
 
 
 def _pid_alive(pid: int) -> bool:
@@ -525,8 +530,8 @@ class ServerLease:
         return self.server
 
     def _running_or_started(self, port: int) -> RunningServer:
-        server = running_server(self.home)
-        if server is not None:
+        server = recorded_server(self.home)
+        if server is not None and self._answers(server):
             return server
         self._stop_recorded()
         own = EmbeddedS3(self.home, port=port, log_path=self.log_path, counts_as_user=False).start()
@@ -534,17 +539,25 @@ class ServerLease:
         assert own.pid is not None
         return RunningServer(pid=own.pid, port=own.port)
 
+    def _answers(self, server: RunningServer) -> bool:
+        """Whether the recorded server is usable. A live one gets time to answer: it may be
+        busy, or still starting (its starter killed on the way)."""
+        deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+        while _pid_alive(server.pid) and _is_weed_of(server.pid, self.s3_dir / "data"):
+            if s3_answers(server.endpoint_url, timeout=2.0):
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.2)
+        return False
+
     def _stop_recorded(self) -> None:
         """Stop and forget the recorded server: one that no longer answers (killed, hung), or
         the one the last user leaves."""
-        state_path = self.s3_dir / "server.json"
-        try:
-            state = json.loads(state_path.read_text(encoding="utf-8"))
-            pid, port = int(state["pid"]), int(state["port"])
-        except (FileNotFoundError, ValueError, KeyError):
-            return
-        stop_pid(pid, self.s3_dir / "data")
-        EmbeddedS3(self.home, port=port)._forget(pid)
+        server = recorded_server(self.home)
+        if server is not None:
+            stop_pid(server.pid, self.s3_dir / "data")
+            EmbeddedS3(self.home, port=server.port)._forget(server.pid)
 
     def alive(self) -> bool:
         """Whether the server this lease uses still runs. Its process, not an answer: under
