@@ -18,6 +18,7 @@ import pytest
 
 from pipelines.settings import Settings
 from pipelines.storage.embedded import (
+    ADMIN_GRPC_OFFSET,
     EmbeddedS3,
     EmbeddedS3Error,
     PortPlan,
@@ -173,6 +174,47 @@ def anonymous(method: str, url: str, data: bytes | None = None) -> tuple[int | N
         return None, b""
 
 
+# gRPC methods that answer anyone when the ports are open: the master's configuration, the
+# filer's listing of "/" (every bucket), the volume server's status.
+GRPC_PROBES = {
+    3: ("/master_pb.Seaweed/GetMasterConfiguration", b""),
+    7: ("/filer_pb.SeaweedFiler/ListEntries", b"\x0a\x01/"),  # directory: "/"
+    5: ("/volume_server_pb.VolumeServer/VolumeServerStatus", b""),
+}
+
+
+def grpc_answers(port: int, method: str, request: bytes, ca: bytes | None = None) -> bool:
+    """Whether a gRPC call without a client certificate gets an answer (plaintext, or TLS that
+    trusts the server's authority)."""
+    import grpc
+
+    target = f"127.0.0.1:{port}"
+    if ca is None:
+        channel = grpc.insecure_channel(target)
+    else:
+        credentials = grpc.ssl_channel_credentials(root_certificates=ca)
+        channel = grpc.secure_channel(target, credentials)
+    with channel:
+        try:
+            list(channel.unary_stream(method)(request, timeout=5))
+        except grpc.RpcError as error:
+            return error.code() not in {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNKNOWN}
+    return True
+
+
+def test_grpc_ports_refuse_callers_without_the_certificate(embedded_s3: EmbeddedS3) -> None:
+    ca = (embedded_s3.s3_dir / "tls" / "ca.crt").read_bytes()
+    for offset, (method, request) in GRPC_PROBES.items():
+        port = embedded_s3.port + offset
+        assert not grpc_answers(port, method, request), (port, method)
+        assert not grpc_answers(port, method, request, ca=ca), (port, method)
+    for port in (embedded_s3.port + 1, embedded_s3.port + 8 + ADMIN_GRPC_OFFSET):  # s3, admin
+        assert not grpc_answers(port, "/any.Service/Method", b"")
+    key = embedded_s3.s3_dir / "tls" / "node.key"
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600
+    assert not (embedded_s3.s3_dir / "tls" / "ca.key").exists()  # the authority signs no more
+
+
 def test_only_the_s3_api_answers_and_only_with_credentials(embedded_s3: EmbeddedS3) -> None:
     bucket = f"locked-{uuid.uuid4().hex[:12]}"
     store = S3Store(
@@ -231,9 +273,9 @@ def test_only_the_s3_api_answers_and_only_with_credentials(embedded_s3: Embedded
     assert sum(p.stat().st_size for p in embedded_s3.data_dir.rglob("*.dat")) == data_size
     assert stat.S_IMODE(embedded_s3.security_path.stat().st_mode) == 0o600
     security = embedded_s3.security_path.read_text()
-    assert security.count('key = "') == 4 and 'key = ""' not in security
+    assert security.count('key = "') == 4 + 9 and 'key = ""' not in security
     for line in security.splitlines():
-        if line.startswith("key = "):
+        if line.startswith("key = ") and "/" not in line:  # a JWT key, not a key file's path
             assert line.split('"')[1] not in embedded_s3.log_tail(10_000)
 
 

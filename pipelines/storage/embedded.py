@@ -8,8 +8,9 @@ keeps parallel servers (tests under xdist) apart.
 
 Only the S3 API answers HTTP without a secret: `-disableHttp` turns off the master's and the
 filer's HTTP APIs (the master's would hand out write tokens and delete whole buckets), and
-`s3/security.toml` (mode 0600, read by weed from its working directory) makes the volume server
-demand JWTs signed with generated keys for every read and write; the S3 gateway signs its own.
+`s3/security.toml` (mode 0600, read by weed from its working directory, rewritten at every start)
+makes the volume server demand JWTs signed with generated keys for every read and write (the S3
+gateway signs its own), and every gRPC port a client certificate (`tls.py`).
 
 One server serves a home at a time, shared by every command that needs it (`ServerLease`).
 """
@@ -43,6 +44,7 @@ from pipelines.storage.credentials import (
     write_private_file,
 )
 from pipelines.storage.errors import EmbeddedS3Error
+from pipelines.storage.tls import GrpcCertificates, write_grpc_certificates
 
 __all__ = [
     "EmbeddedS3",
@@ -273,8 +275,8 @@ class EmbeddedS3:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         write_private_file(self.config_path, seaweedfs_identity_config(self.credentials))
-        if not self.security_path.exists():
-            write_private_file(self.security_path, seaweedfs_security_config())
+        certificates = write_grpc_certificates(self.s3_dir / "tls")
+        write_private_file(self.security_path, seaweedfs_security_config(certificates))
         self._process = self._spawn(plan)
         if self.counts_as_user:
             self._users_fd = hold_shared(self.s3_dir / USERS_LOCK)
@@ -398,17 +400,31 @@ def s3_answers(endpoint_url: str, timeout: float = 1.0) -> bool:
         return False
 
 
-def seaweedfs_security_config() -> bytes:
+# weed's components with a gRPC server; each needs the certificate, and `client` dials the others.
+GRPC_COMPONENTS = ("master", "volume", "filer", "s3", "admin", "worker", "msg_broker", "mq")
+
+
+def seaweedfs_security_config(certificates: GrpcCertificates) -> bytes:
     """security.toml with fresh keys: the volume server accepts only reads and writes signed by
-    the master or the filer (the S3 gateway's path), the filer only signed HTTP requests."""
+    the master or the filer (the S3 gateway's path), the filer only signed HTTP requests, and
+    every gRPC port only callers that present `certificates`' certificate (mutual TLS)."""
     sections = ("jwt.signing", "jwt.signing.read", "jwt.filer_signing", "jwt.filer_signing.read")
-    lines = ["# Written by kindex for its embedded SeaweedFS. Secret: keep it mode 0600."]
+    lines = ["# Written by kindex for its embedded SeaweedFS at every start. Secret: mode 0600."]
     for section in sections:
         lines += ["", f"[{section}]", f'key = "{secrets.token_urlsafe(32)}"']
         lines.append("expires_after_seconds = 60")
     lines += ["", "[access]", "ui = false"]
-    lines += ["", "[filer.expose_directory_metadata]", "enabled = false", ""]
-    return "\n".join(lines).encode()
+    lines += ["", "[filer.expose_directory_metadata]", "enabled = false"]
+    lines += ["", "[grpc]", f"ca = {_toml_string(certificates.ca)}"]
+    for component in (*GRPC_COMPONENTS, "client"):
+        lines += ["", f"[grpc.{component}]"]
+        lines += [f"cert = {_toml_string(certificates.cert)}"]
+        lines += [f"key = {_toml_string(certificates.key)}"]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def _toml_string(path: Path) -> str:
+    return json.dumps(str(path))  # a TOML basic string: JSON's escapes
 
 
 def running_server(home: Path) -> RunningServer | None:
