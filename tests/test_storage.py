@@ -312,3 +312,32 @@ def test_kindex_put_of_a_refused_key_says_so_in_one_line(
     err = capsys.readouterr().err
     assert err.startswith("kindex put: the S3 endpoint") and "KeyTooLongError" in err
     assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_a_store_of_the_embedded_server_rides_out_its_restart(tmp_path: Path) -> None:
+    """`kindex up` starts a killed embedded server again within seconds; a request sent
+    meanwhile (a listing included) waits for it instead of failing the file it was for."""
+    import signal
+    import threading
+
+    server = EmbeddedS3(tmp_path / "home", port=find_free_port_block()).start()
+    try:
+        settings = Settings(home=server.home, s3_port=server.port, bucket="restart")
+        store = S3Store.from_settings(settings, page_size=2)
+        store.ensure_bucket()
+        for n in range(5):
+            store.put_bytes(f"incoming/{n}", b"kept")
+        assert server.pid is not None
+        os.kill(server.pid, signal.SIGKILL)
+        server.stop()  # reaps it; the data stays
+        later = threading.Timer(4.0, server.start)
+        later.start()
+        try:
+            assert store.get_bytes("incoming/0") == b"kept"
+            assert [o.key for o in store.list("incoming/")] == [f"incoming/{n}" for n in range(5)]
+        finally:
+            later.join()
+    finally:
+        server.stop()
+    with pytest.raises(StorageUnreachable):  # and once it is gone for good, a clear error
+        S3Store.from_settings(settings, reconnect_seconds=1.0).get_bytes("incoming/0")

@@ -9,6 +9,7 @@ surface as `StorageUnreachable` or `StorageAccessDenied` with a message that nam
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,7 +20,13 @@ import boto3
 import botocore.exceptions as boto_errors
 from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
-from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential
+from tenacity import (
+    retry,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_exponential,
+)
 
 from pipelines.settings import Settings
 from pipelines.storage.base import NoSuchKey, ObjectInfo
@@ -46,6 +53,9 @@ __all__ = [
 ]
 
 DEFAULT_MAX_ATTEMPTS = 4
+# The embedded server is down only while it is being started again (by `kindex up`, within
+# seconds): a request that finds nothing listening tries again for this long.
+EMBEDDED_RECONNECT_SECONDS = 60.0
 BODY_READ_ATTEMPTS = 3
 MULTIPART_THRESHOLD = 64 * 1024 * 1024
 COPY_OBJECT_LIMIT = 5 * 1024**3  # S3's largest single CopyObject
@@ -97,11 +107,13 @@ class S3Store:
         credentials: S3Credentials | None = None,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         page_size: int = 1000,
+        reconnect_seconds: float = 0.0,
         client: Any = None,
     ) -> None:
         self.bucket = bucket
         self.endpoint_url = endpoint_url
         self.page_size = page_size
+        self.reconnect_seconds = reconnect_seconds
         self._credentials = credentials
         self.client = client or make_client(
             endpoint_url=endpoint_url,
@@ -119,6 +131,7 @@ class S3Store:
         credentials = None
         if settings.embedded:
             credentials = load_or_create_credentials(settings.credentials_path)
+            options.setdefault("reconnect_seconds", EMBEDDED_RECONNECT_SECONDS)
         return cls(
             settings.bucket,
             endpoint_url=settings.endpoint_url,
@@ -131,7 +144,11 @@ class S3Store:
     def with_bucket(self, bucket: str) -> S3Store:
         """The same endpoint and client, another bucket."""
         return S3Store(
-            bucket, endpoint_url=self.endpoint_url, page_size=self.page_size, client=self.client
+            bucket,
+            endpoint_url=self.endpoint_url,
+            page_size=self.page_size,
+            reconnect_seconds=self.reconnect_seconds,
+            client=self.client,
         )
 
     # -- the ObjectStore protocol --------------------------------------------------------------
@@ -216,16 +233,22 @@ class S3Store:
         return _info(key, response, int(response["ContentLength"]))
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
-        """Every object under `prefix`, in key order, one page at a time."""
-        paginator = self.client.get_paginator("list_objects_v2")
-        pages = paginator.paginate(
-            Bucket=self.bucket, Prefix=prefix, PaginationConfig={"PageSize": self.page_size}
-        )
-        iterator = iter(pages)
+        """Every object under `prefix`, in key order, one page at a time (each page its own
+        request, so a failed one is sent again from where the listing was)."""
+        token: str | None = None
         while True:
-            page = self._call("list", prefix, lambda: next(iterator, None))
-            if page is None:
-                return
+            more = {"ContinuationToken": token} if token else {}
+            page = self._call(
+                "list",
+                prefix,
+                functools.partial(
+                    self.client.list_objects_v2,
+                    Bucket=self.bucket,
+                    Prefix=prefix,
+                    MaxKeys=self.page_size,
+                    **more,
+                ),
+            )
             for item in page.get("Contents", []):
                 yield ObjectInfo(
                     key=item["Key"],
@@ -233,6 +256,9 @@ class S3Store:
                     size=int(item["Size"]),
                     last_modified=_utc(item["LastModified"]),
                 )
+            token = page.get("NextContinuationToken")
+            if not page.get("IsTruncated") or not token:
+                return
 
     def delete(self, key: str) -> None:
         self._call("delete", key, lambda: self.client.delete_object(Bucket=self.bucket, Key=key))
@@ -293,8 +319,16 @@ class S3Store:
     # -- errors --------------------------------------------------------------------------------
 
     def _call(self, action: str, key: str, operation: Callable[[], T]) -> T:
-        """Run one S3 operation, turning botocore's exceptions into kindex's."""
+        """Run one S3 operation, turning botocore's exceptions into kindex's. Where nothing
+        listened (the request was never sent), it is sent again for `reconnect_seconds`."""
         where = f"s3://{self.bucket}/{key}"
+        if self.reconnect_seconds > 0:
+            operation = retry(
+                retry=retry_if_exception_type(boto_errors.EndpointConnectionError),
+                stop=stop_after_delay(self.reconnect_seconds),
+                wait=wait_exponential(multiplier=0.2, max=2),
+                reraise=True,
+            )(operation)
         try:
             return operation()
         except UNREACHABLE_ERRORS as error:
