@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
+import http.client
 import os
 import socket
 import stat
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+import uuid
 from pathlib import Path
 
 import pytest
 
 from pipelines.settings import Settings
 from pipelines.storage.embedded import (
+    ADMIN_GRPC_OFFSET,
     EmbeddedS3,
     EmbeddedS3Error,
     PortPlan,
@@ -21,6 +29,8 @@ from pipelines.storage.embedded import (
     start_on_free_ports,
 )
 from pipelines.storage.s3 import S3Store, store_session
+
+LIGER_CSV = Path(__file__).resolve().parent / "data" / "liger" / "all_benchmark_data.csv"
 
 
 def _pid_alive(pid: int) -> bool:
@@ -115,3 +125,202 @@ def _non_loopback_address() -> str | None:
         except OSError:
             return None
     return None if address.startswith("127.") else address
+
+
+# -- no anonymous access ------------------------------------------------------------------------
+
+
+def listening_ports(pid: int) -> set[int]:
+    """The TCP ports process `pid` listens on, from its sockets' inodes in /proc."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    ports = set()
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def volume_file_id(data_dir: Path, payload: bytes) -> str:
+    """The SeaweedFS file id ("volume,needle-id+cookie") of the needle holding `payload`, read
+    from the volume's .dat file as an attacker on the host could: a needle's header (cookie 4
+    bytes, id 8 bytes, size 4 bytes) precedes its data size (4 bytes) and data."""
+    for dat in data_dir.rglob("*.dat"):
+        raw = dat.read_bytes()
+        at = raw.find(payload)
+        if at >= 0:
+            header = at - 4 - 16
+            cookie, needle = raw[header : header + 4], raw[header + 4 : header + 12]
+            volume = dat.stem.rsplit("_", 1)[-1]
+            return f"{volume},{int.from_bytes(needle, 'big'):x}{cookie.hex()}"
+    raise AssertionError("payload not found in any volume")
+
+
+def anonymous(method: str, url: str, data: bytes | None = None) -> tuple[int | None, bytes]:
+    """One HTTP request without credentials; (None, b"") when no HTTP server answers."""
+    request = urllib.request.Request(url, data=data, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=3) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+    except (urllib.error.URLError, OSError, http.client.HTTPException):
+        return None, b""
+
+
+# gRPC methods that answer anyone when the ports are open: the master's configuration, the
+# filer's listing of "/" (every bucket), the volume server's status.
+GRPC_PROBES = {
+    3: ("/master_pb.Seaweed/GetMasterConfiguration", b""),
+    7: ("/filer_pb.SeaweedFiler/ListEntries", b"\x0a\x01/"),  # directory: "/"
+    5: ("/volume_server_pb.VolumeServer/VolumeServerStatus", b""),
+}
+
+
+def grpc_answers(port: int, method: str, request: bytes, ca: bytes | None = None) -> bool:
+    """Whether a gRPC call without a client certificate gets an answer (plaintext, or TLS that
+    trusts the server's authority)."""
+    import grpc
+
+    target = f"127.0.0.1:{port}"
+    if ca is None:
+        channel = grpc.insecure_channel(target)
+    else:
+        credentials = grpc.ssl_channel_credentials(root_certificates=ca)
+        channel = grpc.secure_channel(target, credentials)
+    with channel:
+        try:
+            list(channel.unary_stream(method)(request, timeout=5))
+        except grpc.RpcError as error:
+            return error.code() not in {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNKNOWN}
+    return True
+
+
+def test_grpc_ports_refuse_callers_without_the_certificate(embedded_s3: EmbeddedS3) -> None:
+    ca = (embedded_s3.s3_dir / "tls" / "ca.crt").read_bytes()
+    for offset, (method, request) in GRPC_PROBES.items():
+        port = embedded_s3.port + offset
+        assert not grpc_answers(port, method, request), (port, method)
+        assert not grpc_answers(port, method, request, ca=ca), (port, method)
+    for port in (embedded_s3.port + 1, embedded_s3.port + 8 + ADMIN_GRPC_OFFSET):  # s3, admin
+        assert not grpc_answers(port, "/any.Service/Method", b"")
+    key = embedded_s3.s3_dir / "tls" / "node.key"
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600
+    assert not (embedded_s3.s3_dir / "tls" / "ca.key").exists()  # the authority signs no more
+
+
+def test_only_the_s3_api_answers_and_only_with_credentials(embedded_s3: EmbeddedS3) -> None:
+    bucket = f"locked-{uuid.uuid4().hex[:12]}"
+    store = S3Store(
+        bucket, endpoint_url=embedded_s3.endpoint_url, credentials=embedded_s3.credentials
+    )
+    store.ensure_bucket()
+    secret = b"kindex-secret-" + uuid.uuid4().hex.encode()
+    store.put_bytes("incoming/secret.csv", secret)
+    written = store.head("incoming/secret.csv")
+    assert written is not None
+    # Server-side copy, as snapshots are taken: the gateway's own filer access still works.
+    assert store.copy_unchanged(
+        "incoming/secret.csv", "snapshots/copy", etag=written.etag, size=written.size
+    )
+    before = {o.key: o.etag for o in store.list("")}
+    fid = volume_file_id(embedded_s3.data_dir, secret)
+    assert embedded_s3.pid is not None
+    ports = listening_ports(embedded_s3.pid)
+    assert set(PortPlan(embedded_s3.port).ports()) >= ports >= {embedded_s3.port}
+
+    data_size = sum(p.stat().st_size for p in embedded_s3.data_dir.rglob("*.dat"))
+    answered: dict[int, list[tuple[str, int | None]]] = {}
+    for port in sorted(ports):
+        base = f"http://127.0.0.1:{port}"
+        reads = [
+            f"{base}/",
+            f"{base}/{bucket}/incoming/secret.csv",  # S3 path style
+            f"{base}/buckets/{bucket}/incoming/secret.csv",  # filer
+            f"{base}/buckets/{bucket}/incoming/secret.csv?metadata=true",
+            f"{base}/{fid}",  # volume server, the exact needle
+            f"{base}/dir/lookup?volumeId={fid.split(',')[0]}",
+        ]
+        writes = [
+            ("PUT", f"{base}/{bucket}/incoming/evil.csv", b"evil"),
+            ("PUT", f"{base}/buckets/{bucket}/incoming/evil.csv", b"evil"),
+            ("POST", f"{base}/{fid}", b"evil"),
+            ("POST", f"{base}/submit", b"evil"),
+            ("GET", f"{base}/dir/assign", None),
+            ("GET", f"{base}/col/delete?collection={bucket}", None),
+            ("DELETE", f"{base}/{fid}", None),
+            ("DELETE", f"{base}/buckets/{bucket}/incoming/secret.csv", None),
+            ("DELETE", f"{base}/{bucket}/snapshots/copy", None),
+        ]
+        for url in reads:
+            status, body = anonymous("GET", url)
+            assert secret not in body, url
+            assert status is None or status >= 400 or url == f"{base}/", (url, status, body)
+        for method, url, data in writes:
+            status, body = anonymous(method, url, data)
+            answered.setdefault(port, []).append((url, status))
+            assert status is None or status >= 400, (method, url, status, body)
+
+    assert {o.key: o.etag for o in store.list("")} == before
+    assert store.get_bytes("incoming/secret.csv") == secret
+    assert store.get_bytes("snapshots/copy") == secret
+    assert sum(p.stat().st_size for p in embedded_s3.data_dir.rglob("*.dat")) == data_size
+    assert stat.S_IMODE(embedded_s3.security_path.stat().st_mode) == 0o600
+    security = embedded_s3.security_path.read_text()
+    assert security.count('key = "') == 4 + 9 and 'key = ""' not in security
+    for line in security.splitlines():
+        if line.startswith("key = ") and "/" not in line:  # a JWT key, not a key file's path
+            assert line.split('"')[1] not in embedded_s3.log_tail(10_000)
+
+
+# -- one server per home, shared -----------------------------------------------------------------
+
+SMALL_LIGER_ROWS = 20
+
+
+def kindex_env(home: Path, s3_port: int, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KINDEX_", "AWS_"))}
+    return env | {"KINDEX_HOME": str(home), "KINDEX_S3_PORT": str(s3_port)} | extra
+
+
+def small_liger_csv(path: Path, first_line: int) -> Path:
+    """A valid Liger CSV: the header and SMALL_LIGER_ROWS rows of the shared file."""
+    lines = LIGER_CSV.read_text(encoding="utf-8").splitlines(keepends=True)
+    path.write_text(lines[0] + "".join(lines[first_line : first_line + SMALL_LIGER_ROWS]))
+    return path
+
+
+def concurrent_ingests(env: dict[str, str], files: list[Path]) -> list[tuple[int, str]]:
+    """`kindex ingest` of each file, all started at once; their exit codes and stderr."""
+    kindex = str(Path(sys.executable).parent / "kindex")
+    processes = [
+        subprocess.Popen(
+            [kindex, "ingest", "--no-progress", str(path)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for path in files
+    ]
+    return [(p.wait(timeout=120), p.stderr.read() if p.stderr else "") for p in processes]
+
+
+@pytest.mark.slow
+def test_two_ingests_at_once_share_one_server_in_a_fresh_home(tmp_path: Path) -> None:
+    for round_ in range(10):
+        home = tmp_path / f"home-{round_}"
+        env = kindex_env(home, find_free_port_block())
+        files = [small_liger_csv(tmp_path / f"r{round_}-{n}.csv", 2 + 100 * n) for n in (0, 1)]
+        results = concurrent_ingests(env, files)
+        assert [code for code, _ in results] == [0, 0], (round_, results)
+        assert running_server(home) is None  # the last one out stopped it
+    with EmbeddedS3(home, port=find_free_port_block()) as server:
+        store = S3Store("kindex", endpoint_url=server.endpoint_url, credentials=server.credentials)
+        assert {o.key for o in store.list("incoming/")} == {f"incoming/{p.name}" for p in files}

@@ -10,8 +10,10 @@ A test stops the ingest at an exact step with the pause points of pipelines/inde
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -27,6 +29,7 @@ import duckdb
 import pyarrow.parquet as pq
 import pytest
 from index_support import LIGER_CSV, csv_bytes, fingerprints, liger_rows
+from test_up_e2e import KindexUp, alive, descendants, free_port
 
 from pipelines.cli import main
 from pipelines.index.faults import DIR_ENV, INDEX_FILES_WRITTEN, PAUSE_ENV, RECORD_FILES_WRITTEN
@@ -35,7 +38,12 @@ from pipelines.index.local import IndexNotFound, load_current, open_index
 from pipelines.ingest import ingest_paths
 from pipelines.settings import Settings
 from pipelines.storage.credentials import S3Credentials
-from pipelines.storage.embedded import EmbeddedS3, find_free_port_block, start_on_free_ports
+from pipelines.storage.embedded import (
+    EmbeddedS3,
+    find_free_port_block,
+    running_server,
+    start_on_free_ports,
+)
 from pipelines.storage.errors import StorageError, StorageUnreachable
 from pipelines.storage.s3 import S3Store
 
@@ -344,3 +352,147 @@ def test_an_unreachable_endpoint_is_retried_then_named_in_a_clear_message(
     assert "kindex-test-secret" not in err
     assert main(["query", "--sync", "SELECT 1"]) == 1
     assert f"cannot reach the S3 endpoint {endpoint}" in capsys.readouterr().err
+
+
+# -- crashes under `kindex up`: the index heals with no human action ---------------------------
+
+CONVERGE_SECONDS = 300.0  # the promise: within 5 minutes
+TILES_PER_FILE = 4  # ~10k rows: a records step long enough to be killed in the middle
+
+
+def tiled_liger_csv(path: Path, tiles: range) -> Path:
+    """The shared CSV repeated, tile k with every timestamp's seconds set to k: distinct runs
+    (re-measurements of the same series), a file big enough that "mid-file" is real."""
+    lines = LIGER_CSV.read_text(encoding="utf-8").splitlines(keepends=True)
+    header, rows = lines[0], lines[1:]
+    stamp = re.compile(r"(\d\d:\d\d:)\d\d,")
+    out = [header]
+    for k in tiles:
+        out += [stamp.sub(lambda m, k=k: f"{m.group(1)}{k:02d},", row, count=1) for row in rows]
+    path.write_text("".join(out), encoding="utf-8")
+    return path
+
+
+def run_digests(up: KindexUp) -> str | None:
+    """The fingerprint of what `kindex query` shows: the sorted run digests, hashed."""
+    result = up.kindex("query", "SELECT run_digest FROM runs ORDER BY 1", "--format", "csv")
+    if result.returncode == 2 and "no index" in result.stderr:
+        return None
+    assert result.returncode == 0, result.stderr
+    return hashlib.sha256(result.stdout.encode()).hexdigest()
+
+
+def undisturbed_digests(home: Path, files: list[Path]) -> list[str]:
+    """The fingerprints after in-process `kindex ingest`s of each file in turn, into a home of
+    its own: the first file's, the first two's, and so on."""
+    reference = KindexUp(home, 0, find_free_port_block())
+    digests = []
+    for path in files:
+        ingest = reference.kindex("ingest", "--no-progress", str(path), timeout=600)
+        assert ingest.returncode == 0, ingest.stderr
+        digests.append(run_digests(reference))
+    assert None not in digests
+    return [d for d in digests if d is not None]
+
+
+def records_worker_pid(up: KindexUp, timeout: float = 600.0) -> int:
+    """The pid of the run worker once its `records` step has started (a file is mid-way)."""
+    from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, RunsFilter
+
+    deadline = time.monotonic() + timeout
+    with DagsterInstance.from_config(str(up.home / "dagster")) as instance:
+        while time.monotonic() < deadline:
+            started = instance.get_run_records(RunsFilter(statuses=[DagsterRunStatus.STARTED]))
+            for record in started:
+                pid, in_records = None, False
+                for entry in instance.all_logs(record.dagster_run.run_id):
+                    if (message := entry.message or "").startswith("Started process for run"):
+                        pid = int(message.split("pid: ", 1)[1].split(")", 1)[0])
+                    event = entry.dagster_event
+                    if (
+                        event is not None
+                        and event.event_type == DagsterEventType.STEP_START
+                        and event.step_key == "records"
+                    ):
+                        in_records = True
+                if pid is not None and in_records:
+                    return pid
+            time.sleep(0.5)
+    raise AssertionError(f"no records step started within {timeout} s:\n{up.text()}")
+
+
+def converge(up: KindexUp, expected: str, since: float) -> float:
+    """Seconds from `since` until `kindex query` shows the expected runs; fails after 5 min."""
+    while run_digests(up) != expected:
+        waited = time.monotonic() - since
+        assert waited < CONVERGE_SECONDS, f"not converged after {waited:.0f} s:\n{up.text()}"
+        time.sleep(5)
+    return time.monotonic() - since
+
+
+@pytest.mark.slow
+def test_crashes_under_kindex_up_heal_by_themselves(tmp_path: Path) -> None:
+    """(a) a run worker SIGKILLed mid-file, (b) the S3 server SIGKILLed mid-run, (c) `kindex up`
+    SIGKILLed mid-run and started again: each time, with no other action, the index converges
+    to the fingerprint of an undisturbed in-process ingest of the same files."""
+    files = [
+        tiled_liger_csv(
+            tmp_path / f"{name}.csv", range(n * TILES_PER_FILE, (n + 1) * TILES_PER_FILE)
+        )
+        for n, name in enumerate(("worker-killed", "s3-killed", "up-killed"))
+    ]
+    expected = undisturbed_digests(tmp_path / "reference-home", files)
+    up = KindexUp(tmp_path / "home", free_port(), find_free_port_block())
+    timings: dict[str, float] = {}
+    try:
+        up.start()
+        assert up.process is not None
+
+        # (a) the run worker dies in the middle of the file's records step
+        assert up.kindex("put", str(files[0])).returncode == 0
+        worker = records_worker_pid(up)
+        time.sleep(1.0)
+        os.kill(worker, signal.SIGKILL)
+        timings["a: worker killed -> converged"] = converge(up, expected[0], time.monotonic())
+
+        # (b) the S3 server dies while the next file is processed
+        assert up.kindex("put", str(files[1])).returncode == 0
+        records_worker_pid(up)
+        server = running_server(up.home)
+        assert server is not None
+        os.kill(server.pid, signal.SIGKILL)
+        killed_at = time.monotonic()
+        timings["b: S3 killed -> converged"] = converge(up, expected[1], killed_at)
+        assert f"the embedded S3 server (pid {server.pid}) died" in up.text()
+
+        # (c) `kindex up` itself dies mid-run; started again, it picks up where things were
+        assert up.kindex("put", str(files[2])).returncode == 0
+        records_worker_pid(up)
+        children = {int(p) for p in descendants(up.process.pid) if _is_child(p, up.process.pid)}
+        server = running_server(up.home)
+        up.process.send_signal(signal.SIGKILL)
+        killed_at = time.monotonic()
+        up.process.wait()
+        _wait_gone(children - ({server.pid} if server else set()))  # webserver, daemon
+        up.start()
+        assert running_server(up.home) == server  # the S3 server it left was reused
+        timings["c: up killed -> converged"] = converge(up, expected[2], killed_at)
+    finally:
+        up.stop()
+    print("\n" + "\n".join(f"{name}: {seconds:.0f} s" for name, seconds in timings.items()))
+
+
+def _is_child(pid: int, parent: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return int(stat.rsplit(")", 1)[1].split()[1]) == parent
+
+
+def _wait_gone(pids: set[int], timeout: float = 30.0) -> None:
+    """The children of a SIGKILLed `kindex up` die with it (PR_SET_PDEATHSIG)."""
+    deadline = time.monotonic() + timeout
+    while (left := {pid for pid in pids if alive(pid)}) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not left, f"still running after kindex up was killed: {left}"

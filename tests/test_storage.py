@@ -16,6 +16,7 @@ from pipelines.storage.base import NoSuchKey
 from pipelines.storage.credentials import S3Credentials
 from pipelines.storage.embedded import EmbeddedS3, find_free_port_block
 from pipelines.storage.s3 import (
+    KeyRefused,
     S3Store,
     StorageAccessDenied,
     StorageUnreachable,
@@ -276,3 +277,67 @@ def test_bodies_sent_on_loopback_are_not_hashed_for_signing(s3_store: S3Store) -
         credentials=None,
     )
     assert "payload_signing_enabled" not in remote.meta.config.s3
+
+
+@pytest.mark.parametrize(
+    ("key", "code"),
+    [
+        ("incoming/" + "k" * 1100, "KeyTooLongError"),  # over S3's 1,024 bytes
+        ("incoming/" + "é" * 520, "KeyTooLongError"),  # 1,049 bytes in UTF-8
+        ("incoming/a\x00b.csv", "InvalidRequest"),
+        ("incoming/../../escape.csv", "InvalidRequest"),
+    ],
+)
+def test_a_refused_key_is_a_one_line_error(s3_store: S3Store, key: str, code: str) -> None:
+    with pytest.raises(KeyRefused) as refused:
+        s3_store.put_bytes(key, b"x")
+    message = str(refused.value)
+    assert "\n" not in message and len(message) < 300
+    assert f"refused the key of put s3://{s3_store.bucket}/incoming/" in message
+    assert f"({len(key.encode())} bytes): {code}" in message
+    assert "\x00" not in message
+    if "\x00" in key or ".." in key:  # a HEAD of such a key is refused too (a bare 400)
+        with pytest.raises(KeyRefused):
+            s3_store.head(key)
+
+
+def test_kindex_put_of_a_refused_key_says_so_in_one_line(
+    s3_store: S3Store, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pipelines.cli import main
+
+    path = tmp_path / "a.csv"
+    path.write_bytes(b"x")
+    assert main(["put", str(path), "--key", "incoming/" + "k" * 1100]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("kindex put: the S3 endpoint") and "KeyTooLongError" in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_a_store_of_the_embedded_server_rides_out_its_restart(tmp_path: Path) -> None:
+    """`kindex up` starts a killed embedded server again within seconds; a request sent
+    meanwhile (a listing included) waits for it instead of failing the file it was for."""
+    import signal
+    import threading
+
+    server = EmbeddedS3(tmp_path / "home", port=find_free_port_block()).start()
+    try:
+        settings = Settings(home=server.home, s3_port=server.port, bucket="restart")
+        store = S3Store.from_settings(settings, page_size=2)
+        store.ensure_bucket()
+        for n in range(5):
+            store.put_bytes(f"incoming/{n}", b"kept")
+        assert server.pid is not None
+        os.kill(server.pid, signal.SIGKILL)
+        server.stop()  # reaps it; the data stays
+        later = threading.Timer(4.0, server.start)
+        later.start()
+        try:
+            assert store.get_bytes("incoming/0") == b"kept"
+            assert [o.key for o in store.list("incoming/")] == [f"incoming/{n}" for n in range(5)]
+        finally:
+            later.join()
+    finally:
+        server.stop()
+    with pytest.raises(StorageUnreachable):  # and once it is gone for good, a clear error
+        S3Store.from_settings(settings, reconnect_seconds=1.0).get_bytes("incoming/0")

@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 from bundle_support import billion_laughs
+from test_embedded_s3 import SMALL_LIGER_ROWS, concurrent_ingests, small_liger_csv
 from test_worker import numpy_statistics, writer_with_two_runs
 
-from pipelines.storage.embedded import find_free_port_block
+from pipelines.storage.embedded import find_free_port_block, running_server, stop_pid
 from pipelines.worker import capture_environment
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,6 +76,7 @@ def alive(pid: int) -> bool:
 
 class KindexUp:
     def __init__(self, home: Path, port: int, s3_port: int) -> None:
+        self.home = home
         self.port = port
         self.env = {
             k: v for k, v in os.environ.items() if not k.startswith(("KINDEX_", "AWS_", "DAGSTER_"))
@@ -88,7 +90,8 @@ class KindexUp:
         return f"http://127.0.0.1:{self.port}/graphql"
 
     def start(self) -> None:
-        with self.output.open("wb") as out:
+        ups = self.text().count("kindex is up")  # a restarted `kindex up` appends
+        with self.output.open("ab") as out:
             self.process = subprocess.Popen(
                 [kindex_bin(), "up", "--port", str(self.port)],
                 env=self.env,
@@ -99,13 +102,13 @@ class KindexUp:
                 start_new_session=True,  # its own group: the test can clean up after a failure
             )
         deadline = time.monotonic() + STARTUP_TIMEOUT
-        while "kindex is up" not in self.text():
+        while self.text().count("kindex is up") <= ups:
             assert self.process.poll() is None, self.text()
             assert time.monotonic() < deadline, f"not up after {STARTUP_TIMEOUT} s:\n{self.text()}"
             time.sleep(1)
 
     def text(self) -> str:
-        return self.output.read_text(errors="replace")
+        return self.output.read_text(errors="replace") if self.output.exists() else ""
 
     def kindex(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -129,8 +132,9 @@ class KindexUp:
     def stop(self) -> None:
         """After a failed test: SIGTERM (kindex up stops what it started), then SIGKILL for
         anything left, including children that a killed parent would orphan (SeaweedFS runs
-        in a session of its own)."""
+        in a session of its own, and outlives a killed `kindex up` on purpose)."""
         if self.process is None or self.process.poll() is not None:
+            self.stop_s3_server()
             return
         started = descendants(self.process.pid)
         self.process.send_signal(signal.SIGTERM)
@@ -142,6 +146,12 @@ class KindexUp:
         for pid in started:
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
+        self.stop_s3_server()
+
+    def stop_s3_server(self) -> None:
+        server = running_server(self.home)
+        if server is not None:
+            stop_pid(server.pid, self.home / "s3" / "data")
 
 
 @pytest.fixture
@@ -225,3 +235,55 @@ def test_put_to_query_backfill_and_stop(kindex_up: KindexUp, tmp_path: Path) -> 
     while (left := {pid for pid in started if alive(pid)}) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not left, f"still running after SIGTERM: {left}"
+
+
+def test_up_shares_its_s3_server_and_restarts_it_when_killed(
+    kindex_up: KindexUp, tmp_path: Path
+) -> None:
+    kindex_up.start()
+    assert kindex_up.process is not None
+    up_file = kindex_up.home / "up.json"
+    assert json.loads(up_file.read_text()) == {
+        "url": f"http://127.0.0.1:{kindex_up.port}",
+        "pid": kindex_up.process.pid,
+    }
+    server = running_server(kindex_up.home)
+    assert server is not None
+
+    # Commands attach to up's server (in a bucket of their own, which no sensor watches).
+    side = kindex_up.env | {"KINDEX_BUCKET": "side"}
+    for round_ in range(10):
+        files = [small_liger_csv(tmp_path / f"r{round_}-{n}.csv", 2 + 100 * n) for n in (0, 1)]
+        results = concurrent_ingests(side, files)
+        assert [code for code, _ in results] == [0, 0], (round_, results)
+    assert running_server(kindex_up.home) == server  # never stopped, never a second one
+
+    os.kill(server.pid, signal.SIGKILL)
+    killed_at = time.monotonic()
+    deadline = killed_at + 120
+    while "is back on" not in kindex_up.text():
+        assert kindex_up.process.poll() is None, kindex_up.text()
+        assert time.monotonic() < deadline, kindex_up.text()
+        time.sleep(0.2)
+    restart_seconds = time.monotonic() - killed_at
+    assert f"the embedded S3 server (pid {server.pid}) died" in kindex_up.text()
+    restarted = running_server(kindex_up.home)
+    assert restarted is not None and restarted.port == server.port
+    assert restarted.pid != server.pid
+
+    # The sensors and runs reconnect by themselves: a file put now reaches the index.
+    put = kindex_up.kindex("put", str(small_liger_csv(tmp_path / "after.csv", 2)))
+    assert put.returncode == 0, put.stderr
+    put_at = time.monotonic()
+    while kindex_up.count_runs() != SMALL_LIGER_ROWS:
+        assert time.monotonic() < put_at + INDEX_TIMEOUT, "not indexed after the restart"
+        time.sleep(2)
+    print(
+        f"\nS3 server back {restart_seconds:.1f} s after kill -9; a file put then was indexed "
+        f"in {time.monotonic() - put_at:.1f} s"
+    )
+
+    kindex_up.process.send_signal(signal.SIGTERM)
+    assert kindex_up.process.wait(timeout=STOP_TIMEOUT) == 0
+    assert not up_file.exists()
+    assert running_server(kindex_up.home) is None  # its last user stopped it

@@ -4,13 +4,21 @@ Dagster daemon on 127.0.0.1, sensors and automation running. Ctrl-C or SIGTERM s
 Every child runs in its own process group and is stopped by group (the webserver and daemon
 spawn code servers of their own), first with SIGTERM, then SIGKILL after a grace period. Signals
 are handled here rather than left to the children: started from a shell with `&`, Dagster's
-processes ignore SIGINT and SIGTERM.
+processes ignore SIGINT and SIGTERM. If `kindex up` itself is killed, the kernel kills the
+webserver and the daemon (PR_SET_PDEATHSIG); the embedded S3 server, shared with other commands
+(`ServerLease`), stays and the next `kindex up` reuses it. Runs in flight finish in their own
+processes, or fail and are retried (`run_retries`; `run_monitoring` fails a run whose worker
+died, see assets/run_launcher.py).
+
+`kindex up` watches the embedded S3 server: if it dies, up says so and starts it again, and the
+sensors and runs reconnect by themselves; if it cannot, up stops everything, loudly.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -21,29 +29,64 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pipelines.settings import Settings
+    from pipelines.storage.embedded import ServerLease
 
 DEFAULT_PORT = 3000
 HOST = "127.0.0.1"
 STOP_GRACE_SECONDS = 5.0
 READY_TIMEOUT_SECONDS = 180.0
+POLL_SECONDS = 0.5
 # A run coordinator queue: a burst of drops must not start dozens of run processes at once.
 MAX_CONCURRENT_RUNS = 4
+# A run that failed (its worker killed, S3 gone for a while) is run again, up to this often.
+MAX_RUN_RETRIES = 3
+RUN_MONITORING_POLL_SECONDS = 5
+# An S3 server that dies this often within S3_RESTART_WINDOW_SECONDS is not restarted again.
+MAX_S3_RESTARTS = 5
+S3_RESTART_WINDOW_SECONDS = 600.0
+UP_FILE = "up.json"  # {"url", "pid"} while the webserver is ready; `kindex backfill` reads it
+
+DESCRIPTION = """\
+Run kindex on this machine: the embedded S3 server (unless KINDEX_S3_ENDPOINT is set), the
+Dagster UI and the Dagster daemon, all on 127.0.0.1. Files put into incoming/ are snapshotted,
+normalized and indexed with no click; a failed run is retried, and a dead S3 server is started
+again. Ctrl-C stops everything."""
+
+EPILOG = """\
+environment:
+  KINDEX_HOME          where data, logs and the Dagster instance live (default ./.kindex)
+  KINDEX_S3_PORT       the embedded S3 server's port (default 8333; uses the next 8 and +10008 too)
+  KINDEX_S3_ENDPOINT   use this S3 endpoint instead of the embedded server
+  KINDEX_BUCKET        the bucket (default kindex)
+
+While the UI is ready, $KINDEX_HOME/up.json holds its URL and this process's id."""
 
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "up",
-        help="start the embedded S3, the Dagster webserver and daemon; Ctrl-C stops them",
-        description=__doc__,
+        help="run kindex: embedded S3, Dagster UI and daemon on 127.0.0.1; Ctrl-C stops them",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="webserver port")
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=DEFAULT_PORT,
+        help=f"port of the Dagster UI (default {DEFAULT_PORT})",
+    )
     parser.set_defaults(func=run)
 
 
 def dagster_instance_yaml(home: Path) -> str:
-    """The local instance: SQLite storage under the kindex home, a queued run coordinator, and
-    a pool of one for the index writer (the only pool kindex declares)."""
+    """The local instance: SQLite storage under the kindex home, a queued run coordinator, a
+    pool of one for the index writer (the only pool kindex declares), failed runs retried, and
+    runs whose worker died failed (and so retried) within seconds."""
     return f"""\
 # Written by `kindex up`; rewritten on every start.
 local_artifact_storage:
@@ -54,11 +97,24 @@ local_artifact_storage:
 run_coordinator:
   module: dagster.core.run_coordinator
   class: QueuedRunCoordinator
+run_launcher:
+  module: assets.run_launcher
+  class: WatchedRunLauncher
 concurrency:
   runs:
     max_concurrent_runs: {MAX_CONCURRENT_RUNS}
   pools:
     default_limit: 1
+run_retries:
+  enabled: true
+  max_retries: {MAX_RUN_RETRIES}
+  retry_on_asset_or_op_failure: true
+run_monitoring:
+  enabled: true
+  start_timeout_seconds: 180
+  cancel_timeout_seconds: 60
+  max_resume_run_attempts: 0
+  poll_interval_seconds: {RUN_MONITORING_POLL_SECONDS}
 telemetry:
   enabled: false
 """
@@ -112,12 +168,13 @@ def _signal_group(child: subprocess.Popen[bytes], signum: int) -> None:
 
 
 def _die_with_parent() -> None:
-    """Linux: a child gets SIGTERM if `kindex up` itself is killed with SIGKILL (no orphan)."""
+    """Linux: a child is killed if `kindex up` itself is killed with SIGKILL (no orphan holds
+    the UI's port). SIGKILL, as Dagster's processes may ignore SIGTERM."""
     if sys.platform.startswith("linux"):
         import ctypes
 
         pr_set_pdeathsig = 1
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
 
 
 class StopRequested(Exception):
@@ -182,19 +239,86 @@ Press Ctrl-C to stop everything.
 """
 
 
+@dataclass
+class ObjectStore:
+    """Where the Dagster processes find S3: the configured endpoint, or the embedded server this
+    `kindex up` uses (and watches) through its lease."""
+
+    endpoint: str
+    env: dict[str, str]
+    lease: ServerLease | None = None
+    restarts: list[float] = field(default_factory=list)
+
+    def check(self) -> None:
+        """Start the embedded server again if it died; raise S3Died when it cannot be."""
+        if self.lease is None or self.lease.alive():
+            return
+        from pipelines.storage.errors import EmbeddedS3Error
+
+        now = time.monotonic()
+        self.restarts = [t for t in self.restarts if now - t < S3_RESTART_WINDOW_SECONDS] + [now]
+        dead = self.lease.server.pid if self.lease.server else "?"
+        if len(self.restarts) > MAX_S3_RESTARTS:
+            raise S3Died(
+                f"the embedded S3 server (pid {dead}) died {len(self.restarts)} times in "
+                f"{S3_RESTART_WINDOW_SECONDS / 60:.0f} minutes; not restarting it again"
+            )
+        print(
+            f"kindex up: the embedded S3 server (pid {dead}) died; starting it again...",
+            file=sys.stderr,
+            flush=True,
+        )
+        try:
+            server = self.lease.restart()
+        except EmbeddedS3Error as error:
+            raise S3Died(
+                f"the embedded S3 server died and could not be restarted: {error}"
+            ) from error
+        print(
+            f"kindex up: the embedded S3 server is back on {server.endpoint_url} (pid "
+            f"{server.pid}, {time.monotonic() - now:.1f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+class S3Died(RuntimeError):
+    pass
+
+
 @contextlib.contextmanager
-def _object_store(settings: Any, log_dir: Path) -> Iterator[tuple[dict[str, str], str]]:
-    """The configured endpoint, or an embedded SeaweedFS for the lifetime of `kindex up`.
-    Yields the environment the Dagster processes need to reach it, and its endpoint URL."""
+def _object_store(settings: Settings, log_dir: Path) -> Iterator[ObjectStore]:
+    """The configured endpoint, or the home's embedded SeaweedFS, held for the lifetime of
+    `kindex up` (started unless another command already runs it)."""
     if settings.s3_endpoint:
-        yield {}, str(settings.s3_endpoint)
+        yield ObjectStore(str(settings.s3_endpoint), {})
         return
-    from pipelines.storage.embedded import EmbeddedS3
+    from pipelines.storage.embedded import ServerLease
     from pipelines.storage.s3 import S3Store
 
-    with EmbeddedS3.from_settings(settings, log_path=log_dir / "s3.log") as server:
-        S3Store.from_settings(settings).ensure_bucket()  # the sensor lists it from the start
-        yield dict(server.client_env()), server.endpoint_url
+    lease = ServerLease(settings.home, port=settings.s3_port, log_path=log_dir / "s3.log")
+    with lease as server:
+        running = settings.replace(s3_port=server.port)
+        S3Store.from_settings(running).ensure_bucket()  # the sensor lists it from the start
+        env = {"KINDEX_HOME": str(settings.home), "KINDEX_S3_PORT": str(running.s3_port)}
+        yield ObjectStore(running.endpoint_url, env, lease)
+
+
+def write_up_file(home: Path, url: str) -> Path:
+    """`$KINDEX_HOME/up.json`, replaced atomically: readers see the old file or the new one."""
+    path = home / UP_FILE
+    tmp = path.with_name(f".{UP_FILE}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"url": url, "pid": os.getpid()}), encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def remove_up_file(home: Path) -> None:
+    """Remove up.json if this process wrote it (a later `kindex up` may have replaced it)."""
+    path = home / UP_FILE
+    with contextlib.suppress(FileNotFoundError, ValueError, KeyError):
+        if json.loads(path.read_text(encoding="utf-8"))["pid"] == os.getpid():
+            path.unlink()
 
 
 def prepare_instance(env: Mapping[str, str], log_dir: Path) -> None:
@@ -211,6 +335,7 @@ def prepare_instance(env: Mapping[str, str], log_dir: Path) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from pipelines.settings import Settings
+    from pipelines.storage.errors import StorageError
 
     settings = Settings.from_env()
     home = Path(settings.home)
@@ -223,8 +348,8 @@ def run(args: argparse.Namespace) -> int:
     supervisor = Supervisor(log_dir)
     with stop_on_signals(), contextlib.ExitStack() as stack:
         try:
-            s3_env, endpoint = stack.enter_context(_object_store(settings, log_dir))
-            env = dagster_env(os.environ, dagster_home, s3_env)
+            store = stack.enter_context(_object_store(settings, log_dir))
+            env = dagster_env(os.environ, dagster_home, store.env)
             prepare_instance(env, log_dir)
             module = ["-m", "definitions"]
             supervisor.start(
@@ -236,21 +361,24 @@ def run(args: argparse.Namespace) -> int:
             wait_until_ready(
                 f"http://{HOST}:{args.port}/server_info", supervisor, READY_TIMEOUT_SECONDS
             )
+            write_up_file(home, f"http://{HOST}:{args.port}")
             print(
-                banner(args.port, settings.bucket, endpoint, settings.incoming_prefix, home),
+                banner(args.port, settings.bucket, store.endpoint, settings.incoming_prefix, home),
                 flush=True,
             )
             while not (dead := supervisor.exited()):
-                time.sleep(0.5)
+                store.check()
+                time.sleep(POLL_SECONDS)
             print(f"kindex up: {', '.join(dead)} exited; stopping. See {log_dir}", file=sys.stderr)
             return 1
         except StopRequested as stop:
             print(f"kindex up: {stop}, stopping...", file=sys.stderr, flush=True)
             return 0
-        except (RuntimeError, TimeoutError) as error:
-            print(f"kindex up: {error}; logs in {log_dir}", file=sys.stderr)
+        except (RuntimeError, TimeoutError, StorageError) as error:
+            print(f"kindex up: {error}; stopping. Logs in {log_dir}", file=sys.stderr, flush=True)
             return 1
         finally:
             for signum in (signal.SIGINT, signal.SIGTERM):  # restored by stop_on_signals
                 signal.signal(signum, signal.SIG_IGN)
+            remove_up_file(home)
             supervisor.stop_all()

@@ -5,13 +5,24 @@ Data lives under `$KINDEX_HOME/s3/` and survives restarts; the log goes to
 (S3, master, volume, filer and admin, each with a gRPC port), plus the admin gRPC port, which its
 built-in maintenance worker always dials at admin HTTP port + 10000. Giving every port explicitly
 keeps parallel servers (tests under xdist) apart.
+
+Only the S3 API answers HTTP without a secret: `-disableHttp` turns off the master's and the
+filer's HTTP APIs (the master's would hand out write tokens and delete whole buckets), and
+`s3/security.toml` (mode 0600, read by weed from its working directory, rewritten at every start)
+makes the volume server demand JWTs signed with generated keys for every read and write (the S3
+gateway signs its own), and every gRPC port a client certificate (`tls.py`).
+
+One server serves a home at a time, shared by every command that needs it (`ServerLease`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import random
+import secrets
 import shutil
 import signal
 import socket
@@ -20,7 +31,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -33,11 +44,13 @@ from pipelines.storage.credentials import (
     write_private_file,
 )
 from pipelines.storage.errors import EmbeddedS3Error
+from pipelines.storage.tls import GrpcCertificates, write_grpc_certificates
 
 __all__ = [
     "EmbeddedS3",
     "EmbeddedS3Error",
     "PortPlan",
+    "ServerLease",
     "find_free_port_block",
     "running_server",
     "start_on_free_ports",
@@ -169,13 +182,18 @@ class EmbeddedS3:
         port: int = 8333,
         log_path: Path | None = None,
         ready_timeout: float = READY_TIMEOUT_SECONDS,
+        counts_as_user: bool = True,
     ) -> None:
         self.home = Path(home).resolve()
         self.port = port
         self.log_path = log_path or self.home / "logs" / "s3.log"
         self.ready_timeout = ready_timeout
+        # A server started directly (tests, benchmarks) is in use until stopped: commands that
+        # attach to it (`ServerLease`) leave it running. A lease counts its users itself.
+        self.counts_as_user = counts_as_user
         self._process: subprocess.Popen[bytes] | None = None
         self._credentials: S3Credentials | None = None
+        self._users_fd: int | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings, *, log_path: Path | None = None) -> EmbeddedS3:
@@ -205,6 +223,11 @@ class EmbeddedS3:
     @property
     def credentials_path(self) -> Path:
         return self.s3_dir / "credentials.json"
+
+    @property
+    def security_path(self) -> Path:
+        """weed reads `./security.toml` first; it runs with `s3_dir` as its working directory."""
+        return self.s3_dir / "security.toml"
 
     @property
     def endpoint_url(self) -> str:
@@ -252,7 +275,11 @@ class EmbeddedS3:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         write_private_file(self.config_path, seaweedfs_identity_config(self.credentials))
+        certificates = write_grpc_certificates(self.s3_dir / "tls")
+        write_private_file(self.security_path, seaweedfs_security_config(certificates))
         self._process = self._spawn(plan)
+        if self.counts_as_user:
+            self._users_fd = hold_shared(self.s3_dir / USERS_LOCK)
         write_private_file(
             self.state_path, json.dumps({"pid": self._process.pid, "port": self.port}).encode()
         )
@@ -275,6 +302,7 @@ class EmbeddedS3:
             "-s3.port.iceberg=0",
             "-s3.port.lance=0",
             "-master.telemetry=false",
+            "-disableHttp",  # the master's and filer's HTTP APIs: S3 and gRPC need neither
             # A lone volume server has no peers to drain to: stop in 1 s, not 2.
             "-volume.preStopSeconds=0",
             *plan.flags(),
@@ -287,6 +315,8 @@ class EmbeddedS3:
             return subprocess.Popen(
                 command,
                 cwd=self.s3_dir,
+                # WEED_* variables would override security.toml, HOME adds a second one.
+                env={k: v for k, v in os.environ.items() if not k.startswith("WEED_")},
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -322,7 +352,16 @@ class EmbeddedS3:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
-        self.state_path.unlink(missing_ok=True)
+        self._forget(process.pid)
+        if self._users_fd is not None:
+            os.close(self._users_fd)
+            self._users_fd = None
+
+    def _forget(self, pid: int) -> None:
+        """Remove what a stopped server `pid` leaves behind: its record and its sockets."""
+        with contextlib.suppress(FileNotFoundError, ValueError, KeyError):
+            if int(json.loads(self.state_path.read_text(encoding="utf-8"))["pid"]) == pid:
+                self.state_path.unlink(missing_ok=True)
         for path in PortPlan(self.port).local_sockets():
             if path.is_socket():
                 path.unlink(missing_ok=True)
@@ -361,24 +400,232 @@ def s3_answers(endpoint_url: str, timeout: float = 1.0) -> bool:
         return False
 
 
+# weed's components with a gRPC server; each needs the certificate, and `client` dials the others.
+GRPC_COMPONENTS = ("master", "volume", "filer", "s3", "admin", "worker", "msg_broker", "mq")
+
+
+def seaweedfs_security_config(certificates: GrpcCertificates) -> bytes:
+    """security.toml with fresh keys: the volume server accepts only reads and writes signed by
+    the master or the filer (the S3 gateway's path), the filer only signed HTTP requests, and
+    every gRPC port only callers that present `certificates`' certificate (mutual TLS)."""
+    sections = ("jwt.signing", "jwt.signing.read", "jwt.filer_signing", "jwt.filer_signing.read")
+    lines = ["# Written by kindex for its embedded SeaweedFS at every start. Secret: mode 0600."]
+    for section in sections:
+        lines += ["", f"[{section}]", f'key = "{secrets.token_urlsafe(32)}"']
+        lines.append("expires_after_seconds = 60")
+    lines += ["", "[access]", "ui = false"]
+    lines += ["", "[filer.expose_directory_metadata]", "enabled = false"]
+    lines += ["", "[grpc]", f"ca = {_toml_string(certificates.ca)}"]
+    for component in (*GRPC_COMPONENTS, "client"):
+        lines += ["", f"[grpc.{component}]"]
+        lines += [f"cert = {_toml_string(certificates.cert)}"]
+        lines += [f"key = {_toml_string(certificates.key)}"]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def _toml_string(path: Path) -> str:
+    return json.dumps(str(path))  # a TOML basic string: JSON's escapes
+
+
 def running_server(home: Path) -> RunningServer | None:
     """The embedded server another process started for this home, if it is alive and answers."""
-    state_path = Path(home) / "s3" / "server.json"
-    try:
-        state = json.loads(state_path.read_text(encoding="utf-8"))
-        server = RunningServer(pid=int(state["pid"]), port=int(state["port"]))
-    except (FileNotFoundError, ValueError, KeyError):
-        return None
-    if not _pid_alive(server.pid) or not s3_answers(server.endpoint_url):
+    server = recorded_server(home)
+    if server is None or not _pid_alive(server.pid) or not s3_answers(server.endpoint_url):
         return None
     return server
 
 
+def recorded_server(home: Path) -> RunningServer | None:
+    """What `$KINDEX_HOME/s3/server.json` records, alive or not."""
+    state_path = Path(home) / "s3" / "server.json"
+    try:
+        state = json.loads(state_path.read_text(encoding="utf-8"))
+        return RunningServer(pid=int(state["pid"]), port=int(state["port"]))
+    except (FileNotFoundError, ValueError, KeyError):
+        return None
+
+
 def _pid_alive(pid: int) -> bool:
+    """True while `pid` runs (a zombie, exited but not yet reaped, does not count)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return not Path("/proc/self").exists()  # no procfs: kill(0) is all there is
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _is_weed_of(pid: int, data_dir: Path) -> bool:
+    """Whether `pid` is a weed serving `data_dir` (a recorded pid may have been reused)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except FileNotFoundError:
+        return not Path("/proc/self").exists() and _pid_alive(pid)
+    except OSError:
+        return False
+    return f"-dir={data_dir}".encode() in argv
+
+
+def stop_pid(pid: int, data_dir: Path, timeout: float = STOP_TIMEOUT_SECONDS) -> None:
+    """Stop the weed `pid` started by any process: SIGTERM, SIGKILL after `timeout`."""
+    if not _is_weed_of(pid, data_dir):
+        return
+    for signum, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 10.0)):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
+        with contextlib.suppress(ChildProcessError):
+            # Our own child must be reaped; anyone else's is reaped by its parent or init.
+            os.waitpid(pid, os.WNOHANG)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+            if not _pid_alive(pid):
+                return
+            time.sleep(0.05)
+
+
+USERS_LOCK = "users.lock"
+
+
+def hold_shared(path: Path) -> int:
+    """An open descriptor holding a shared lock on `path` (closing it releases the lock)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    return fd
+
+
+class ServerLease:
+    """One command's use of the one embedded server of a home, started by whoever needs it first
+    and stopped by the last user to leave.
+
+    Two lock files in `$KINDEX_HOME/s3/` coordinate processes: `start.lock` (exclusive) is held
+    while a server is started, checked or stopped, so two commands never start two; every user
+    holds a shared lock on `users.lock` while it uses the server, and a leaver that can then take
+    that lock exclusively knows nobody else does. The kernel drops a killed user's locks."""
+
+    def __init__(self, home: Path, *, port: int = 8333, log_path: Path | None = None) -> None:
+        self.home = Path(home).resolve()
+        self.port = port
+        self.log_path = log_path
+        self.server: RunningServer | None = None
+        self._own: EmbeddedS3 | None = None  # the server this process started, if any
+        self._users_fd: int | None = None
+
+    @property
+    def s3_dir(self) -> Path:
+        return self.home / "s3"
+
+    @contextlib.contextmanager
+    def _start_lock(self) -> Iterator[None]:
+        self.s3_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.s3_dir / "start.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
+    def acquire(self) -> RunningServer:
+        """The home's server, started unless one runs (and answers) already."""
+        with self._start_lock():
+            if self._users_fd is None:
+                self._users_fd = hold_shared(self.s3_dir / USERS_LOCK)
+            try:
+                self.server = self._running_or_started(self.port)
+            except BaseException:
+                self._leave()
+                raise
+        return self.server
+
+    def _running_or_started(self, port: int) -> RunningServer:
+        server = recorded_server(self.home)
+        if server is not None and self._answers(server):
+            return server
+        self._stop_recorded()
+        own = EmbeddedS3(self.home, port=port, log_path=self.log_path, counts_as_user=False).start()
+        self._own = own
+        assert own.pid is not None
+        return RunningServer(pid=own.pid, port=own.port)
+
+    def _answers(self, server: RunningServer) -> bool:
+        """Whether the recorded server is usable. A live one gets time to answer: it may be
+        busy, or still starting (its starter killed on the way)."""
+        deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+        while _pid_alive(server.pid) and _is_weed_of(server.pid, self.s3_dir / "data"):
+            if s3_answers(server.endpoint_url, timeout=2.0):
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.2)
+        return False
+
+    def _stop_recorded(self) -> None:
+        """Stop and forget the recorded server: one that no longer answers (killed, hung), or
+        the one the last user leaves."""
+        server = recorded_server(self.home)
+        if server is not None:
+            stop_pid(server.pid, self.s3_dir / "data")
+            EmbeddedS3(self.home, port=server.port)._forget(server.pid)
+
+    def alive(self) -> bool:
+        """Whether the server this lease uses still runs. Its process, not an answer: under
+        load a live server may answer slowly, and a second one could not bind its ports."""
+        if self.server is None:
+            return False
+        if self._own is not None and self._own.pid == self.server.pid:
+            return self._own.is_running()  # also reaps it once it exited
+        return _pid_alive(self.server.pid)
+
+    def restart(self) -> RunningServer:
+        """After the server died: start another on the same port (where its users look for
+        it), unless another user did already."""
+        port = self.server.port if self.server is not None else self.port
+        with self._start_lock():
+            if self._own is not None and not self._own.is_running():
+                self._own.stop()  # reaps it
+                self._own = None
+            self.server = self._running_or_started(port)
+        return self.server
+
+    def release(self) -> None:
+        """Stop using the server; the last user stops it."""
+        with self._start_lock():
+            self._leave()
+
+    def _leave(self) -> None:
+        if self._users_fd is not None:
+            os.close(self._users_fd)
+            self._users_fd = None
+        fd = os.open(self.s3_dir / USERS_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                self._own = None  # still in use: it outlives this process
+                return
+            if self._own is not None:
+                self._own.stop()
+                self._own = None
+            self._stop_recorded()
+            self.server = None
+        finally:
+            os.close(fd)
+
+    def __enter__(self) -> RunningServer:
+        return self.acquire()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()

@@ -17,3 +17,8 @@ class StorageAccessDenied(StorageError):
 
 class EmbeddedS3Error(StorageError):
     """The embedded SeaweedFS could not be started or is in an unexpected state."""
+
+
+class KeyRefused(StorageError):
+    """The S3 endpoint (or the client, before sending) refused an object key: too long, or with
+    characters or path segments the server does not accept."""

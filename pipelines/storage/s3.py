@@ -9,6 +9,7 @@ surface as `StorageUnreachable` or `StorageAccessDenied` with a message that nam
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,14 +20,21 @@ import boto3
 import botocore.exceptions as boto_errors
 from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
-from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential
+from tenacity import (
+    retry,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_exponential,
+)
 
 from pipelines.settings import Settings
 from pipelines.storage.base import NoSuchKey, ObjectInfo
 from pipelines.storage.credentials import S3Credentials, load_or_create_credentials
-from pipelines.storage.embedded import EmbeddedS3, running_server
+from pipelines.storage.embedded import ServerLease
 from pipelines.storage.errors import (
     EmbeddedS3Error,
+    KeyRefused,
     StorageAccessDenied,
     StorageError,
     StorageUnreachable,
@@ -35,6 +43,7 @@ from pipelines.storage.errors import (
 T = TypeVar("T")
 __all__ = [
     "EmbeddedS3Error",
+    "KeyRefused",
     "S3Store",
     "StorageAccessDenied",
     "StorageError",
@@ -44,6 +53,9 @@ __all__ = [
 ]
 
 DEFAULT_MAX_ATTEMPTS = 4
+# The embedded server is down only while it is being started again (by `kindex up`, within
+# seconds): a request that finds nothing listening tries again for this long.
+EMBEDDED_RECONNECT_SECONDS = 60.0
 BODY_READ_ATTEMPTS = 3
 MULTIPART_THRESHOLD = 64 * 1024 * 1024
 COPY_OBJECT_LIMIT = 5 * 1024**3  # S3's largest single CopyObject
@@ -59,6 +71,12 @@ ACCESS_DENIED_CODES = frozenset(
     }
 )
 MISSING_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
+# What S3 servers answer to a key they refuse (SeaweedFS: KeyTooLongError over 1,024 bytes,
+# InvalidRequest for a NUL or a `..` segment, a bare 400 to a HEAD, which has no body).
+REFUSED_KEY_CODES = frozenset(
+    {"KeyTooLongError", "InvalidRequest", "InvalidObjectName", "InvalidKey", "InvalidURI", "400"}
+)
+SHOWN_KEY_CHARACTERS = 80
 # Raised while a response body streams in; botocore's retries end when the headers arrive.
 BODY_READ_ERRORS: tuple[type[Exception], ...] = (
     boto_errors.ResponseStreamingError,
@@ -89,11 +107,13 @@ class S3Store:
         credentials: S3Credentials | None = None,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         page_size: int = 1000,
+        reconnect_seconds: float = 0.0,
         client: Any = None,
     ) -> None:
         self.bucket = bucket
         self.endpoint_url = endpoint_url
         self.page_size = page_size
+        self.reconnect_seconds = reconnect_seconds
         self._credentials = credentials
         self.client = client or make_client(
             endpoint_url=endpoint_url,
@@ -111,6 +131,7 @@ class S3Store:
         credentials = None
         if settings.embedded:
             credentials = load_or_create_credentials(settings.credentials_path)
+            options.setdefault("reconnect_seconds", EMBEDDED_RECONNECT_SECONDS)
         return cls(
             settings.bucket,
             endpoint_url=settings.endpoint_url,
@@ -123,7 +144,11 @@ class S3Store:
     def with_bucket(self, bucket: str) -> S3Store:
         """The same endpoint and client, another bucket."""
         return S3Store(
-            bucket, endpoint_url=self.endpoint_url, page_size=self.page_size, client=self.client
+            bucket,
+            endpoint_url=self.endpoint_url,
+            page_size=self.page_size,
+            reconnect_seconds=self.reconnect_seconds,
+            client=self.client,
         )
 
     # -- the ObjectStore protocol --------------------------------------------------------------
@@ -208,16 +233,22 @@ class S3Store:
         return _info(key, response, int(response["ContentLength"]))
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
-        """Every object under `prefix`, in key order, one page at a time."""
-        paginator = self.client.get_paginator("list_objects_v2")
-        pages = paginator.paginate(
-            Bucket=self.bucket, Prefix=prefix, PaginationConfig={"PageSize": self.page_size}
-        )
-        iterator = iter(pages)
+        """Every object under `prefix`, in key order, one page at a time (each page its own
+        request, so a failed one is sent again from where the listing was)."""
+        token: str | None = None
         while True:
-            page = self._call("list", prefix, lambda: next(iterator, None))
-            if page is None:
-                return
+            more = {"ContinuationToken": token} if token else {}
+            page = self._call(
+                "list",
+                prefix,
+                functools.partial(
+                    self.client.list_objects_v2,
+                    Bucket=self.bucket,
+                    Prefix=prefix,
+                    MaxKeys=self.page_size,
+                    **more,
+                ),
+            )
             for item in page.get("Contents", []):
                 yield ObjectInfo(
                     key=item["Key"],
@@ -225,6 +256,9 @@ class S3Store:
                     size=int(item["Size"]),
                     last_modified=_utc(item["LastModified"]),
                 )
+            token = page.get("NextContinuationToken")
+            if not page.get("IsTruncated") or not token:
+                return
 
     def delete(self, key: str) -> None:
         self._call("delete", key, lambda: self.client.delete_object(Bucket=self.bucket, Key=key))
@@ -285,14 +319,26 @@ class S3Store:
     # -- errors --------------------------------------------------------------------------------
 
     def _call(self, action: str, key: str, operation: Callable[[], T]) -> T:
-        """Run one S3 operation, turning botocore's exceptions into kindex's."""
+        """Run one S3 operation, turning botocore's exceptions into kindex's. Where nothing
+        listened (the request was never sent), it is sent again for `reconnect_seconds`."""
         where = f"s3://{self.bucket}/{key}"
+        if self.reconnect_seconds > 0:
+            operation = retry(
+                retry=retry_if_exception_type(boto_errors.EndpointConnectionError),
+                stop=stop_after_delay(self.reconnect_seconds),
+                wait=wait_exponential(multiplier=0.2, max=2),
+                reraise=True,
+            )(operation)
         try:
             return operation()
         except UNREACHABLE_ERRORS as error:
             raise StorageUnreachable(
                 f"cannot reach the S3 endpoint {self._endpoint_name()} ({action} {where}): {error}"
             ) from error
+        except boto_errors.ParamValidationError as error:
+            if not key:
+                raise
+            raise KeyRefused(f"{action} {_shown(where)}: {_one_line(str(error))}") from error
         except boto_errors.NoCredentialsError as error:
             raise StorageAccessDenied(
                 f"no S3 credentials for {self._endpoint_name()}: set AWS_ACCESS_KEY_ID and "
@@ -304,6 +350,12 @@ class S3Store:
                 raise NoSuchKey(key) from error
             if code == "NoSuchBucket":
                 raise NoSuchKey(f"{key} (bucket {self.bucket} does not exist)") from error
+            if code in REFUSED_KEY_CODES and key:
+                message = error.response.get("Error", {}).get("Message") or "refused"
+                raise KeyRefused(
+                    f"the S3 endpoint {self._endpoint_name()} refused the key of {action} "
+                    f"{_shown(where)} ({len(key.encode())} bytes): {code}: {message}"
+                ) from error
             if code in ACCESS_DENIED_CODES:
                 raise StorageAccessDenied(
                     f"the S3 endpoint {self._endpoint_name()} refused the credentials "
@@ -384,16 +436,15 @@ def _loopback(endpoint_url: str | None) -> bool:
 @contextlib.contextmanager
 def store_session(settings: Settings, **options: Any) -> Iterator[S3Store]:
     """A store with its bucket created. With no endpoint configured, uses the embedded server
-    of `settings.home`: attaches to one already running (`kindex up`), or starts one and stops
-    it on exit."""
-    running = running_server(settings.home) if settings.embedded else None
-    if settings.embedded and running is None:
-        with EmbeddedS3.from_settings(settings, log_path=settings.logs_dir / "s3.log"):
-            yield _store_with_bucket(settings, options)
+    of `settings.home`, shared with every other command using it (`kindex up` included): the
+    first starts it, the last to leave stops it."""
+    if not settings.embedded:
+        yield _store_with_bucket(settings, options)
         return
-    if running is not None:
-        settings = settings.replace(s3_port=running.port)
-    yield _store_with_bucket(settings, options)
+    with ServerLease(
+        settings.home, port=settings.s3_port, log_path=settings.logs_dir / "s3.log"
+    ) as server:
+        yield _store_with_bucket(settings.replace(s3_port=server.port), options)
 
 
 def _store_with_bucket(settings: Settings, options: Mapping[str, Any]) -> S3Store:
@@ -428,6 +479,18 @@ def _etag(value: str) -> str:
 
 def _utc(value: datetime) -> datetime:
     return value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def _shown(text: str) -> str:
+    """`text` for a one-line message: control characters escaped, a long key shortened."""
+    shown = text.encode("unicode_escape").decode("ascii")
+    if len(shown) > SHOWN_KEY_CHARACTERS:
+        shown = shown[: SHOWN_KEY_CHARACTERS - 1] + "…"
+    return shown
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
 def _code(error: boto_errors.ClientError) -> str:
