@@ -1,11 +1,11 @@
 """Nothing dropped falls through unseen: the invariant, judged from the bucket alone.
 
 Every object version under the incoming prefix has a snapshot and, for the current parser, a
-record set (its quarantine rows included) that registered the read of that version. Both are
-visible in listings: a record set's reads are `records/<parser version>/<hex>/reads/<read id>.json`,
-where the read id is a hash of the version's bucket, key, ETag and version id, and its snapshot
-is `snapshots/sha256/<hex>`. So a check of thousands of objects costs a few listings, and GETs
-only for versions that fail it (to say whether their snapshot exists).
+record set (its quarantine rows included) that registered the read of that version. A version's
+read is its key's newest read record with its ETag (`snapshots/reads/<key>/<hex>.json`, which
+names the read id); a record set's reads are `records/<parser version>/<hex>/reads/<read id>.json`
+and its snapshot is `snapshots/sha256/<hex>`. So a check costs a few listings, and a GET of each
+read record that changed since the last check (they are cached by their ETag).
 
 Also here: the snapshot of a given object version, looked up in the bucket (not in Dagster's
 event log, whose queries are bounded), for one file or for ten thousand.
@@ -17,10 +17,9 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 from pipelines.index.layout import IndexLayout
-from pipelines.index.reads import ObjectRead
+from pipelines.index.reads import read_id
 from pipelines.index.record_objects import READS_DIR, SUMMARY_FILE
 from pipelines.sensor_cursor import ObjectVersionRef
 from pipelines.settings import Settings
@@ -40,13 +39,16 @@ def current_parser_versions() -> frozenset[str]:
     return frozenset({parser_version(), BUNDLE_PARSER_VERSION})
 
 
-def read_id_of(bucket: str, info: ObjectInfo) -> str:
-    """The id under which a record set registers its read of this object version. The id
-    depends only on the version's identity, so the other fields are placeholders."""
-    epoch = datetime.fromtimestamp(0, UTC)
-    return ObjectRead(
-        "", bucket, info.key, info.etag, info.version_id, 0, epoch, epoch, "", ""
-    ).read_id
+def read_id_of(read: Snapshot) -> str:
+    """The id under which a record set registers this read (pipelines/index/reads.py)."""
+    return read_id(
+        read.bucket, read.key, read.etag, read.version_id, read.last_modified, read.taken_at
+    )
+
+
+# Read records seen by earlier checks in this process, per bucket and record key: (record ETag,
+# read). A sensor checks every minute; only records written since are fetched again.
+_read_caches: dict[str, dict[str, tuple[str, Snapshot]]] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,27 +78,39 @@ def reconcile(
     objects = [o for o in store.list(settings.incoming_prefix) if not o.key.endswith("/")]
     read_hexes = _current_reads(store, layout, versions)
     snapshots = {o.key.rsplit("/", 1)[-1] for o in store.list(f"{settings.snapshot_prefix}sha256/")}
-    failing = [o for o in objects if not _has(read_hexes, snapshots, store.bucket, o)]
-    # A listing carries no version id; on a versioned bucket the read id needs the HEAD's.
-    failing = [
-        o
-        for o in _with_version_ids(store, failing)
-        if not _has(read_hexes, snapshots, store.bucket, o)
-    ]
-    refs = [ObjectVersionRef(o.key, o.etag) for o in failing]
-    found = snapshots_of_versions(store, settings, refs)
-    return Reconciliation(
-        objects=len(objects),
-        missing=[
-            MissingVersion(o, has_snapshot=ref in found and found[ref].hex in snapshots)
-            for o, ref in zip(failing, refs, strict=True)
-        ],
-    )
+    reads = _reads_by_version(store, settings)
+    missing = []
+    for o in objects:
+        read = reads.get((o.key, o.etag))
+        if read is None or read.hex not in snapshots:
+            missing.append(MissingVersion(o, has_snapshot=False))
+        elif read_hexes.get(read_id_of(read)) != read.hex:
+            missing.append(MissingVersion(o, has_snapshot=True))
+    return Reconciliation(objects=len(objects), missing=missing)
 
 
-def _has(read_hexes: dict[str, str], snapshots: set[str], bucket: str, info: ObjectInfo) -> bool:
-    snapshot_hex = read_hexes.get(read_id_of(bucket, info))
-    return snapshot_hex is not None and snapshot_hex in snapshots
+def _reads_by_version(store: ObjectStore, settings: Settings) -> dict[tuple[str, str], Snapshot]:
+    """For each (key, ETag) ever read, its newest read."""
+    listed = {o.key: o.etag for o in store.list(reads_prefix(settings)) if o.key.endswith(".json")}
+    read_cache = _read_caches.setdefault(store.bucket, {})
+    for stale in read_cache.keys() - listed.keys():
+        del read_cache[stale]
+    changed = [k for k, etag in listed.items() if read_cache.get(k, ("",))[0] != etag]
+    with ThreadPoolExecutor(LOOKUP_THREADS) as pool:
+        for record_key, read in zip(
+            changed, pool.map(lambda k: _read_record(store, k), changed), strict=True
+        ):
+            if read is not None:
+                read_cache[record_key] = (listed[record_key], read)
+    newest: dict[tuple[str, str], Snapshot] = {}
+    for record_key in listed:
+        cached = read_cache.get(record_key)
+        if cached is not None:
+            read = cached[1]
+            held = newest.get((read.key, read.etag))
+            if held is None or read.order > held.order:
+                newest[(read.key, read.etag)] = read
+    return newest
 
 
 def _current_reads(
@@ -114,17 +128,6 @@ def _current_reads(
             elif rest.startswith(READS_DIR + "/") and rest.endswith(".json"):
                 reads[rest.removeprefix(READS_DIR + "/").removesuffix(".json")] = snapshot_hex
     return {read_id: h for read_id, h in reads.items() if h in complete}
-
-
-def _with_version_ids(store: ObjectStore, objects: Sequence[ObjectInfo]) -> list[ObjectInfo]:
-    if not objects:
-        return []
-    with ThreadPoolExecutor(LOOKUP_THREADS) as pool:
-        heads = list(pool.map(lambda o: store.head(o.key), objects))
-    return [
-        head if head is not None and head.etag == o.etag and head.version_id else o
-        for o, head in zip(objects, heads, strict=True)
-    ]
 
 
 def snapshots_of_versions(

@@ -36,6 +36,23 @@ def newest_order(
     return (committed_at or last_modified, last_modified, taken_at, read_id)
 
 
+def read_id(
+    bucket: str,
+    key: str,
+    etag: str,
+    version_id: str | None,
+    last_modified: datetime,
+    taken_at: datetime,
+) -> str:
+    """One per read of an object version: the same bytes uploaded to the key again are a new
+    version (a new LastModified, or a new read within the same second); processing the same
+    read again (a backfill) gives the same id."""
+    text = "\x1f".join(
+        [bucket, key, etag, version_id or "", last_modified.isoformat(), taken_at.isoformat()]
+    )
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
 @dataclass(frozen=True, slots=True)
 class ObjectRead:
     snapshot_digest: str
@@ -54,20 +71,14 @@ class ObjectRead:
 
     @property
     def read_id(self) -> str:
-        """One per read of an object version: the same bytes uploaded to the key again are a new
-        version (a new LastModified, or a new read within the same second), processing the same
-        read again (a backfill) gives the same id."""
-        text = "\x1f".join(
-            [
-                self.bucket,
-                self.source_key,
-                self.etag,
-                self.version_id or "",
-                self.last_modified.isoformat(),
-                self.taken_at.isoformat(),
-            ]
+        return read_id(
+            self.bucket,
+            self.source_key,
+            self.etag,
+            self.version_id,
+            self.last_modified,
+            self.taken_at,
         )
-        return hashlib.sha256(text.encode()).hexdigest()[:32]
 
     def to_json(self) -> bytes:
         data = asdict(self) | {"read_id": self.read_id}
