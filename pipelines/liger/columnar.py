@@ -23,54 +23,42 @@ from dataclasses import dataclass
 from difflib import SequenceMatcher
 from functools import lru_cache
 from itertools import islice
-from typing import Any, BinaryIO, NamedTuple, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.canonical import MAX_SAFE_INTEGER, number_text
+from pipelines.canonical import number_text
 from pipelines.liger.normalize import (
-    FIELD_LIMIT,
-    NAME_LIMIT,
     Layout,
     Normalizer,
-    RowRejected,
     Series,
     Workload,
     duplicate_outcome,
     json_string,
     outcome_of,
-    parse_timestamp,
-    slug,
     version_json,
 )
 from pipelines.liger.read import CsvRecord, LigerCsv, RecordColumns, open_liger_csv
+from pipelines.liger.rules import (
+    FIELD_LIMIT,
+    NAME_LIMIT,
+    RowRejected,
+    Stamp,
+    in_range,
+    positive_numbers,
+    stamps,
+    stored_values,
+)
 from pipelines.records import Record, RowOutcome
 from pipelines.seen_keys import SeenKeys, digests_of
 
-# What the vectorized number check accepts: digits with an optional fraction. Anything else
-# ("1e-05", " 1", "+1", "nan") goes through the row path and its full grammar.
-PLAIN_DECIMAL = r"^[0-9]+(\.[0-9]+)?$"
 # Where Arrow's float formatting is ECMAScript's (tests/test_liger_columnar.py); numbers outside
 # it are formatted by canonical.number_text.
 ARROW_FLOAT_TEXT = (1e-6, 1e10)
 
 Value = TypeVar("Value")
-
-
-class Stamp(NamedTuple):
-    """A distinct timestamp of a batch, as parse_timestamp reads it (once per distinct text)."""
-
-    observed_at: str
-    observed_at_json: str
-    form: str  # as externalIds write it
-    slug: str  # slug(form)
-
-
-# The timestamps read column-wise: Liger's own form in ASCII digits. Any other text goes through
-# parse_timestamp and its full grammar.
-PLAIN_TIMESTAMP = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[ T][0-9]{2}:[0-9]{2}:[0-9]{2}$"
 
 
 @dataclass(slots=True)
@@ -171,42 +159,6 @@ def _distinct(columns: Sequence[pa.Array]) -> tuple[pa.Array, np.ndarray]:
     return pa.array(first[order]), rank[codes]
 
 
-def _stamps(texts: pa.Array) -> list[Stamp | None]:
-    """The Stamp of each (distinct) timestamp text, None where parse_timestamp rejects it. Texts
-    in Liger's form with a day of month up to 28 (a valid date in every month) are cut apart
-    column-wise: their parts are ASCII digits, which neither slugs nor JSON change. The rest take
-    parse_timestamp."""
-    plain = pc.match_substring_regex(texts, PLAIN_TIMESTAMP).to_numpy(zero_copy_only=False)
-    parseable = pc.if_else(pa.array(plain), texts, "0001-01-01 00:00:00")
-
-    def part(start: int, stop: int) -> pa.Array:
-        return pc.utf8_slice_codeunits(parseable, start, stop)
-
-    year, month, day, hour, minute, second = (
-        pc.cast(part(start, start + size), pa.int64()).to_numpy()
-        for start, size in ((0, 4), (5, 2), (8, 2), (11, 2), (14, 2), (17, 2))
-    )
-    simple = plain & (year >= 1) & (month >= 1) & (month <= 12) & (day >= 1) & (day <= 28)
-    simple &= (hour <= 23) & (minute <= 59) & (second <= 59)
-    date, clock = part(0, 10), part(11, 19)
-    observed = pc.binary_join_element_wise(date, "T", clock, ".000Z", "").to_pylist()
-    form = pc.binary_join_element_wise(
-        date, part(11, 13), part(14, 16), part(17, 19), "-"
-    ).to_pylist()
-    return [
-        Stamp(observed[i], f'"{observed[i]}"', form[i], form[i]) if simple[i] else _stamp(text)
-        for i, text in enumerate(texts.to_pylist())
-    ]
-
-
-def _stamp(text: str) -> Stamp | None:
-    try:
-        observed, form = parse_timestamp(text)
-    except RowRejected:
-        return None
-    return Stamp(observed, json_string(observed), form, slug(form))
-
-
 def _plain_runs(
     size: int,
     candidates: np.ndarray,
@@ -233,24 +185,23 @@ def _plain_runs(
         lambda k: _known(lambda: normalizer.workload(*k)) if k[0] in kernels else None,
     )
     first_stamps, stamp_ids = _distinct([timestamp])
-    stamps = _stamps(timestamp.take(first_stamps))
+    stamp_list = stamps(timestamp.take(first_stamps))
     versions, version_ids = _encode([version], lambda k: k[0].strip())
-    texts = [median, p20, p80]
-    numeric = _all(pc.match_substring_regex(t, PLAIN_DECIMAL) for t in texts)
-    stats = [pc.cast(pc.if_else(numeric, t, "1"), pa.float64()).to_numpy() for t in texts]
+    numbers = [positive_numbers(t) for t in (median, p20, p80)]
+    numeric = _all(plain for plain, _ in numbers)
+    stats = [values for _, values in numbers]
 
     good_series = np.array([s is not None and _nameable(s) for s in series])[series_ids]
     good_workload = np.array([w is not None and bool(w.case_slug) for w in workloads])[workload_ids]
-    good_stamp = np.array([s is not None and bool(s.slug) for s in stamps])[stamp_ids]
+    good_stamp = np.array([s is not None and bool(s.slug) for s in stamp_list])[stamp_ids]
     scale = np.array([s.scale if s is not None else 1.0 for s in series])[series_ids]
-    rounded = np.stack([_js_round(s * scale) for s in stats], axis=1)
+    rounded = stored_values(np.stack(stats, axis=1), scale[:, None])
     keep = (
         numeric.to_numpy(zero_copy_only=False)
         & good_series
         & good_workload
         & good_stamp
-        & (np.stack(stats, axis=1) > 0).all(axis=1)
-        & (rounded <= MAX_SAFE_INTEGER).all(axis=1)
+        & in_range(rounded)
     )
     rows = np.flatnonzero(keep)
     if not len(rows):
@@ -264,7 +215,7 @@ def _plain_runs(
             series_ids=series_ids[rows],
             workloads=workloads,
             workload_ids=workload_ids[rows],
-            stamps=stamps,
+            stamps=stamp_list,
             stamp_ids=stamp_ids[rows],
             stats=[s[rows] for s in stats],
             values=rounded[rows].astype(np.int64),
@@ -536,13 +487,6 @@ def _run_digests(
         digest.update(data[start:end])
         hexes.append(digest.hexdigest())
     return pc.binary_join_element_wise("sha256:", pa.array(hexes, pa.string()), "")
-
-
-def _js_round(x: np.ndarray) -> np.ndarray:
-    """JavaScript's Math.round, element-wise, as normalize.js_round does it (still floats)."""
-    floor = np.floor(x)
-    with np.errstate(invalid="ignore"):  # inf - inf: such rows exceed 2**53 and take the row path
-        return floor + (x - floor >= 0.5)
 
 
 def _all(masks: Any) -> pa.Array:

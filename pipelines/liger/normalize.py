@@ -9,16 +9,13 @@ other row becomes a quarantine outcome with a stable reason code; no row is drop
 from __future__ import annotations
 
 import io
-import json
-import math
-import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from datetime import datetime
 from functools import cached_property, lru_cache
 from operator import itemgetter
 from typing import Any
 
+import numpy as np
 import orjson
 
 from pipelines import API_VERSION
@@ -40,31 +37,62 @@ from pipelines.curation import (
     load,
 )
 from pipelines.liger.read import COLUMNS, CsvRecord, NotLigerCsv
+from pipelines.liger.rules import (
+    FIELD_LIMIT,
+    LABEL,
+    NAME_LIMIT,
+    SLUG_BREAK,
+    SOURCE,
+    Reason,
+    RowRejected,
+    axis_value,
+    binding_of,
+    check_known,
+    environment_name,
+    external_id,
+    implementation_name,
+    in_range,
+    is_baseline,
+    is_integer,
+    is_memory,
+    joined_slug,
+    kernel_of,
+    metric_scale,
+    parse_config,
+    parse_positive,
+    parse_timestamp,
+    positive_integer,
+    protocol_name,
+    run_name_parts,
+    run_title,
+    scalars_of,
+    sizes_of,
+    slug,
+    stored_values,
+)
 from pipelines.records import Record, RowOutcome, RunFacts
 
 PARSER_VERSION = "liger-csv/1"  # the code's version; see parser_version() for the full one
-SOURCE = "liger-kernel-bench"
-NAME_LIMIT = 100  # metadata.name length the reference importer cuts at
-# A real field is under 300 characters; a longer one than this is garbage or an attack, and would
-# ride every record and index row of its run (README: `field_too_large`).
-FIELD_LIMIT = 2**20
 
-__all__ = ["PARSER_VERSION", "NotLigerCsv", "normalize_bytes", "normalize_lines", "parser_version"]
+__all__ = [
+    "FIELD_LIMIT",
+    "NAME_LIMIT",
+    "PARSER_VERSION",
+    "NotLigerCsv",
+    "RowRejected",
+    "joined_slug",
+    "normalize_bytes",
+    "normalize_lines",
+    "parse_timestamp",
+    "parser_version",
+    "slug",
+]
 
 
 def parser_version(curation: Curation | None = None) -> str:
     """The code's version plus the curation's fingerprint: records made by another curation (a
     GPU added since, say) are rebuilt by a backfill, not reused."""
     return f"{PARSER_VERSION}+{(curation or load()).fingerprint}"
-
-
-# JavaScript's Number() grammar for decimal literals, without its leniencies Python adds
-# (underscores, "nan", "infinity").
-_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
-_TIMESTAMP = re.compile(r"(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})")
-_SLUG_BREAK = re.compile(r"[^a-z0-9]+")
-# What an x value that names a configuration may be (it rides the run's externalId and name).
-_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}")
 
 
 # The columns the normalizer reads, in the order `Normalizer.normalize_fields` takes them.
@@ -83,66 +111,6 @@ class Layout:
     def of(cls, columns: tuple[str, ...]) -> Layout:
         indices = tuple(columns.index(c) for c in ROW_COLUMNS)
         return cls(len(columns), itemgetter(*indices), indices)
-
-
-class RowRejected(Exception):
-    """A row the normalizer cannot turn into records; becomes a quarantine outcome."""
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(detail)
-        self.reason = reason
-        self.detail = detail
-
-
-@lru_cache(maxsize=4096)
-def slug(text: str) -> str:
-    """Lowercase, every run of other characters one hyphen, none at the ends."""
-    return _SLUG_BREAK.sub("-", text.lower()).strip("-")
-
-
-def joined_slug(*parts: str) -> str:
-    """slug("-".join(parts)) from cached per-part slugs (equal when no part slugs to empty)."""
-    slugs = [slug(part) for part in parts]
-    return "-".join(slugs) if all(slugs) else slug("-".join(parts))
-
-
-def js_round(value: float) -> int:
-    """JavaScript's Math.round: the nearest integer, halves toward +infinity."""
-    floor = math.floor(value)
-    return floor + 1 if value - floor >= 0.5 else floor
-
-
-def parse_positive(text: str, column: str) -> float:
-    # The common form (ASCII digits and one point) first: cheaper than the full grammar.
-    if text.isascii() and text.replace(".", "", 1).isdigit():
-        value = float(text)
-        if value > 0 and value != math.inf:  # 400 digits parse as inf
-            return value
-        if value == 0:
-            raise RowRejected("non_positive_value", f"{column} must be positive, got {text!r}")
-    if not _NUMBER.fullmatch(text.strip()):
-        raise RowRejected("bad_number", f"{column} is not a number: {text[:80]!r}")
-    value = float(text)
-    if not math.isfinite(value):
-        raise RowRejected("bad_number", f"{column} is out of range: {text[:80]!r}")
-    if value <= 0:
-        raise RowRejected("non_positive_value", f"{column} must be positive, got {text!r}")
-    return value
-
-
-@lru_cache(maxsize=1024)  # a benchmark script stamps all rows of one run alike
-def parse_timestamp(text: str) -> tuple[str, str]:
-    """Liger's naive timestamp, read as UTC: (observedAt, the form used in externalIds)."""
-    match = _TIMESTAMP.fullmatch(text.strip())
-    if not match:
-        raise RowRejected("bad_timestamp", f"timestamp is not 'YYYY-MM-DD HH:MM:SS': {text[:80]!r}")
-    year, month, day, hour, minute, second = match.groups()
-    try:
-        datetime(int(year), int(month), int(day), int(hour), int(minute), int(second))
-    except ValueError as error:
-        raise RowRejected("bad_timestamp", f"timestamp {text!r}: {error}") from None
-    observed = f"{year}-{month}-{day}T{hour}:{minute}:{second}.000Z"
-    return observed, f"{year}-{month}-{day}-{hour}-{minute}-{second}"
 
 
 def _manifest(kind: str, metadata: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
@@ -178,23 +146,7 @@ class Normalizer:
         self.kernel_of = lru_cache(maxsize=1024)(self._kernel_of)
 
     def _kernel_of(self, kernel: str, config_text: str) -> str:
-        """The curated kernel a row's kernel name and config name: the name itself, unless
-        `kernelNames` in kernels.yaml renames it or lets a config key pick the kernel."""
-        variant = self.curation.kernel_names.get(kernel)
-        if variant is None:
-            return kernel
-        key, kernels = variant
-        if key is None:  # a rename
-            return kernels[None]
-        value = _parse_config(config_text).get(key)
-        picked = next(
-            (k for v, k in kernels.items() if v == value and type(v) is type(value)), None
-        )
-        if picked is None:
-            raise RowRejected(
-                "unknown_config_shape", f"{kernel}: config {key}={value!r} names no curated kernel"
-            )
-        return picked
+        return kernel_of(self.curation, kernel, config_text)
 
     # --- shared manifests -------------------------------------------------------------------
     def operation(self, kernel: str) -> Record:
@@ -210,11 +162,11 @@ class Normalizer:
         kernel = self.curation.kernels[kernel_name]
         provider = self.curation.providers[provider_name]
         metadata: dict[str, Any] = {
-            "name": f"liger-bench-{slug(kernel_name)}-{slug(provider_name)}",
+            "name": implementation_name(kernel_name, provider_name),
             "title": f"{kernel.title} · {provider.title}",
             "description": provider.description,
         }
-        if provider.baseline:
+        if is_baseline(self.curation, provider_name):
             metadata["labels"] = {"role": "baseline"}
         metadata["sourceRefs"] = [{"url": self.curation.harness["repository"]}]
         spec = {
@@ -227,7 +179,7 @@ class Normalizer:
     def _environment(self, gpu_name: str) -> Record:
         gpu = self.curation.gpus[gpu_name]
         metadata = {
-            "name": f"liger-bench-{slug(gpu_name)}",
+            "name": environment_name(gpu_name),
             "title": f"Liger benchmark host · {gpu.title}",
         }
         return _record(
@@ -238,9 +190,9 @@ class Normalizer:
 
     def _protocol(self, metric: str, mode: str) -> Record:
         method, passing = self.curation.metrics[metric], self.curation.passes[mode]
-        memory = metric == "memory"
+        memory = is_memory(metric)
         metadata = {
-            "name": f"liger-bench-{'memory' if memory else 'do-bench'}-{mode}",
+            "name": protocol_name(mode, memory),
             "title": f"Liger benchmark harness · {passing.title}"
             + (" · peak memory" if memory else ""),
         }
@@ -267,15 +219,15 @@ class Normalizer:
         """What the workloads of one config share; raises what `reference_workload` raises
         before it reads x, and is None where splicing is not provably byte-identical."""
         kernel = self.curation.kernels[kernel_name]
-        binding, config = _binding(kernel, x_name, _parse_config(config_text))
+        binding, config = binding_of(kernel, x_name, parse_config(config_text))
         if binding.named_x:  # x is a name, not a size: the generic path binds it
             return None
-        values = {k: v for k, v in config.items() if _is_integer(v)}
+        values = {k: v for k, v in config.items() if is_integer(v)}
         axes = _fixed_axes(binding, values)
         if axes is None:
             return None
         try:
-            scalars, dtype = _scalars(kernel, config), self._dtype(kernel, binding, config)
+            scalars, dtype = scalars_of(kernel, config), self._dtype(kernel, binding, config)
         except RowRejected as rejected:  # raised once x and the axes pass, as the generic path does
             return WorkloadFamily(kernel, values, axes, (rejected.reason, rejected.detail), None)
         except Exception:  # anything else: the generic path raises it, in its order
@@ -289,7 +241,7 @@ class Normalizer:
         """The workload built as a dict and digested by the generic canonical path: the
         definition `_workload` is held to (tests/test_liger_workloads.py)."""
         kernel = self.curation.kernels[kernel_name]
-        binding, config = _binding(kernel, x_name, _parse_config(config_text))
+        binding, config = binding_of(kernel, x_name, parse_config(config_text))
         axes, dtype, scalars = self._bind(kernel, binding, x_text, config)
         case_key = "-".join(f"{name}{axes[name]}" for name in sorted(axes)) + f"-{dtype}"
         spec: dict[str, Any] = {
@@ -317,42 +269,44 @@ class Normalizer:
     def _bind(
         self, kernel: Kernel, binding: Binding, x_text: str, config: dict[str, Any]
     ) -> tuple[dict[str, int], str, dict[str, float | int]]:
-        values = {k: v for k, v in config.items() if _is_integer(v)}
+        values = {k: v for k, v in config.items() if is_integer(v)}
         if binding.x == "model":
             model = self.curation.models.get(x_text.strip())
             if model is None:
                 raise RowRejected(
-                    "unknown_config_shape", f"x_value {x_text[:80]!r} names no curated model"
+                    Reason.UNKNOWN_CONFIG_SHAPE, f"x_value {x_text[:80]!r} names no curated model"
                 )
             values.update({MODEL_PREFIX + name: size for name, size in model.items()})
         elif binding.x == "label":
-            if not _LABEL.fullmatch(x_text.strip()):
+            if not LABEL.fullmatch(x_text.strip()):
                 raise RowRejected(
-                    "unknown_config_shape", f"x_value {x_text[:80]!r} is not a configuration name"
+                    Reason.UNKNOWN_CONFIG_SHAPE,
+                    f"x_value {x_text[:80]!r} is not a configuration name",
                 )
         else:
-            values["x"] = _positive_integer(x_text, "x_value")
+            values["x"] = positive_integer(x_text, "x_value")
         try:
             axes = {
-                axis: _axis_value(axis, expr.evaluate(values))
-                for axis, expr in binding.axes.items()
+                axis: axis_value(axis, expr.evaluate(values)) for axis, expr in binding.axes.items()
             }
         except (ExpressionError, TypeError) as error:
-            raise RowRejected("unknown_config_shape", f"{kernel.name}: {error}") from None
-        scalars = _scalars(kernel, config)
+            raise RowRejected(Reason.UNKNOWN_CONFIG_SHAPE, f"{kernel.name}: {error}") from None
+        scalars = scalars_of(kernel, config)
         return axes, self._dtype(kernel, binding, config), scalars
 
     def _dtype(self, kernel: Kernel, binding: Binding, config: dict[str, Any]) -> str:
         if "dtype" not in config:
             default = binding.default_dtype or kernel.default_dtype
             if default is None:
-                raise RowRejected("unknown_config_shape", f"{kernel.name}: config names no dtype")
+                raise RowRejected(
+                    Reason.UNKNOWN_CONFIG_SHAPE, f"{kernel.name}: config names no dtype"
+                )
             return default
         dtype = (
             self.curation.dtypes.get(config["dtype"]) if isinstance(config["dtype"], str) else None
         )
         if dtype is None:
-            raise RowRejected("unknown_config_shape", f"unknown dtype {config['dtype']!r}")
+            raise RowRejected(Reason.UNKNOWN_CONFIG_SHAPE, f"unknown dtype {config['dtype']!r}")
         return dtype
 
     # --- one row ----------------------------------------------------------------------------
@@ -403,19 +357,19 @@ class Normalizer:
         self, kernel: str, provider: str, mode: str, gpu: str, metric_name: str, unit: str
     ) -> Series:
         """What every run of one kernel, provider, pass, GPU and metric (in one unit) shares."""
-        metric, scale = self._metric(metric_name, unit)
-        self._check_known(kernel, provider, mode, gpu)
+        metric, scale = metric_name, metric_scale(self.curation, metric_name, unit)
+        check_known(self.curation, kernel, provider, mode, gpu)
         return Series(
             kernel=kernel,
             provider=provider,
             mode=mode,
             gpu=gpu,
-            memory=metric == "memory",
+            memory=is_memory(metric),
             unit=unit,
             scale=scale,
             kernel_title=self.curation.kernels[kernel].title,
             architecture=self.curation.gpus[gpu].hardware["architecture"],
-            baseline=self.curation.providers[provider].baseline,
+            baseline=is_baseline(self.curation, provider),
             references=(
                 self.operation(kernel),
                 self.project(provider),
@@ -424,34 +378,6 @@ class Normalizer:
                 self.environment(gpu),
             ),
         )
-
-    def _metric(self, name: str, unit: str) -> tuple[str, float]:
-        """The protocol (speed or memory) of a row's metric, and the factor from its unit to the
-        stored one (protocols.yaml's `units`)."""
-        scale = self.curation.units.get(name, {}).get(unit)
-        if scale is None:
-            known = ", ".join(f"{m}/{u}" for m, units in self.curation.units.items() for u in units)
-            raise RowRejected(
-                "unknown_metric", f"metric {name!r} in {unit!r}: expected one of {known}"
-            )
-        return name, scale
-
-    def _check_known(self, kernel: str, provider: str, mode: str, gpu: str) -> None:
-        curation = self.curation
-        if kernel not in curation.kernels:
-            raise RowRejected("unknown_kernel", f"kernel {kernel!r} is not curated")
-        entry = curation.providers.get(provider)
-        if entry is None or not entry.implements(kernel):
-            raise RowRejected(
-                "unknown_provider", f"provider {provider!r} is not curated for {kernel}"
-            )
-        if mode not in curation.passes:
-            raise RowRejected(
-                "unknown_mode",
-                f"kernel_operation_mode {mode!r} is not one of {sorted(curation.passes)}",
-            )
-        if gpu not in curation.gpus:
-            raise RowRejected("unknown_gpu", f"gpu_name {gpu!r} is not curated")
 
 
 @dataclass(frozen=True)
@@ -546,17 +472,15 @@ class Series:
         )
 
     def _values(self, stats: list[float]) -> list[int]:
-        values = [js_round(v * self.scale) for v in stats]
-        if max(values) > MAX_SAFE_INTEGER:
-            # JSON's safe integers end at 2**53 (104 days in ns, 8 PiB): a value past that is
-            # garbage, and RFC 8785 has no exact form for it.
-            raise RowRejected("bad_number", f"value out of range: {max(stats)!r}")
-        return values
+        values = stored_values(np.array(stats, dtype=np.float64), self.scale)
+        if not in_range(values):
+            raise RowRejected(Reason.BAD_NUMBER, f"value out of range: {max(stats)!r}")
+        return [int(v) for v in values]
 
     def _external_id_of(self, case_key: str, stamp: str) -> str:
-        gpu = slug(self.gpu)
-        external_id = f"{self.kernel}/{self.mode}/{self.provider}/{gpu}/{case_key}/{stamp}"
-        return external_id + "/memory" if self.memory else external_id
+        return external_id(
+            self.kernel, self.mode, self.provider, self.gpu, case_key, stamp, self.memory
+        )
 
     def _spec(
         self,
@@ -603,8 +527,7 @@ class Series:
         return dict(zip(names, stats, strict=True))
 
     def _title(self) -> str:
-        memory = " · memory" if self.memory else ""
-        return f"{self.kernel_title} · {self.provider} · {self.mode}{memory}"
+        return run_title(self.kernel_title, self.provider, self.mode, self.memory)
 
     def _name(self, workload: Workload, stamp: str) -> str:
         prefix, stamp_slug = self.run_template.name_head, slug(stamp)
@@ -613,8 +536,7 @@ class Series:
         return joined_slug(*self._name_parts(), workload.case_key, stamp)[:NAME_LIMIT]
 
     def _name_parts(self) -> tuple[str, ...]:
-        name_mode = f"{self.mode}-memory" if self.memory else self.mode
-        return ("liger", self.kernel, name_mode, self.provider, self.gpu)
+        return run_name_parts(self.kernel, self.mode, self.provider, self.gpu, self.memory)
 
     def facts(
         self,
@@ -722,20 +644,20 @@ class WorkloadFamily:
     kernel: Kernel
     values: dict[str, Any]  # the config's integer-valued entries: what axis expressions read
     axes: tuple[tuple[str, Expression | None, int], ...]  # binding order; no expression: fixed
-    late: tuple[str, str] | None  # the scalars' or dtype's rejection, raised once x is checked
+    late: tuple[Reason, str] | None  # the scalars' or dtype's rejection, raised once x is checked
     cases: CaseTemplate | None  # None exactly when `late` is set
 
     def workload(self, x_text: str) -> Workload:
         """The workload of one x, or the RowRejected the generic path raises for it."""
         values = dict(self.values)
-        values["x"] = _positive_integer(x_text, "x_value")
+        values["x"] = positive_integer(x_text, "x_value")
         try:
             axes = {
-                axis: value if expr is None else _axis_value(axis, expr.evaluate(values))
+                axis: value if expr is None else axis_value(axis, expr.evaluate(values))
                 for axis, expr, value in self.axes
             }
         except (ExpressionError, TypeError) as error:
-            raise RowRejected("unknown_config_shape", f"{self.kernel.name}: {error}") from None
+            raise RowRejected(Reason.UNKNOWN_CONFIG_SHAPE, f"{self.kernel.name}: {error}") from None
         if self.late is not None:
             raise RowRejected(*self.late)
         assert self.cases is not None
@@ -811,7 +733,7 @@ class CaseTemplate:
     def workload(self, axes: dict[str, int]) -> Workload:
         # Every size is a safe integer (_axis_value rejects the others): orjson prints it as
         # RFC 8785 does.
-        sizes = _sizes(self.kernel, axes)
+        sizes = sizes_of(self.kernel, axes)
         tensors = {
             name: {
                 "shape": [dim if isinstance(dim, int) else sizes[dim] for dim in shape],
@@ -879,7 +801,7 @@ def _fixed_axes(
             axes.append((axis, expr, 0))
             continue
         try:
-            axes.append((axis, None, _axis_value(axis, expr.evaluate(values))))
+            axes.append((axis, None, axis_value(axis, expr.evaluate(values))))
         except Exception:  # see the docstring
             return None
     return tuple(axes)
@@ -931,7 +853,7 @@ def _slug_format(sorted_axes: tuple[str, ...], dtype: str) -> str:
     digits, which slug keeps and no run of other characters crosses, so the slug is that of each
     ASCII piece between them; only the first and last pieces touch the ends that slug strips."""
     pieces = [sorted_axes[0], *(f"-{axis}" for axis in sorted_axes[1:]), f"-{dtype}"]
-    slugs = [_SLUG_BREAK.sub("-", piece.lower()) for piece in pieces]
+    slugs = [SLUG_BREAK.sub("-", piece.lower()) for piece in pieces]
     slugs[0], slugs[-1] = slugs[0].lstrip("-"), slugs[-1].rstrip("-")
     return "%d".join(slugs)
 
@@ -948,124 +870,8 @@ def _pieces(text: bytes, holes: tuple[str, ...]) -> tuple[bytes, ...]:
     return (*pieces, text)
 
 
-# --- helpers over config values -------------------------------------------------------------
-def _binding(kernel: Kernel, x_name: str, config: dict[str, Any]) -> tuple[Binding, dict[str, Any]]:
-    """x_name's binding and the config under the binding's key names, once the config is
-    checked to hold nothing else."""
-    binding = kernel.bindings.get(x_name)
-    if binding is None:
-        raise RowRejected(
-            "unknown_config_shape",
-            f"{kernel.name} has no curated binding for x_name {x_name!r}",
-        )
-    if binding.aliases:
-        config = dict(config)
-        for written, bound in binding.aliases.items():
-            if written in config:
-                if bound in config:
-                    raise RowRejected(
-                        "unknown_config_shape",
-                        f"{kernel.name}/{x_name}: config has both {written} and {bound}",
-                    )
-                config[bound] = config.pop(written)
-    scalar_keys = frozenset().union(*(e.names for e in kernel.scalars.values()))
-    allowed = binding.config_keys | scalar_keys | {"dtype"}
-    _check_config_keys(kernel.name, x_name, allowed, binding.require, config)
-    return binding, config
-
-
-def _is_integer(value: Any) -> bool:
-    return type(value) is int or (type(value) is float and value.is_integer())
-
-
-def _parse_config(text: str) -> dict[str, Any]:
-    def reject_constant(name: str) -> Any:
-        raise ValueError(f"{name} is not JSON")
-
-    try:
-        config = json.loads(text, parse_constant=reject_constant)
-    except ValueError as error:
-        raise RowRejected("bad_config_json", f"extra_benchmark_config_str: {error}") from None
-    if not isinstance(config, dict):
-        raise RowRejected("bad_config_json", "extra_benchmark_config_str is not a JSON object")
-    return config
-
-
-def _check_config_keys(
-    kernel: str,
-    x_name: str,
-    allowed: frozenset[str],
-    require: dict[str, Any],
-    config: dict[str, Any],
-) -> None:
-    unexpected = sorted(set(config) - allowed)
-    if unexpected:
-        raise RowRejected(
-            "unknown_config_shape", f"{kernel}/{x_name}: unexpected config key(s) {unexpected}"
-        )
-    for key, expected in require.items():
-        value = config.get(key)
-        if (
-            value != expected
-            or type(value) is not type(expected)
-            and not (_is_integer(value) and _is_integer(expected))
-        ):
-            raise RowRejected(
-                "unknown_config_shape",
-                f"{kernel}/{x_name}: config {key}={value!r}, curated for {expected!r}",
-            )
-
-
-def _positive_integer(text: str, column: str) -> int:
-    value = parse_positive(text, column)
-    if not value.is_integer():
-        raise RowRejected("unknown_config_shape", f"{column} {text!r} is not an integer size")
-    return int(value)
-
-
-def _axis_value(axis: str, value: Any) -> int:
-    if not _is_integer(value) or value <= 0:
-        raise RowRejected(
-            "unknown_config_shape", f"axis {axis} is not a positive integer: {value!r}"
-        )
-    if value > MAX_SAFE_INTEGER:  # a JSON number past 2**53 - 1 has no exact canonical form
-        raise RowRejected(
-            "unknown_config_shape",
-            f"axis {axis} is past 2**53 - 1 ({int(value).bit_length()} bits)",
-        )
-    return int(value)
-
-
-def _scalars(kernel: Kernel, config: dict[str, Any]) -> dict[str, float | int]:
-    try:
-        return {name: _scalar(name, expr.evaluate(config)) for name, expr in kernel.scalars.items()}
-    except (ExpressionError, TypeError) as error:
-        raise RowRejected("unknown_config_shape", f"{kernel.name}: {error}") from None
-
-
-def _scalar(name: str, value: Any) -> float | int:
-    if type(value) not in (int, float) or not math.isfinite(value):
-        raise RowRejected("unknown_config_shape", f"scalar {name} is not a number: {value!r}")
-    if type(value) is int and abs(value) > MAX_SAFE_INTEGER:
-        raise RowRejected(
-            "unknown_config_shape", f"scalar {name} is past 2**53 - 1 ({value.bit_length()} bits)"
-        )
-    return value
-
-
-def _sizes(kernel: Kernel, axes: dict[str, int]) -> dict[str, int]:
-    """The axes and the derived axes."""
-    sizes: dict[str, int] = dict(axes)
-    try:
-        for axis, expression in kernel.derived_axes.items():
-            sizes[axis] = _axis_value(axis, expression.evaluate(sizes))
-    except (ExpressionError, ZeroDivisionError) as error:
-        raise RowRejected("unknown_config_shape", f"{kernel.name}: {error}") from None
-    return sizes
-
-
 def _tensors(kernel: Kernel, axes: dict[str, int], dtype: str) -> dict[str, Any]:
-    sizes = _sizes(kernel, axes)
+    sizes = sizes_of(kernel, axes)
     tensors = {}
     for entry in kernel.operation["spec"]["inputs"]:
         tensor = entry.get("tensor")
@@ -1082,7 +888,7 @@ def _tensors(kernel: Kernel, axes: dict[str, int], dtype: str) -> dict[str, Any]
 # --- the file ---------------------------------------------------------------------------------
 def duplicate_outcome(line: int, raw: str, external_id: str) -> RowOutcome:
     detail = f"externalId {external_id} already appeared earlier in this file (first one wins)"
-    return RowOutcome(line, "quarantined", raw, "duplicate_external_id", detail)
+    return RowOutcome(line, "quarantined", raw, Reason.DUPLICATE_EXTERNAL_ID, detail)
 
 
 def outcome_of(record: CsvRecord, layout: Layout, normalizer: Normalizer) -> RowOutcome:
@@ -1094,14 +900,14 @@ def outcome_of(record: CsvRecord, layout: Layout, normalizer: Normalizer) -> Row
         return RowOutcome(record.line, "quarantined", record.raw, reason, record.error)
     if len(fields) != layout.width:
         detail = f"expected {layout.width} fields, found {len(fields)}"
-        return RowOutcome(record.line, "quarantined", record.raw, "wrong_column_count", detail)
+        return RowOutcome(record.line, "quarantined", record.raw, Reason.WRONG_COLUMN_COUNT, detail)
     longest = max(range(len(fields)), key=lambda i: len(fields[i]))
     if len(fields[longest]) > FIELD_LIMIT:
         detail = (
             f"field {longest + 1} holds {len(fields[longest])} characters,"
             f" over the limit of {FIELD_LIMIT}"
         )
-        return RowOutcome(record.line, "quarantined", record.raw, "field_too_large", detail)
+        return RowOutcome(record.line, "quarantined", record.raw, Reason.FIELD_TOO_LARGE, detail)
     try:
         records, facts = normalizer.normalize_fields(layout.pick(fields))
     except RowRejected as rejected:
