@@ -33,11 +33,12 @@ from pipelines.canonical import number_text
 from pipelines.liger.normalize import (
     Layout,
     Normalizer,
+    RowRead,
     Series,
     Workload,
     duplicate_outcome,
     json_string,
-    outcome_of,
+    read_record,
     version_json,
 )
 from pipelines.liger.read import CsvRecord, LigerCsv, RecordColumns, open_liger_csv
@@ -51,7 +52,7 @@ from pipelines.liger.rules import (
     stamps,
     stored_values,
 )
-from pipelines.records import Record, RowOutcome
+from pipelines.records import Record, RowOutcome, RunFacts
 from pipelines.seen_keys import SeenKeys, digests_of
 
 # Where Arrow's float formatting is ECMAScript's (tests/test_liger_columnar.py); numbers outside
@@ -94,12 +95,96 @@ class Batch:
 def normalize_batch(
     records: Sequence[CsvRecord] | RecordColumns, layout: Layout, normalizer: Normalizer
 ) -> Batch:
+    """A batch's runs and quarantines. The rows the columns cannot read (odd numbers or
+    timestamps, names that slug to nothing, malformed records) are read one by one
+    (`normalize.read_record`); every run, of either kind, is then assembled column-wise."""
     candidates, columns, lines = _candidate_columns(records, layout)
-    plain, runs = _plain_runs(len(records), candidates, columns, lines, normalizer)
-    others = {
-        i: outcome_of(records[i], layout, normalizer) for i in np.flatnonzero(~plain).tolist()
-    }
-    return Batch(len(records), runs, others)
+    plain, rows = _plain_rows(len(records), candidates, columns, lines, normalizer)
+    others: dict[int, RowOutcome] = {}
+    read: list[tuple[int, int, RowRead]] = []
+    for i in np.flatnonzero(~plain).tolist():
+        row = read_record(records[i], layout, normalizer)
+        if isinstance(row, RowOutcome):
+            others[i] = row
+        else:
+            read.append((i, records[i].line, row))
+    if read:
+        rows = _read_rows(read) if rows is None else _joined(rows, _read_rows(read))
+    return Batch(len(records), None if rows is None else _assemble(rows), others)
+
+
+def assemble_run(row: RowRead) -> tuple[Record, RunFacts]:
+    """One row's run: a batch of one."""
+    runs = _assemble(_read_rows([(0, 0, row)]))
+    run = Record("BenchmarkRun", runs.digests[0].as_py(), manifest_json=runs.manifests[0].as_py())
+    facts = row.series.facts(
+        row.values, row.stamp.observed_at, runs.external_ids[0].as_py(), row.workload, row.version
+    )
+    return run, facts
+
+
+def _read_rows(read: Sequence[tuple[int, int, RowRead]]) -> _Rows:
+    """Rows read one by one, as the columns of a batch (shared series and workloads once)."""
+    each_series: list[Series | None] = [r.series for _, _, r in read]
+    each_workload: list[Workload | None] = [r.workload for _, _, r in read]
+    each_stamp: list[Stamp | None] = [r.stamp for _, _, r in read]
+    series, series_ids = _codes(each_series)
+    workloads, workload_ids = _codes(each_workload)
+    stamp_list, stamp_ids = _codes(each_stamp)
+    versions, version_ids = _codes([r.version for _, _, r in read])
+    stats = np.array([r.stats for _, _, r in read], dtype=np.float64).reshape(-1, 3)
+    return _Rows(
+        positions=[position for position, _, _ in read],
+        lines=pa.array([line for _, line, _ in read], pa.int64()),
+        series=series,
+        series_ids=series_ids,
+        workloads=workloads,
+        workload_ids=workload_ids,
+        stamps=stamp_list,
+        stamp_ids=stamp_ids,
+        stats=[stats[:, 0], stats[:, 1], stats[:, 2]],
+        values=np.array([r.values for _, _, r in read], dtype=np.int64).reshape(-1, 3),
+        versions=versions,
+        version_ids=version_ids,
+    )
+
+
+def _codes(values: Sequence[Value]) -> tuple[list[Value], np.ndarray]:
+    """Distinct values (by identity: the normalizer's caches share them) and each one's code."""
+    index: dict[int, int] = {}
+    distinct: list[Value] = []
+    codes = np.empty(len(values), dtype=np.int64)
+    for i, value in enumerate(values):
+        code = index.setdefault(id(value), len(distinct))
+        if code == len(distinct):
+            distinct.append(value)
+        codes[i] = code
+    return distinct, codes
+
+
+def _joined(a: _Rows, b: _Rows) -> _Rows:
+    """Two sets of rows as one, in batch order."""
+    positions = np.array(a.positions + b.positions, dtype=np.int64)
+    order = np.argsort(positions, kind="stable")
+
+    def ids(a_ids: np.ndarray, b_ids: np.ndarray, a_values: Sequence[Any]) -> np.ndarray:
+        return np.concatenate([a_ids, b_ids + len(a_values)])[order]
+
+    lines = np.concatenate([a.lines.to_numpy(), b.lines.to_numpy()])
+    return _Rows(
+        positions=positions[order].tolist(),
+        lines=pa.array(lines[order]),
+        series=[*a.series, *b.series],
+        series_ids=ids(a.series_ids, b.series_ids, a.series),
+        workloads=[*a.workloads, *b.workloads],
+        workload_ids=ids(a.workload_ids, b.workload_ids, a.workloads),
+        stamps=[*a.stamps, *b.stamps],
+        stamp_ids=ids(a.stamp_ids, b.stamp_ids, a.stamps),
+        stats=[np.concatenate([x, y])[order] for x, y in zip(a.stats, b.stats, strict=True)],
+        values=np.concatenate([a.values, b.values])[order],
+        versions=[*a.versions, *b.versions],
+        version_ids=ids(a.version_ids, b.version_ids, a.versions),
+    )
 
 
 def _candidate_columns(
@@ -159,14 +244,14 @@ def _distinct(columns: Sequence[pa.Array]) -> tuple[pa.Array, np.ndarray]:
     return pa.array(first[order]), rank[codes]
 
 
-def _plain_runs(
+def _plain_rows(
     size: int,
     candidates: np.ndarray,
     columns: list[pa.Array],
     lines: np.ndarray,
     normalizer: Normalizer,
-) -> tuple[np.ndarray, PlainRuns | None]:
-    """Which of `size` records are plain (a mask), and their runs."""
+) -> tuple[np.ndarray, _Rows | None]:
+    """Which of `size` records are plain (a mask), and their rows."""
     plain = np.zeros(size, dtype=bool)
     if not len(candidates):
         return plain, None
@@ -207,7 +292,7 @@ def _plain_runs(
     if not len(rows):
         return plain, None
     plain[candidates[rows]] = True
-    return plain, _assemble(
+    return plain, (
         _Rows(
             positions=candidates[rows].tolist(),
             lines=pa.array(lines[rows]),
@@ -449,7 +534,23 @@ def _name_json(
         "-",
     )
     cut = pc.utf8_slice_codeunits(name, 0, NAME_LIMIT)
-    return pc.binary_join_element_wise('"', cut, '"', "")
+    named = pc.binary_join_element_wise('"', cut, '"', "")
+    whole = (
+        np.array([bool(t and t.name_head) for t in templates])[rows.series_ids]
+        & np.array([bool(w and w.case_slug) for w in rows.workloads])[rows.workload_ids]
+        & np.array([bool(s and s.slug) for s in rows.stamps])[rows.stamp_ids]
+    )
+    if whole.all():
+        return named
+    # A part that slugs to nothing: the name is the slug of the parts joined (rules.joined_slug).
+    names = named.to_pylist()
+    for i in np.flatnonzero(~whole).tolist():
+        series = rows.series[rows.series_ids[i]]
+        workload = rows.workloads[rows.workload_ids[i]]
+        stamp = rows.stamps[rows.stamp_ids[i]]
+        assert series is not None and workload is not None and stamp is not None
+        names[i] = json_string(series.name(workload, stamp.form))
+    return pa.array(names, pa.string())
 
 
 def _offsets(strings: pa.Array) -> list[int]:

@@ -25,7 +25,6 @@ from pipelines.canonical import (
     digest_of_canonical,
     identity,
     manifest_digest,
-    number_text,
 )
 from pipelines.curation import (
     MODEL_PREFIX,
@@ -45,6 +44,7 @@ from pipelines.liger.rules import (
     SOURCE,
     Reason,
     RowRejected,
+    Stamp,
     axis_value,
     binding_of,
     check_known,
@@ -128,6 +128,18 @@ class Workload:
     record: Record
     digest_json: str  # the record's digest as a JSON string, for run templates
     case_slug: str  # slug(case_key), for run names
+
+
+@dataclass(frozen=True, slots=True)
+class RowRead:
+    """What a row's texts say, each read by its rule: all a run is made from."""
+
+    series: Series
+    workload: Workload
+    stamp: Stamp
+    stats: list[float]  # the row's own numbers
+    values: list[int]  # in the stored unit
+    version: str  # liger_version, stripped
 
 
 class Normalizer:
@@ -316,6 +328,11 @@ class Normalizer:
 
     def normalize_fields(self, fields: tuple[str, ...]) -> tuple[list[Record], RunFacts]:
         """A row given as the texts of ROW_COLUMNS, in that order (see `Layout`)."""
+        return self.records(self.read_fields(fields))
+
+    def read_fields(self, fields: tuple[str, ...]) -> RowRead:
+        """What a row's texts say, each by its rule (pipelines/liger/rules.py), or the
+        RowRejected of the first that fails."""
         (kernel, provider, mode, metric, unit, x_name, x_value, median, p20, p80,
          config, gpu, timestamp, version) = fields  # fmt: skip
         kernel = self.kernel_of(kernel, config)
@@ -325,33 +342,32 @@ class Normalizer:
             parse_positive(p20, "y_value_20"),
             parse_positive(p80, "y_value_80"),
         ]
-        observed_at, stamp = parse_timestamp(timestamp)
+        observed_at, form = parse_timestamp(timestamp)
+        stamp = Stamp(observed_at, json_string(observed_at), form, slug(form))
         workload = self.workload(series.kernel, x_name, x_value, config)
-        version = version.strip()
-        run, facts = self.run(series, stats, observed_at, stamp, workload, version)
-        operation, project, implementation, protocol, environment = series.references
+        values = series.values(stats)
+        return RowRead(series, workload, stamp, stats, values, version.strip())
+
+    def records(self, row: RowRead) -> tuple[list[Record], RunFacts]:
+        """A read row's records, in the order `kindex normalize` writes them."""
+        run, facts = self.run(row)
+        operation, project, implementation, protocol, environment = row.series.references
         return [
             run,
             operation,
             project,
             implementation,
-            workload.record,
+            row.workload.record,
             protocol,
             environment,
         ], facts
 
-    def run(
-        self,
-        series: Series,
-        stats: list[float],
-        observed_at: str,
-        stamp: str,
-        workload: Workload,
-        version: str,
-    ) -> tuple[Record, RunFacts]:
-        """A row's run, from its series' template (tests/liger_oracle.py builds it the plain
-        way and holds the two equal)."""
-        return series.run(stats, observed_at, stamp, workload, version)
+    def run(self, row: RowRead) -> tuple[Record, RunFacts]:
+        """A row's run: a batch of one (tests/liger_oracle.py builds it the plain way and holds
+        the two equal)."""
+        from pipelines.liger.columnar import assemble_run  # it builds on this module
+
+        return assemble_run(row)
 
     def _series(
         self, kernel: str, provider: str, mode: str, gpu: str, metric_name: str, unit: str
@@ -386,8 +402,8 @@ class Series:
 
     A run's canonical JSON differs from its series' other runs only in a few values, so it is
     written by filling the holes of a template the reference serializer made once per series
-    (`run_template`). tests/liger_oracle.py builds the same record the plain way; the tests prove
-    the two equal byte for byte.
+    (`run_template`), column-wise for a batch (pipelines/liger/columnar.py). tests/liger_oracle.py
+    builds the same record the plain way; the tests prove the two equal byte for byte.
     """
 
     kernel: str
@@ -401,34 +417,6 @@ class Series:
     architecture: str
     baseline: bool
     references: tuple[Record, Record, Record, Record, Record]  # operation … environment
-
-    def run(
-        self, stats: list[float], observed_at: str, stamp: str, workload: Workload, version: str
-    ) -> tuple[Record, RunFacts]:
-        values = self._values(stats)
-        template = self.run_template
-        external_id = (
-            f"{template.external_id_head}{workload.case_key}/{stamp}{template.external_id_tail}"
-        )
-        spec = template.spec % {
-            "v0": values[0],
-            "v1": values[1],
-            "v2": values[2],
-            "s0": number_text(stats[0]),
-            "s1": number_text(stats[1]),
-            "s2": number_text(stats[2]),
-            "observed_at": json_string(observed_at),
-            "external_id": json_string(external_id),
-            "workload": workload.digest_json,
-        }
-        metadata = (template.labelled if version else template.unlabelled) % {
-            "name": json_string(self._name(workload, stamp)),
-            "version": version_json(version),
-        }
-        digest = digest_of_canonical((template.identity % {"spec": spec}).encode())
-        text = template.manifest % {"metadata": metadata, "spec": spec}
-        run = Record("BenchmarkRun", digest, manifest_json=text)
-        return run, self.facts(values, observed_at, external_id, workload, version)
 
     @cached_property
     def references_json(self) -> tuple[bytes, bytes]:
@@ -471,7 +459,8 @@ class Series:
             metadata_lead=metadata_lead,
         )
 
-    def _values(self, stats: list[float]) -> list[int]:
+    def values(self, stats: list[float]) -> list[int]:
+        """A row's numbers in the stored unit, or RowRejected when JSON cannot hold them."""
         values = stored_values(np.array(stats, dtype=np.float64), self.scale)
         if not in_range(values):
             raise RowRejected(Reason.BAD_NUMBER, f"value out of range: {max(stats)!r}")
@@ -529,10 +518,8 @@ class Series:
     def _title(self) -> str:
         return run_title(self.kernel_title, self.provider, self.mode, self.memory)
 
-    def _name(self, workload: Workload, stamp: str) -> str:
-        prefix, stamp_slug = self.run_template.name_head, slug(stamp)
-        if prefix and workload.case_slug and stamp_slug:  # what joined_slug would give, cheaper
-            return f"{prefix}-{workload.case_slug}-{stamp_slug}"[:NAME_LIMIT]
+    def name(self, workload: Workload, stamp: str) -> str:
+        """A run's metadata.name (a batch joins the same slugs column-wise)."""
         return joined_slug(*self._name_parts(), workload.case_key, stamp)[:NAME_LIMIT]
 
     def _name_parts(self) -> tuple[str, ...]:
@@ -891,9 +878,9 @@ def duplicate_outcome(line: int, raw: str, external_id: str) -> RowOutcome:
     return RowOutcome(line, "quarantined", raw, Reason.DUPLICATE_EXTERNAL_ID, detail)
 
 
-def outcome_of(record: CsvRecord, layout: Layout, normalizer: Normalizer) -> RowOutcome:
-    """One record's outcome, judged alone (duplicates across the file are the caller's rule):
-    how a batch normalizes a row its columns cannot (pipelines/liger/columnar.py)."""
+def read_record(record: CsvRecord, layout: Layout, normalizer: Normalizer) -> RowOutcome | RowRead:
+    """What one record says, judged alone (duplicates across the file are the caller's rule),
+    or its quarantine: how a batch reads a row its columns cannot (pipelines/liger/columnar.py)."""
     fields = record.fields
     if fields is None or record.error is not None:
         reason = (record.error or "unparseable_row").split(":", 1)[0]
@@ -909,10 +896,9 @@ def outcome_of(record: CsvRecord, layout: Layout, normalizer: Normalizer) -> Row
         )
         return RowOutcome(record.line, "quarantined", record.raw, Reason.FIELD_TOO_LARGE, detail)
     try:
-        records, facts = normalizer.normalize_fields(layout.pick(fields))
+        return normalizer.read_fields(layout.pick(fields))
     except RowRejected as rejected:
         return RowOutcome(record.line, "quarantined", record.raw, rejected.reason, rejected.detail)
-    return RowOutcome(record.line, "ok", record.raw, records=records, facts=facts)
 
 
 def normalize_lines(
