@@ -73,7 +73,21 @@ def record_set_of_outcomes(
     return RecordSetContent(builder.rows, builder.tables())
 
 
-class WorkerBundle:
+class RecordsOfOutcomes:
+    """A source whose record tables are built outcome by outcome."""
+
+    def record_set(
+        self,
+        result: SourceResult,
+        data: bytes,
+        digest_unless_written: DigestUnlessWritten,
+        parts_dir: Path,
+        parallel: bool,
+    ) -> RecordSetContent | None:
+        return record_set_of_outcomes(result, digest_unless_written)
+
+
+class WorkerBundle(RecordsOfOutcomes):
     name = "worker-bundle"
 
     def recognize(self, key: str, data: bytes) -> str | None:
@@ -90,16 +104,6 @@ class WorkerBundle:
         from pipelines.bundles.normalize import normalize_bundle_bytes
 
         return normalize_bundle_bytes(data, known_digest)
-
-    def record_set(
-        self,
-        result: SourceResult,
-        data: bytes,
-        digest_unless_written: DigestUnlessWritten,
-        parts_dir: Path,
-        parallel: bool,
-    ) -> RecordSetContent | None:
-        return record_set_of_outcomes(result, digest_unless_written)
 
 
 class LigerCsvSource:
@@ -149,7 +153,7 @@ class LigerCsvSource:
         return RecordSetContent(rows, tables)
 
 
-class Unrecognized:
+class Unrecognized(RecordsOfOutcomes):
     """What an object no source recognizes is read as: one quarantined outcome."""
 
     name = "unrecognized"
@@ -165,16 +169,6 @@ class Unrecognized:
 
     def outcomes(self, data: bytes, known_digest: KnownDigest) -> Iterator[RowOutcome]:
         return iter([unrecognized(data, self.why)])
-
-    def record_set(
-        self,
-        result: SourceResult,
-        data: bytes,
-        digest_unless_written: DigestUnlessWritten,
-        parts_dir: Path,
-        parallel: bool,
-    ) -> RecordSetContent | None:
-        return record_set_of_outcomes(result, digest_unless_written)
 
 
 # In the order they are tried: a bundle is recognized by its first bytes, a CSV by its header.

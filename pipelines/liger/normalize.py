@@ -47,6 +47,7 @@ from pipelines.liger.rules import (
     Stamp,
     axis_value,
     binding_of,
+    case_key,
     check_known,
     environment_name,
     external_id,
@@ -69,6 +70,7 @@ from pipelines.liger.rules import (
     sizes_of,
     slug,
     stored_values,
+    workload_title,
 )
 from pipelines.records import Record, RowOutcome, RunFacts
 
@@ -255,7 +257,7 @@ class Normalizer:
         kernel = self.curation.kernels[kernel_name]
         binding, config = binding_of(kernel, x_name, parse_config(config_text))
         axes, dtype, scalars = self._bind(kernel, binding, x_text, config)
-        case_key = "-".join(f"{name}{axes[name]}" for name in sorted(axes)) + f"-{dtype}"
+        key = case_key(((name, str(axes[name])) for name in sorted(axes)), dtype)
         spec: dict[str, Any] = {
             "operationSpecDigest": self.operation(kernel_name).digest,
             "axes": axes,
@@ -266,17 +268,16 @@ class Normalizer:
                 name: {"dtype": "fp32", "value": value} for name, value in scalars.items()
             }
         spec["correctness"] = {"comparator": "not_asserted"}
-        bound = ", ".join(f"{name}={value}" for name, value in axes.items())
         metadata = {
-            "name": f"{kernel.slug}-{slug(case_key)}"[:NAME_LIMIT],
-            "title": f"{kernel.title} · {bound} · {dtype}",
+            "name": f"{kernel.slug}-{slug(key)}"[:NAME_LIMIT],
+            "title": workload_title(kernel.title, ((n, str(v)) for n, v in axes.items()), dtype),
         }
         record = _record(_manifest("WorkloadCase", metadata, spec))
         if binding.named_x:
             # Two models (or labels) may give one workload (same vocab, say): each row stays its
             # own run, its externalId and name carrying the name its x value gives.
-            case_key = f"{case_key}-{x_text.strip()}"
-        return Workload(case_key, dtype, record, json_string(record.digest), slug(case_key))
+            key = f"{key}-{x_text.strip()}"
+        return Workload(key, dtype, record, json_string(record.digest), slug(key))
 
     def _bind(
         self, kernel: Kernel, binding: Binding, x_text: str, config: dict[str, Any]
@@ -701,7 +702,6 @@ class CaseTemplate:
             "spec": _case_spec(operation_digest, _hole("axes"), _hole("tensors"), scalar_spec),
         }
         sorted_axes = tuple(sorted(binding.axes))
-        bound = ", ".join(f"{_escape(axis)}=%d" for axis in binding.axes)
         return cls(
             kernel=kernel,
             dtype=dtype,
@@ -709,9 +709,11 @@ class CaseTemplate:
             scalars=scalar_spec or None,
             operation_digest=operation_digest,
             sorted_axes=sorted_axes,
-            case_key="-".join(f"{_escape(axis)}%d" for axis in sorted_axes) + f"-{_escape(dtype)}",
+            case_key=case_key(((_escape(axis), "%d") for axis in sorted_axes), _escape(dtype)),
             case_slug=_slug_format(sorted_axes, dtype),
-            title=f"{_escape(kernel.title)} · {bound} · {_escape(dtype)}",
+            title=workload_title(
+                _escape(kernel.title), ((_escape(a), "%d") for a in binding.axes), _escape(dtype)
+            ),
             name_head=f"{kernel.slug}-",
             identity=_pieces(canonical_json_reference(identity(holed)), ("axes", "tensors")),
             manifest=_pieces(orjson.dumps(holed, option=orjson.OPT_SORT_KEYS), _MANIFEST_HOLES),

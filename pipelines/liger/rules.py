@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Iterable
 from datetime import datetime
 from enum import StrEnum
 from functools import lru_cache
@@ -270,6 +271,17 @@ def environment_name(gpu: str) -> str:
 
 def protocol_name(mode: str, memory: bool) -> str:
     return f"liger-bench-{'memory' if memory else 'do-bench'}-{mode}"
+
+
+def case_key(sorted_axes: Iterable[tuple[str, str]], dtype: str) -> str:
+    """A workload's case key: each axis name and its size, in sorted order, then the dtype."""
+    return "-".join(f"{name}{size}" for name, size in sorted_axes) + f"-{dtype}"
+
+
+def workload_title(kernel_title: str, axes: Iterable[tuple[str, str]], dtype: str) -> str:
+    """A workload's title: its axes in binding order."""
+    bound = ", ".join(f"{name}={size}" for name, size in axes)
+    return f"{kernel_title} · {bound} · {dtype}"
 
 
 # --- how x, the config and the kernel name bind a kernel's axes -----------------------------------
