@@ -1,15 +1,16 @@
-"""Step 3, batched: a batch of Liger CSV records normalized column by column, equal to the row path.
+"""Step 3: a batch of Liger CSV records normalized column by column: the only way runs are made.
 
-The row path (`normalize.outcome_of`) costs ~15 µs of Python per row. Here Python runs once per
-distinct series, workload, timestamp and version of a batch, and Arrow's C++ kernels do the
-per-row work: checking the numbers, rounding, and splicing each run's canonical JSON from its
-series' template (the one `Series.run` fills). Only hashing stays a per-row Python call. A batch
-comes as CsvRecords or, from whole lines Arrow parsed, as columns (read.RecordColumns).
+Python runs once per distinct series, workload, timestamp and version of a batch, and Arrow's
+C++ kernels do the per-row work: checking the numbers, rounding (pipelines/liger/rules.py), and
+splicing each run's canonical JSON from its series' template. Only hashing stays a per-row Python
+call. A batch comes as CsvRecords or, from whole lines Arrow parsed, as columns
+(read.RecordColumns).
 
-A row takes this path when it is plain: well-formed, numbers in plain decimal form, a known
-series, workload and timestamp. Every other row goes through the row path unchanged, so each
-row's outcome is the row path's (tests/test_liger_columnar.py holds the two to the same bytes).
-Duplicate externalIds are left to the caller, as `outcome_of` leaves them.
+A row is read column-wise when it is plain: well-formed, numbers in plain decimal form, a known
+series, workload and timestamp. Any other row is read alone (`normalize.read_record`, by the
+same rules' scalar forms), and becomes a quarantine or joins the batch's runs; one row alone is a
+batch of one (`assemble_run`). tests/liger_oracle.py builds runs the plain way and the tests hold
+the two to the same bytes. Duplicate externalIds are the file's rule (`quarantine_duplicates`).
 """
 
 from __future__ import annotations

@@ -4,6 +4,10 @@ A row becomes a BenchmarkRun plus the six manifests it references, byte-identica
 digest) to KernelIndex's own Liger importer for every row that importer imports. Memory rows,
 which the importer skips, become runs under a memory protocol (see docs/memory-runs.md). Every
 other row becomes a quarantine outcome with a stable reason code; no row is dropped unseen.
+
+This module holds the shared manifests (Normalizer), a series' run template (Series) and the
+workloads; what each text means is pipelines/liger/rules.py, and runs are assembled column-wise
+by pipelines/liger/columnar.py. A row's path: read.py -> columnar.normalize_batch -> tables.py.
 """
 
 from __future__ import annotations
