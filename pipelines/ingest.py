@@ -5,7 +5,6 @@ and files on disk all the way through (`kindex ingest`). Dagster assets call the
 from __future__ import annotations
 
 import functools
-import io
 import os
 import secrets
 import sys
@@ -34,16 +33,15 @@ from pipelines.index.record_objects import (
     READS_DIR,
     RECORD_FILES,
     SUMMARY_FILE,
-    RecordSetBuilder,
     RecordSetContent,
     object_names,
     parquet_bytes,
     preview,
     value_counts,
 )
-from pipelines.liger.relay import record_set_file, worth_relay
-from pipelines.liger.tables import record_tables as record_tables_of_csv
+from pipelines.liger.relay import worth_relay
 from pipelines.sources import normalize_object
+from pipelines.sources import record_set_content as record_set_of_source
 from pipelines.storage.base import ObjectStore
 
 
@@ -212,24 +210,11 @@ def record_set_content(
     digest_unless_written: Callable[[], str | None],
     parts_dir: Path,
 ) -> RecordSetContent | None:
-    """The record set of one normalized object (a large Liger CSV on every core), unless
-    `digest_unless_written`, called once the work runs, gives None: then nothing is built."""
-    if result.source == "liger-csv" and worth_relay(len(data)):
-        return record_set_file(
-            data, digest_unless_written, result.parser_version, parts_dir=parts_dir
-        )
-    snapshot_digest = digest_unless_written()
-    if snapshot_digest is None:
-        return None
-    if result.source == "liger-csv":
-        rows, tables = record_tables_of_csv(
-            io.BytesIO(data), snapshot_digest, result.parser_version
-        )
-        return RecordSetContent(rows, tables)
-    builder = RecordSetBuilder(snapshot_digest, result.parser_version)
-    for outcome in result.outcomes:
-        builder.add(outcome)
-    return RecordSetContent(builder.rows, builder.tables())
+    """The record set of one normalized object, built by its source (pipelines/sources.py),
+    unless `digest_unless_written`, called once the work runs, gives None."""
+    return record_set_of_source(
+        result, data, digest_unless_written, parts_dir, parallel=worth_relay(len(data))
+    )
 
 
 def write_record_set(

@@ -15,15 +15,16 @@ from pipelines.liger.normalize import (
     NAME_LIMIT,
     Layout,
     Normalizer,
+    RowRead,
     Series,
     Workload,
     _manifest,
     _record,
     duplicate_outcome,
     joined_slug,
-    outcome_of,
+    read_record,
 )
-from pipelines.liger.read import open_liger_csv
+from pipelines.liger.read import CsvRecord, open_liger_csv
 from pipelines.records import Record, RowOutcome, RunFacts
 
 
@@ -34,17 +35,12 @@ class ReferenceNormalizer(Normalizer):
         super().__init__(curation)
         self.workload = lru_cache(maxsize=4096)(self.reference_workload)
 
-    def run(
-        self,
-        series: Series,
-        stats: list[float],
-        observed_at: str,
-        stamp: str,
-        workload: Workload,
-        version: str,
-    ) -> tuple[Record, RunFacts]:
-        facts = series.run(stats, observed_at, stamp, workload, version)[1]
-        return reference_run(series, stats, observed_at, stamp, workload, version), facts
+    def run(self, row: RowRead) -> tuple[Record, RunFacts]:
+        series, stamp, workload = row.series, row.stamp, row.workload
+        external_id = series._external_id_of(workload.case_key, stamp.form)
+        facts = series.facts(row.values, stamp.observed_at, external_id, workload, row.version)
+        run = reference_run(series, row.stats, stamp.observed_at, stamp.form, workload, row.version)
+        return run, facts
 
 
 def reference_run(
@@ -56,7 +52,7 @@ def reference_run(
     version: str,
 ) -> Record:
     """The run of a row as a dict: metadata, then the spec the series writes."""
-    values = series._values(stats)
+    values = series.values(stats)
     external_id = series._external_id_of(workload.case_key, stamp)
     spec = series._spec(values, stats, observed_at, external_id, workload.record.digest)
     name = joined_slug(*series._name_parts(), workload.case_key, stamp)[:NAME_LIMIT]
@@ -64,6 +60,15 @@ def reference_run(
     if version:
         metadata["labels"] = {"liger_version": version}
     return _record(_manifest("BenchmarkRun", metadata, spec))
+
+
+def outcome_of(record: CsvRecord, layout: Layout, normalizer: Normalizer) -> RowOutcome:
+    """One record's outcome, judged alone, built row by row."""
+    row = read_record(record, layout, normalizer)
+    if isinstance(row, RowOutcome):
+        return row
+    records, facts = normalizer.records(row)
+    return RowOutcome(record.line, "ok", record.raw, records=records, facts=facts)
 
 
 def row_outcomes(data: bytes, normalizer: Normalizer | None = None) -> Iterator[RowOutcome]:

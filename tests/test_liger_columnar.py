@@ -25,12 +25,11 @@ from pipelines.liger.columnar import (
     _encode,
     _fill,
     _json_strings,
-    _stamp,
-    _stamps,
     normalized_batches,
     write_json_lines,
 )
 from pipelines.liger.normalize import Normalizer, json_string
+from pipelines.liger.rules import _stamp, stamps
 from pipelines.seen_keys import SeenKeys
 
 NORMALIZER = Normalizer()
@@ -212,7 +211,7 @@ def _timestamp_texts() -> st.SearchStrategy[str]:
 @settings(max_examples=300, deadline=None)
 @given(st.lists(_timestamp_texts(), min_size=1, max_size=30, unique=True))
 def test_stamps_read_column_wise_as_parse_timestamp_reads_them(texts: list[str]) -> None:
-    assert _stamps(pa.array(texts, pa.string())) == [_stamp(text) for text in texts]
+    assert stamps(pa.array(texts, pa.string())) == [_stamp(text) for text in texts]
 
 
 @settings(max_examples=200, deadline=None)

@@ -1,15 +1,16 @@
-"""Step 3, batched: a batch of Liger CSV records normalized column by column, equal to the row path.
+"""Step 3: a batch of Liger CSV records normalized column by column: the only way runs are made.
 
-The row path (`normalize.outcome_of`) costs ~15 µs of Python per row. Here Python runs once per
-distinct series, workload, timestamp and version of a batch, and Arrow's C++ kernels do the
-per-row work: checking the numbers, rounding, and splicing each run's canonical JSON from its
-series' template (the one `Series.run` fills). Only hashing stays a per-row Python call. A batch
-comes as CsvRecords or, from whole lines Arrow parsed, as columns (read.RecordColumns).
+Python runs once per distinct series, workload, timestamp and version of a batch, and Arrow's
+C++ kernels do the per-row work: checking the numbers, rounding (pipelines/liger/rules.py), and
+splicing each run's canonical JSON from its series' template. Only hashing stays a per-row Python
+call. A batch comes as CsvRecords or, from whole lines Arrow parsed, as columns
+(read.RecordColumns).
 
-A row takes this path when it is plain: well-formed, numbers in plain decimal form, a known
-series, workload and timestamp. Every other row goes through the row path unchanged, so each
-row's outcome is the row path's (tests/test_liger_columnar.py holds the two to the same bytes).
-Duplicate externalIds are left to the caller, as `outcome_of` leaves them.
+A row is read column-wise when it is plain: well-formed, numbers in plain decimal form, a known
+series, workload and timestamp. Any other row is read alone (`normalize.read_record`, by the
+same rules' scalar forms), and becomes a quarantine or joins the batch's runs; one row alone is a
+batch of one (`assemble_run`). tests/liger_oracle.py builds runs the plain way and the tests hold
+the two to the same bytes. Duplicate externalIds are the file's rule (`quarantine_duplicates`).
 """
 
 from __future__ import annotations
@@ -23,54 +24,43 @@ from dataclasses import dataclass
 from difflib import SequenceMatcher
 from functools import lru_cache
 from itertools import islice
-from typing import Any, BinaryIO, NamedTuple, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.canonical import MAX_SAFE_INTEGER, number_text
+from pipelines.canonical import number_text
 from pipelines.liger.normalize import (
-    FIELD_LIMIT,
-    NAME_LIMIT,
     Layout,
     Normalizer,
-    RowRejected,
+    RowRead,
     Series,
     Workload,
     duplicate_outcome,
     json_string,
-    outcome_of,
-    parse_timestamp,
-    slug,
+    read_record,
     version_json,
 )
 from pipelines.liger.read import CsvRecord, LigerCsv, RecordColumns, open_liger_csv
-from pipelines.records import Record, RowOutcome
+from pipelines.liger.rules import (
+    FIELD_LIMIT,
+    NAME_LIMIT,
+    RowRejected,
+    Stamp,
+    in_range,
+    positive_numbers,
+    stamps,
+    stored_values,
+)
+from pipelines.records import Record, RowOutcome, RunFacts
 from pipelines.seen_keys import SeenKeys, digests_of
 
-# What the vectorized number check accepts: digits with an optional fraction. Anything else
-# ("1e-05", " 1", "+1", "nan") goes through the row path and its full grammar.
-PLAIN_DECIMAL = r"^[0-9]+(\.[0-9]+)?$"
 # Where Arrow's float formatting is ECMAScript's (tests/test_liger_columnar.py); numbers outside
 # it are formatted by canonical.number_text.
 ARROW_FLOAT_TEXT = (1e-6, 1e10)
 
 Value = TypeVar("Value")
-
-
-class Stamp(NamedTuple):
-    """A distinct timestamp of a batch, as parse_timestamp reads it (once per distinct text)."""
-
-    observed_at: str
-    observed_at_json: str
-    form: str  # as externalIds write it
-    slug: str  # slug(form)
-
-
-# The timestamps read column-wise: Liger's own form in ASCII digits. Any other text goes through
-# parse_timestamp and its full grammar.
-PLAIN_TIMESTAMP = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[ T][0-9]{2}:[0-9]{2}:[0-9]{2}$"
 
 
 @dataclass(slots=True)
@@ -106,12 +96,96 @@ class Batch:
 def normalize_batch(
     records: Sequence[CsvRecord] | RecordColumns, layout: Layout, normalizer: Normalizer
 ) -> Batch:
+    """A batch's runs and quarantines. The rows the columns cannot read (odd numbers or
+    timestamps, names that slug to nothing, malformed records) are read one by one
+    (`normalize.read_record`); every run, of either kind, is then assembled column-wise."""
     candidates, columns, lines = _candidate_columns(records, layout)
-    plain, runs = _plain_runs(len(records), candidates, columns, lines, normalizer)
-    others = {
-        i: outcome_of(records[i], layout, normalizer) for i in np.flatnonzero(~plain).tolist()
-    }
-    return Batch(len(records), runs, others)
+    plain, rows = _plain_rows(len(records), candidates, columns, lines, normalizer)
+    others: dict[int, RowOutcome] = {}
+    read: list[tuple[int, int, RowRead]] = []
+    for i in np.flatnonzero(~plain).tolist():
+        row = read_record(records[i], layout, normalizer)
+        if isinstance(row, RowOutcome):
+            others[i] = row
+        else:
+            read.append((i, records[i].line, row))
+    if read:
+        rows = _read_rows(read) if rows is None else _joined(rows, _read_rows(read))
+    return Batch(len(records), None if rows is None else _assemble(rows), others)
+
+
+def assemble_run(row: RowRead) -> tuple[Record, RunFacts]:
+    """One row's run: a batch of one."""
+    runs = _assemble(_read_rows([(0, 0, row)]))
+    run = Record("BenchmarkRun", runs.digests[0].as_py(), manifest_json=runs.manifests[0].as_py())
+    facts = row.series.facts(
+        row.values, row.stamp.observed_at, runs.external_ids[0].as_py(), row.workload, row.version
+    )
+    return run, facts
+
+
+def _read_rows(read: Sequence[tuple[int, int, RowRead]]) -> _Rows:
+    """Rows read one by one, as the columns of a batch (shared series and workloads once)."""
+    each_series: list[Series | None] = [r.series for _, _, r in read]
+    each_workload: list[Workload | None] = [r.workload for _, _, r in read]
+    each_stamp: list[Stamp | None] = [r.stamp for _, _, r in read]
+    series, series_ids = _codes(each_series)
+    workloads, workload_ids = _codes(each_workload)
+    stamp_list, stamp_ids = _codes(each_stamp)
+    versions, version_ids = _codes([r.version for _, _, r in read])
+    stats = np.array([r.stats for _, _, r in read], dtype=np.float64).reshape(-1, 3)
+    return _Rows(
+        positions=[position for position, _, _ in read],
+        lines=pa.array([line for _, line, _ in read], pa.int64()),
+        series=series,
+        series_ids=series_ids,
+        workloads=workloads,
+        workload_ids=workload_ids,
+        stamps=stamp_list,
+        stamp_ids=stamp_ids,
+        stats=[stats[:, 0], stats[:, 1], stats[:, 2]],
+        values=np.array([r.values for _, _, r in read], dtype=np.int64).reshape(-1, 3),
+        versions=versions,
+        version_ids=version_ids,
+    )
+
+
+def _codes(values: Sequence[Value]) -> tuple[list[Value], np.ndarray]:
+    """Distinct values (by identity: the normalizer's caches share them) and each one's code."""
+    index: dict[int, int] = {}
+    distinct: list[Value] = []
+    codes = np.empty(len(values), dtype=np.int64)
+    for i, value in enumerate(values):
+        code = index.setdefault(id(value), len(distinct))
+        if code == len(distinct):
+            distinct.append(value)
+        codes[i] = code
+    return distinct, codes
+
+
+def _joined(a: _Rows, b: _Rows) -> _Rows:
+    """Two sets of rows as one, in batch order."""
+    positions = np.array(a.positions + b.positions, dtype=np.int64)
+    order = np.argsort(positions, kind="stable")
+
+    def ids(a_ids: np.ndarray, b_ids: np.ndarray, a_values: Sequence[Any]) -> np.ndarray:
+        return np.concatenate([a_ids, b_ids + len(a_values)])[order]
+
+    lines = np.concatenate([a.lines.to_numpy(), b.lines.to_numpy()])
+    return _Rows(
+        positions=positions[order].tolist(),
+        lines=pa.array(lines[order]),
+        series=[*a.series, *b.series],
+        series_ids=ids(a.series_ids, b.series_ids, a.series),
+        workloads=[*a.workloads, *b.workloads],
+        workload_ids=ids(a.workload_ids, b.workload_ids, a.workloads),
+        stamps=[*a.stamps, *b.stamps],
+        stamp_ids=ids(a.stamp_ids, b.stamp_ids, a.stamps),
+        stats=[np.concatenate([x, y])[order] for x, y in zip(a.stats, b.stats, strict=True)],
+        values=np.concatenate([a.values, b.values])[order],
+        versions=[*a.versions, *b.versions],
+        version_ids=ids(a.version_ids, b.version_ids, a.versions),
+    )
 
 
 def _candidate_columns(
@@ -171,50 +245,14 @@ def _distinct(columns: Sequence[pa.Array]) -> tuple[pa.Array, np.ndarray]:
     return pa.array(first[order]), rank[codes]
 
 
-def _stamps(texts: pa.Array) -> list[Stamp | None]:
-    """The Stamp of each (distinct) timestamp text, None where parse_timestamp rejects it. Texts
-    in Liger's form with a day of month up to 28 (a valid date in every month) are cut apart
-    column-wise: their parts are ASCII digits, which neither slugs nor JSON change. The rest take
-    parse_timestamp."""
-    plain = pc.match_substring_regex(texts, PLAIN_TIMESTAMP).to_numpy(zero_copy_only=False)
-    parseable = pc.if_else(pa.array(plain), texts, "0001-01-01 00:00:00")
-
-    def part(start: int, stop: int) -> pa.Array:
-        return pc.utf8_slice_codeunits(parseable, start, stop)
-
-    year, month, day, hour, minute, second = (
-        pc.cast(part(start, start + size), pa.int64()).to_numpy()
-        for start, size in ((0, 4), (5, 2), (8, 2), (11, 2), (14, 2), (17, 2))
-    )
-    simple = plain & (year >= 1) & (month >= 1) & (month <= 12) & (day >= 1) & (day <= 28)
-    simple &= (hour <= 23) & (minute <= 59) & (second <= 59)
-    date, clock = part(0, 10), part(11, 19)
-    observed = pc.binary_join_element_wise(date, "T", clock, ".000Z", "").to_pylist()
-    form = pc.binary_join_element_wise(
-        date, part(11, 13), part(14, 16), part(17, 19), "-"
-    ).to_pylist()
-    return [
-        Stamp(observed[i], f'"{observed[i]}"', form[i], form[i]) if simple[i] else _stamp(text)
-        for i, text in enumerate(texts.to_pylist())
-    ]
-
-
-def _stamp(text: str) -> Stamp | None:
-    try:
-        observed, form = parse_timestamp(text)
-    except RowRejected:
-        return None
-    return Stamp(observed, json_string(observed), form, slug(form))
-
-
-def _plain_runs(
+def _plain_rows(
     size: int,
     candidates: np.ndarray,
     columns: list[pa.Array],
     lines: np.ndarray,
     normalizer: Normalizer,
-) -> tuple[np.ndarray, PlainRuns | None]:
-    """Which of `size` records are plain (a mask), and their runs."""
+) -> tuple[np.ndarray, _Rows | None]:
+    """Which of `size` records are plain (a mask), and their rows."""
     plain = np.zeros(size, dtype=bool)
     if not len(candidates):
         return plain, None
@@ -233,30 +271,29 @@ def _plain_runs(
         lambda k: _known(lambda: normalizer.workload(*k)) if k[0] in kernels else None,
     )
     first_stamps, stamp_ids = _distinct([timestamp])
-    stamps = _stamps(timestamp.take(first_stamps))
+    stamp_list = stamps(timestamp.take(first_stamps))
     versions, version_ids = _encode([version], lambda k: k[0].strip())
-    texts = [median, p20, p80]
-    numeric = _all(pc.match_substring_regex(t, PLAIN_DECIMAL) for t in texts)
-    stats = [pc.cast(pc.if_else(numeric, t, "1"), pa.float64()).to_numpy() for t in texts]
+    numbers = [positive_numbers(t) for t in (median, p20, p80)]
+    numeric = _all(plain for plain, _ in numbers)
+    stats = [values for _, values in numbers]
 
     good_series = np.array([s is not None and _nameable(s) for s in series])[series_ids]
     good_workload = np.array([w is not None and bool(w.case_slug) for w in workloads])[workload_ids]
-    good_stamp = np.array([s is not None and bool(s.slug) for s in stamps])[stamp_ids]
+    good_stamp = np.array([s is not None and bool(s.slug) for s in stamp_list])[stamp_ids]
     scale = np.array([s.scale if s is not None else 1.0 for s in series])[series_ids]
-    rounded = np.stack([_js_round(s * scale) for s in stats], axis=1)
+    rounded = stored_values(np.stack(stats, axis=1), scale[:, None])
     keep = (
         numeric.to_numpy(zero_copy_only=False)
         & good_series
         & good_workload
         & good_stamp
-        & (np.stack(stats, axis=1) > 0).all(axis=1)
-        & (rounded <= MAX_SAFE_INTEGER).all(axis=1)
+        & in_range(rounded)
     )
     rows = np.flatnonzero(keep)
     if not len(rows):
         return plain, None
     plain[candidates[rows]] = True
-    return plain, _assemble(
+    return plain, (
         _Rows(
             positions=candidates[rows].tolist(),
             lines=pa.array(lines[rows]),
@@ -264,7 +301,7 @@ def _plain_runs(
             series_ids=series_ids[rows],
             workloads=workloads,
             workload_ids=workload_ids[rows],
-            stamps=stamps,
+            stamps=stamp_list,
             stamp_ids=stamp_ids[rows],
             stats=[s[rows] for s in stats],
             values=rounded[rows].astype(np.int64),
@@ -498,7 +535,23 @@ def _name_json(
         "-",
     )
     cut = pc.utf8_slice_codeunits(name, 0, NAME_LIMIT)
-    return pc.binary_join_element_wise('"', cut, '"', "")
+    named = pc.binary_join_element_wise('"', cut, '"', "")
+    whole = (
+        np.array([bool(t and t.name_head) for t in templates])[rows.series_ids]
+        & np.array([bool(w and w.case_slug) for w in rows.workloads])[rows.workload_ids]
+        & np.array([bool(s and s.slug) for s in rows.stamps])[rows.stamp_ids]
+    )
+    if whole.all():
+        return named
+    # A part that slugs to nothing: the name is the slug of the parts joined (rules.joined_slug).
+    names = named.to_pylist()
+    for i in np.flatnonzero(~whole).tolist():
+        series = rows.series[rows.series_ids[i]]
+        workload = rows.workloads[rows.workload_ids[i]]
+        stamp = rows.stamps[rows.stamp_ids[i]]
+        assert series is not None and workload is not None and stamp is not None
+        names[i] = json_string(series.name(workload, stamp.form))
+    return pa.array(names, pa.string())
 
 
 def _offsets(strings: pa.Array) -> list[int]:
@@ -536,13 +589,6 @@ def _run_digests(
         digest.update(data[start:end])
         hexes.append(digest.hexdigest())
     return pc.binary_join_element_wise("sha256:", pa.array(hexes, pa.string()), "")
-
-
-def _js_round(x: np.ndarray) -> np.ndarray:
-    """JavaScript's Math.round, element-wise, as normalize.js_round does it (still floats)."""
-    floor = np.floor(x)
-    with np.errstate(invalid="ignore"):  # inf - inf: such rows exceed 2**53 and take the row path
-        return floor + (x - floor >= 0.5)
 
 
 def _all(masks: Any) -> pa.Array:

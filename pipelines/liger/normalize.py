@@ -4,21 +4,22 @@ A row becomes a BenchmarkRun plus the six manifests it references, byte-identica
 digest) to KernelIndex's own Liger importer for every row that importer imports. Memory rows,
 which the importer skips, become runs under a memory protocol (see docs/memory-runs.md). Every
 other row becomes a quarantine outcome with a stable reason code; no row is dropped unseen.
+
+This module holds the shared manifests (Normalizer), a series' run template (Series) and the
+workloads; what each text means is pipelines/liger/rules.py, and runs are assembled column-wise
+by pipelines/liger/columnar.py. A row's path: read.py -> columnar.normalize_batch -> tables.py.
 """
 
 from __future__ import annotations
 
 import io
-import json
-import math
-import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from datetime import datetime
 from functools import cached_property, lru_cache
 from operator import itemgetter
 from typing import Any
 
+import numpy as np
 import orjson
 
 from pipelines import API_VERSION
@@ -28,7 +29,6 @@ from pipelines.canonical import (
     digest_of_canonical,
     identity,
     manifest_digest,
-    number_text,
 )
 from pipelines.curation import (
     MODEL_PREFIX,
@@ -40,31 +40,65 @@ from pipelines.curation import (
     load,
 )
 from pipelines.liger.read import COLUMNS, CsvRecord, NotLigerCsv
+from pipelines.liger.rules import (
+    FIELD_LIMIT,
+    LABEL,
+    NAME_LIMIT,
+    SLUG_BREAK,
+    SOURCE,
+    Reason,
+    RowRejected,
+    Stamp,
+    axis_value,
+    binding_of,
+    case_key,
+    check_known,
+    environment_name,
+    external_id,
+    implementation_name,
+    in_range,
+    is_baseline,
+    is_integer,
+    is_memory,
+    joined_slug,
+    kernel_of,
+    metric_scale,
+    parse_config,
+    parse_positive,
+    parse_timestamp,
+    positive_integer,
+    protocol_name,
+    run_name_parts,
+    run_title,
+    scalars_of,
+    sizes_of,
+    slug,
+    stored_values,
+    workload_title,
+)
 from pipelines.records import Record, RowOutcome, RunFacts
 
 PARSER_VERSION = "liger-csv/1"  # the code's version; see parser_version() for the full one
-SOURCE = "liger-kernel-bench"
-NAME_LIMIT = 100  # metadata.name length the reference importer cuts at
-# A real field is under 300 characters; a longer one than this is garbage or an attack, and would
-# ride every record and index row of its run (README: `field_too_large`).
-FIELD_LIMIT = 2**20
 
-__all__ = ["PARSER_VERSION", "NotLigerCsv", "normalize_bytes", "normalize_lines", "parser_version"]
+__all__ = [
+    "FIELD_LIMIT",
+    "NAME_LIMIT",
+    "PARSER_VERSION",
+    "NotLigerCsv",
+    "RowRejected",
+    "joined_slug",
+    "normalize_bytes",
+    "normalize_lines",
+    "parse_timestamp",
+    "parser_version",
+    "slug",
+]
 
 
 def parser_version(curation: Curation | None = None) -> str:
     """The code's version plus the curation's fingerprint: records made by another curation (a
     GPU added since, say) are rebuilt by a backfill, not reused."""
     return f"{PARSER_VERSION}+{(curation or load()).fingerprint}"
-
-
-# JavaScript's Number() grammar for decimal literals, without its leniencies Python adds
-# (underscores, "nan", "infinity").
-_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
-_TIMESTAMP = re.compile(r"(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})")
-_SLUG_BREAK = re.compile(r"[^a-z0-9]+")
-# What an x value that names a configuration may be (it rides the run's externalId and name).
-_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}")
 
 
 # The columns the normalizer reads, in the order `Normalizer.normalize_fields` takes them.
@@ -85,66 +119,6 @@ class Layout:
         return cls(len(columns), itemgetter(*indices), indices)
 
 
-class RowRejected(Exception):
-    """A row the normalizer cannot turn into records; becomes a quarantine outcome."""
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(detail)
-        self.reason = reason
-        self.detail = detail
-
-
-@lru_cache(maxsize=4096)
-def slug(text: str) -> str:
-    """Lowercase, every run of other characters one hyphen, none at the ends."""
-    return _SLUG_BREAK.sub("-", text.lower()).strip("-")
-
-
-def joined_slug(*parts: str) -> str:
-    """slug("-".join(parts)) from cached per-part slugs (equal when no part slugs to empty)."""
-    slugs = [slug(part) for part in parts]
-    return "-".join(slugs) if all(slugs) else slug("-".join(parts))
-
-
-def js_round(value: float) -> int:
-    """JavaScript's Math.round: the nearest integer, halves toward +infinity."""
-    floor = math.floor(value)
-    return floor + 1 if value - floor >= 0.5 else floor
-
-
-def parse_positive(text: str, column: str) -> float:
-    # The common form (ASCII digits and one point) first: cheaper than the full grammar.
-    if text.isascii() and text.replace(".", "", 1).isdigit():
-        value = float(text)
-        if value > 0 and value != math.inf:  # 400 digits parse as inf
-            return value
-        if value == 0:
-            raise RowRejected("non_positive_value", f"{column} must be positive, got {text!r}")
-    if not _NUMBER.fullmatch(text.strip()):
-        raise RowRejected("bad_number", f"{column} is not a number: {text[:80]!r}")
-    value = float(text)
-    if not math.isfinite(value):
-        raise RowRejected("bad_number", f"{column} is out of range: {text[:80]!r}")
-    if value <= 0:
-        raise RowRejected("non_positive_value", f"{column} must be positive, got {text!r}")
-    return value
-
-
-@lru_cache(maxsize=1024)  # a benchmark script stamps all rows of one run alike
-def parse_timestamp(text: str) -> tuple[str, str]:
-    """Liger's naive timestamp, read as UTC: (observedAt, the form used in externalIds)."""
-    match = _TIMESTAMP.fullmatch(text.strip())
-    if not match:
-        raise RowRejected("bad_timestamp", f"timestamp is not 'YYYY-MM-DD HH:MM:SS': {text[:80]!r}")
-    year, month, day, hour, minute, second = match.groups()
-    try:
-        datetime(int(year), int(month), int(day), int(hour), int(minute), int(second))
-    except ValueError as error:
-        raise RowRejected("bad_timestamp", f"timestamp {text!r}: {error}") from None
-    observed = f"{year}-{month}-{day}T{hour}:{minute}:{second}.000Z"
-    return observed, f"{year}-{month}-{day}-{hour}-{minute}-{second}"
-
-
 def _manifest(kind: str, metadata: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
     return {"apiVersion": API_VERSION, "kind": kind, "metadata": metadata, "spec": spec}
 
@@ -160,6 +134,18 @@ class Workload:
     record: Record
     digest_json: str  # the record's digest as a JSON string, for run templates
     case_slug: str  # slug(case_key), for run names
+
+
+@dataclass(frozen=True, slots=True)
+class RowRead:
+    """What a row's texts say, each read by its rule: all a run is made from."""
+
+    series: Series
+    workload: Workload
+    stamp: Stamp
+    stats: list[float]  # the row's own numbers
+    values: list[int]  # in the stored unit
+    version: str  # liger_version, stripped
 
 
 class Normalizer:
@@ -178,23 +164,7 @@ class Normalizer:
         self.kernel_of = lru_cache(maxsize=1024)(self._kernel_of)
 
     def _kernel_of(self, kernel: str, config_text: str) -> str:
-        """The curated kernel a row's kernel name and config name: the name itself, unless
-        `kernelNames` in kernels.yaml renames it or lets a config key pick the kernel."""
-        variant = self.curation.kernel_names.get(kernel)
-        if variant is None:
-            return kernel
-        key, kernels = variant
-        if key is None:  # a rename
-            return kernels[None]
-        value = _parse_config(config_text).get(key)
-        picked = next(
-            (k for v, k in kernels.items() if v == value and type(v) is type(value)), None
-        )
-        if picked is None:
-            raise RowRejected(
-                "unknown_config_shape", f"{kernel}: config {key}={value!r} names no curated kernel"
-            )
-        return picked
+        return kernel_of(self.curation, kernel, config_text)
 
     # --- shared manifests -------------------------------------------------------------------
     def operation(self, kernel: str) -> Record:
@@ -210,11 +180,11 @@ class Normalizer:
         kernel = self.curation.kernels[kernel_name]
         provider = self.curation.providers[provider_name]
         metadata: dict[str, Any] = {
-            "name": f"liger-bench-{slug(kernel_name)}-{slug(provider_name)}",
+            "name": implementation_name(kernel_name, provider_name),
             "title": f"{kernel.title} · {provider.title}",
             "description": provider.description,
         }
-        if provider.baseline:
+        if is_baseline(self.curation, provider_name):
             metadata["labels"] = {"role": "baseline"}
         metadata["sourceRefs"] = [{"url": self.curation.harness["repository"]}]
         spec = {
@@ -227,7 +197,7 @@ class Normalizer:
     def _environment(self, gpu_name: str) -> Record:
         gpu = self.curation.gpus[gpu_name]
         metadata = {
-            "name": f"liger-bench-{slug(gpu_name)}",
+            "name": environment_name(gpu_name),
             "title": f"Liger benchmark host · {gpu.title}",
         }
         return _record(
@@ -238,9 +208,9 @@ class Normalizer:
 
     def _protocol(self, metric: str, mode: str) -> Record:
         method, passing = self.curation.metrics[metric], self.curation.passes[mode]
-        memory = metric == "memory"
+        memory = is_memory(metric)
         metadata = {
-            "name": f"liger-bench-{'memory' if memory else 'do-bench'}-{mode}",
+            "name": protocol_name(mode, memory),
             "title": f"Liger benchmark harness · {passing.title}"
             + (" · peak memory" if memory else ""),
         }
@@ -267,15 +237,15 @@ class Normalizer:
         """What the workloads of one config share; raises what `reference_workload` raises
         before it reads x, and is None where splicing is not provably byte-identical."""
         kernel = self.curation.kernels[kernel_name]
-        binding, config = _binding(kernel, x_name, _parse_config(config_text))
+        binding, config = binding_of(kernel, x_name, parse_config(config_text))
         if binding.named_x:  # x is a name, not a size: the generic path binds it
             return None
-        values = {k: v for k, v in config.items() if _is_integer(v)}
+        values = {k: v for k, v in config.items() if is_integer(v)}
         axes = _fixed_axes(binding, values)
         if axes is None:
             return None
         try:
-            scalars, dtype = _scalars(kernel, config), self._dtype(kernel, binding, config)
+            scalars, dtype = scalars_of(kernel, config), self._dtype(kernel, binding, config)
         except RowRejected as rejected:  # raised once x and the axes pass, as the generic path does
             return WorkloadFamily(kernel, values, axes, (rejected.reason, rejected.detail), None)
         except Exception:  # anything else: the generic path raises it, in its order
@@ -289,9 +259,9 @@ class Normalizer:
         """The workload built as a dict and digested by the generic canonical path: the
         definition `_workload` is held to (tests/test_liger_workloads.py)."""
         kernel = self.curation.kernels[kernel_name]
-        binding, config = _binding(kernel, x_name, _parse_config(config_text))
+        binding, config = binding_of(kernel, x_name, parse_config(config_text))
         axes, dtype, scalars = self._bind(kernel, binding, x_text, config)
-        case_key = "-".join(f"{name}{axes[name]}" for name in sorted(axes)) + f"-{dtype}"
+        key = case_key(((name, str(axes[name])) for name in sorted(axes)), dtype)
         spec: dict[str, Any] = {
             "operationSpecDigest": self.operation(kernel_name).digest,
             "axes": axes,
@@ -302,57 +272,58 @@ class Normalizer:
                 name: {"dtype": "fp32", "value": value} for name, value in scalars.items()
             }
         spec["correctness"] = {"comparator": "not_asserted"}
-        bound = ", ".join(f"{name}={value}" for name, value in axes.items())
         metadata = {
-            "name": f"{kernel.slug}-{slug(case_key)}"[:NAME_LIMIT],
-            "title": f"{kernel.title} · {bound} · {dtype}",
+            "name": f"{kernel.slug}-{slug(key)}"[:NAME_LIMIT],
+            "title": workload_title(kernel.title, ((n, str(v)) for n, v in axes.items()), dtype),
         }
         record = _record(_manifest("WorkloadCase", metadata, spec))
         if binding.named_x:
             # Two models (or labels) may give one workload (same vocab, say): each row stays its
             # own run, its externalId and name carrying the name its x value gives.
-            case_key = f"{case_key}-{x_text.strip()}"
-        return Workload(case_key, dtype, record, json_string(record.digest), slug(case_key))
+            key = f"{key}-{x_text.strip()}"
+        return Workload(key, dtype, record, json_string(record.digest), slug(key))
 
     def _bind(
         self, kernel: Kernel, binding: Binding, x_text: str, config: dict[str, Any]
     ) -> tuple[dict[str, int], str, dict[str, float | int]]:
-        values = {k: v for k, v in config.items() if _is_integer(v)}
+        values = {k: v for k, v in config.items() if is_integer(v)}
         if binding.x == "model":
             model = self.curation.models.get(x_text.strip())
             if model is None:
                 raise RowRejected(
-                    "unknown_config_shape", f"x_value {x_text[:80]!r} names no curated model"
+                    Reason.UNKNOWN_CONFIG_SHAPE, f"x_value {x_text[:80]!r} names no curated model"
                 )
             values.update({MODEL_PREFIX + name: size for name, size in model.items()})
         elif binding.x == "label":
-            if not _LABEL.fullmatch(x_text.strip()):
+            if not LABEL.fullmatch(x_text.strip()):
                 raise RowRejected(
-                    "unknown_config_shape", f"x_value {x_text[:80]!r} is not a configuration name"
+                    Reason.UNKNOWN_CONFIG_SHAPE,
+                    f"x_value {x_text[:80]!r} is not a configuration name",
                 )
         else:
-            values["x"] = _positive_integer(x_text, "x_value")
+            values["x"] = positive_integer(x_text, "x_value")
         try:
             axes = {
-                axis: _axis_value(axis, expr.evaluate(values))
-                for axis, expr in binding.axes.items()
+                axis: axis_value(axis, expr.evaluate(values)) for axis, expr in binding.axes.items()
             }
         except (ExpressionError, TypeError) as error:
-            raise RowRejected("unknown_config_shape", f"{kernel.name}: {error}") from None
-        scalars = _scalars(kernel, config)
+            raise RowRejected(Reason.UNKNOWN_CONFIG_SHAPE, f"{kernel.name}: {error}") from None
+        scalars = scalars_of(kernel, config)
         return axes, self._dtype(kernel, binding, config), scalars
 
     def _dtype(self, kernel: Kernel, binding: Binding, config: dict[str, Any]) -> str:
         if "dtype" not in config:
             default = binding.default_dtype or kernel.default_dtype
             if default is None:
-                raise RowRejected("unknown_config_shape", f"{kernel.name}: config names no dtype")
+                raise RowRejected(
+                    Reason.UNKNOWN_CONFIG_SHAPE, f"{kernel.name}: config names no dtype"
+                )
             return default
         dtype = (
             self.curation.dtypes.get(config["dtype"]) if isinstance(config["dtype"], str) else None
         )
         if dtype is None:
-            raise RowRejected("unknown_config_shape", f"unknown dtype {config['dtype']!r}")
+            raise RowRejected(Reason.UNKNOWN_CONFIG_SHAPE, f"unknown dtype {config['dtype']!r}")
         return dtype
 
     # --- one row ----------------------------------------------------------------------------
@@ -362,6 +333,11 @@ class Normalizer:
 
     def normalize_fields(self, fields: tuple[str, ...]) -> tuple[list[Record], RunFacts]:
         """A row given as the texts of ROW_COLUMNS, in that order (see `Layout`)."""
+        return self.records(self.read_fields(fields))
+
+    def read_fields(self, fields: tuple[str, ...]) -> RowRead:
+        """What a row's texts say, each by its rule (pipelines/liger/rules.py), or the
+        RowRejected of the first that fails."""
         (kernel, provider, mode, metric, unit, x_name, x_value, median, p20, p80,
          config, gpu, timestamp, version) = fields  # fmt: skip
         kernel = self.kernel_of(kernel, config)
@@ -371,51 +347,50 @@ class Normalizer:
             parse_positive(p20, "y_value_20"),
             parse_positive(p80, "y_value_80"),
         ]
-        observed_at, stamp = parse_timestamp(timestamp)
+        observed_at, form = parse_timestamp(timestamp)
+        stamp = Stamp(observed_at, json_string(observed_at), form, slug(form))
         workload = self.workload(series.kernel, x_name, x_value, config)
-        version = version.strip()
-        run, facts = self.run(series, stats, observed_at, stamp, workload, version)
-        operation, project, implementation, protocol, environment = series.references
+        values = series.values(stats)
+        return RowRead(series, workload, stamp, stats, values, version.strip())
+
+    def records(self, row: RowRead) -> tuple[list[Record], RunFacts]:
+        """A read row's records, in the order `kindex normalize` writes them."""
+        run, facts = self.run(row)
+        operation, project, implementation, protocol, environment = row.series.references
         return [
             run,
             operation,
             project,
             implementation,
-            workload.record,
+            row.workload.record,
             protocol,
             environment,
         ], facts
 
-    def run(
-        self,
-        series: Series,
-        stats: list[float],
-        observed_at: str,
-        stamp: str,
-        workload: Workload,
-        version: str,
-    ) -> tuple[Record, RunFacts]:
-        """A row's run, from its series' template (tests/liger_oracle.py builds it the plain
-        way and holds the two equal)."""
-        return series.run(stats, observed_at, stamp, workload, version)
+    def run(self, row: RowRead) -> tuple[Record, RunFacts]:
+        """A row's run: a batch of one (tests/liger_oracle.py builds it the plain way and holds
+        the two equal)."""
+        from pipelines.liger.columnar import assemble_run  # it builds on this module
+
+        return assemble_run(row)
 
     def _series(
         self, kernel: str, provider: str, mode: str, gpu: str, metric_name: str, unit: str
     ) -> Series:
         """What every run of one kernel, provider, pass, GPU and metric (in one unit) shares."""
-        metric, scale = self._metric(metric_name, unit)
-        self._check_known(kernel, provider, mode, gpu)
+        metric, scale = metric_name, metric_scale(self.curation, metric_name, unit)
+        check_known(self.curation, kernel, provider, mode, gpu)
         return Series(
             kernel=kernel,
             provider=provider,
             mode=mode,
             gpu=gpu,
-            memory=metric == "memory",
+            memory=is_memory(metric),
             unit=unit,
             scale=scale,
             kernel_title=self.curation.kernels[kernel].title,
             architecture=self.curation.gpus[gpu].hardware["architecture"],
-            baseline=self.curation.providers[provider].baseline,
+            baseline=is_baseline(self.curation, provider),
             references=(
                 self.operation(kernel),
                 self.project(provider),
@@ -425,34 +400,6 @@ class Normalizer:
             ),
         )
 
-    def _metric(self, name: str, unit: str) -> tuple[str, float]:
-        """The protocol (speed or memory) of a row's metric, and the factor from its unit to the
-        stored one (protocols.yaml's `units`)."""
-        scale = self.curation.units.get(name, {}).get(unit)
-        if scale is None:
-            known = ", ".join(f"{m}/{u}" for m, units in self.curation.units.items() for u in units)
-            raise RowRejected(
-                "unknown_metric", f"metric {name!r} in {unit!r}: expected one of {known}"
-            )
-        return name, scale
-
-    def _check_known(self, kernel: str, provider: str, mode: str, gpu: str) -> None:
-        curation = self.curation
-        if kernel not in curation.kernels:
-            raise RowRejected("unknown_kernel", f"kernel {kernel!r} is not curated")
-        entry = curation.providers.get(provider)
-        if entry is None or not entry.implements(kernel):
-            raise RowRejected(
-                "unknown_provider", f"provider {provider!r} is not curated for {kernel}"
-            )
-        if mode not in curation.passes:
-            raise RowRejected(
-                "unknown_mode",
-                f"kernel_operation_mode {mode!r} is not one of {sorted(curation.passes)}",
-            )
-        if gpu not in curation.gpus:
-            raise RowRejected("unknown_gpu", f"gpu_name {gpu!r} is not curated")
-
 
 @dataclass(frozen=True)
 class Series:
@@ -460,8 +407,8 @@ class Series:
 
     A run's canonical JSON differs from its series' other runs only in a few values, so it is
     written by filling the holes of a template the reference serializer made once per series
-    (`run_template`). tests/liger_oracle.py builds the same record the plain way; the tests prove
-    the two equal byte for byte.
+    (`run_template`), column-wise for a batch (pipelines/liger/columnar.py). tests/liger_oracle.py
+    builds the same record the plain way; the tests prove the two equal byte for byte.
     """
 
     kernel: str
@@ -475,34 +422,6 @@ class Series:
     architecture: str
     baseline: bool
     references: tuple[Record, Record, Record, Record, Record]  # operation … environment
-
-    def run(
-        self, stats: list[float], observed_at: str, stamp: str, workload: Workload, version: str
-    ) -> tuple[Record, RunFacts]:
-        values = self._values(stats)
-        template = self.run_template
-        external_id = (
-            f"{template.external_id_head}{workload.case_key}/{stamp}{template.external_id_tail}"
-        )
-        spec = template.spec % {
-            "v0": values[0],
-            "v1": values[1],
-            "v2": values[2],
-            "s0": number_text(stats[0]),
-            "s1": number_text(stats[1]),
-            "s2": number_text(stats[2]),
-            "observed_at": json_string(observed_at),
-            "external_id": json_string(external_id),
-            "workload": workload.digest_json,
-        }
-        metadata = (template.labelled if version else template.unlabelled) % {
-            "name": json_string(self._name(workload, stamp)),
-            "version": version_json(version),
-        }
-        digest = digest_of_canonical((template.identity % {"spec": spec}).encode())
-        text = template.manifest % {"metadata": metadata, "spec": spec}
-        run = Record("BenchmarkRun", digest, manifest_json=text)
-        return run, self.facts(values, observed_at, external_id, workload, version)
 
     @cached_property
     def references_json(self) -> tuple[bytes, bytes]:
@@ -545,18 +464,17 @@ class Series:
             metadata_lead=metadata_lead,
         )
 
-    def _values(self, stats: list[float]) -> list[int]:
-        values = [js_round(v * self.scale) for v in stats]
-        if max(values) > MAX_SAFE_INTEGER:
-            # JSON's safe integers end at 2**53 (104 days in ns, 8 PiB): a value past that is
-            # garbage, and RFC 8785 has no exact form for it.
-            raise RowRejected("bad_number", f"value out of range: {max(stats)!r}")
-        return values
+    def values(self, stats: list[float]) -> list[int]:
+        """A row's numbers in the stored unit, or RowRejected when JSON cannot hold them."""
+        values = stored_values(np.array(stats, dtype=np.float64), self.scale)
+        if not in_range(values):
+            raise RowRejected(Reason.BAD_NUMBER, f"value out of range: {max(stats)!r}")
+        return [int(v) for v in values]
 
     def _external_id_of(self, case_key: str, stamp: str) -> str:
-        gpu = slug(self.gpu)
-        external_id = f"{self.kernel}/{self.mode}/{self.provider}/{gpu}/{case_key}/{stamp}"
-        return external_id + "/memory" if self.memory else external_id
+        return external_id(
+            self.kernel, self.mode, self.provider, self.gpu, case_key, stamp, self.memory
+        )
 
     def _spec(
         self,
@@ -603,18 +521,14 @@ class Series:
         return dict(zip(names, stats, strict=True))
 
     def _title(self) -> str:
-        memory = " · memory" if self.memory else ""
-        return f"{self.kernel_title} · {self.provider} · {self.mode}{memory}"
+        return run_title(self.kernel_title, self.provider, self.mode, self.memory)
 
-    def _name(self, workload: Workload, stamp: str) -> str:
-        prefix, stamp_slug = self.run_template.name_head, slug(stamp)
-        if prefix and workload.case_slug and stamp_slug:  # what joined_slug would give, cheaper
-            return f"{prefix}-{workload.case_slug}-{stamp_slug}"[:NAME_LIMIT]
+    def name(self, workload: Workload, stamp: str) -> str:
+        """A run's metadata.name (a batch joins the same slugs column-wise)."""
         return joined_slug(*self._name_parts(), workload.case_key, stamp)[:NAME_LIMIT]
 
     def _name_parts(self) -> tuple[str, ...]:
-        name_mode = f"{self.mode}-memory" if self.memory else self.mode
-        return ("liger", self.kernel, name_mode, self.provider, self.gpu)
+        return run_name_parts(self.kernel, self.mode, self.provider, self.gpu, self.memory)
 
     def facts(
         self,
@@ -722,20 +636,20 @@ class WorkloadFamily:
     kernel: Kernel
     values: dict[str, Any]  # the config's integer-valued entries: what axis expressions read
     axes: tuple[tuple[str, Expression | None, int], ...]  # binding order; no expression: fixed
-    late: tuple[str, str] | None  # the scalars' or dtype's rejection, raised once x is checked
+    late: tuple[Reason, str] | None  # the scalars' or dtype's rejection, raised once x is checked
     cases: CaseTemplate | None  # None exactly when `late` is set
 
     def workload(self, x_text: str) -> Workload:
         """The workload of one x, or the RowRejected the generic path raises for it."""
         values = dict(self.values)
-        values["x"] = _positive_integer(x_text, "x_value")
+        values["x"] = positive_integer(x_text, "x_value")
         try:
             axes = {
-                axis: value if expr is None else _axis_value(axis, expr.evaluate(values))
+                axis: value if expr is None else axis_value(axis, expr.evaluate(values))
                 for axis, expr, value in self.axes
             }
         except (ExpressionError, TypeError) as error:
-            raise RowRejected("unknown_config_shape", f"{self.kernel.name}: {error}") from None
+            raise RowRejected(Reason.UNKNOWN_CONFIG_SHAPE, f"{self.kernel.name}: {error}") from None
         if self.late is not None:
             raise RowRejected(*self.late)
         assert self.cases is not None
@@ -792,7 +706,6 @@ class CaseTemplate:
             "spec": _case_spec(operation_digest, _hole("axes"), _hole("tensors"), scalar_spec),
         }
         sorted_axes = tuple(sorted(binding.axes))
-        bound = ", ".join(f"{_escape(axis)}=%d" for axis in binding.axes)
         return cls(
             kernel=kernel,
             dtype=dtype,
@@ -800,9 +713,11 @@ class CaseTemplate:
             scalars=scalar_spec or None,
             operation_digest=operation_digest,
             sorted_axes=sorted_axes,
-            case_key="-".join(f"{_escape(axis)}%d" for axis in sorted_axes) + f"-{_escape(dtype)}",
+            case_key=case_key(((_escape(axis), "%d") for axis in sorted_axes), _escape(dtype)),
             case_slug=_slug_format(sorted_axes, dtype),
-            title=f"{_escape(kernel.title)} · {bound} · {_escape(dtype)}",
+            title=workload_title(
+                _escape(kernel.title), ((_escape(a), "%d") for a in binding.axes), _escape(dtype)
+            ),
             name_head=f"{kernel.slug}-",
             identity=_pieces(canonical_json_reference(identity(holed)), ("axes", "tensors")),
             manifest=_pieces(orjson.dumps(holed, option=orjson.OPT_SORT_KEYS), _MANIFEST_HOLES),
@@ -811,7 +726,7 @@ class CaseTemplate:
     def workload(self, axes: dict[str, int]) -> Workload:
         # Every size is a safe integer (_axis_value rejects the others): orjson prints it as
         # RFC 8785 does.
-        sizes = _sizes(self.kernel, axes)
+        sizes = sizes_of(self.kernel, axes)
         tensors = {
             name: {
                 "shape": [dim if isinstance(dim, int) else sizes[dim] for dim in shape],
@@ -879,7 +794,7 @@ def _fixed_axes(
             axes.append((axis, expr, 0))
             continue
         try:
-            axes.append((axis, None, _axis_value(axis, expr.evaluate(values))))
+            axes.append((axis, None, axis_value(axis, expr.evaluate(values))))
         except Exception:  # see the docstring
             return None
     return tuple(axes)
@@ -931,7 +846,7 @@ def _slug_format(sorted_axes: tuple[str, ...], dtype: str) -> str:
     digits, which slug keeps and no run of other characters crosses, so the slug is that of each
     ASCII piece between them; only the first and last pieces touch the ends that slug strips."""
     pieces = [sorted_axes[0], *(f"-{axis}" for axis in sorted_axes[1:]), f"-{dtype}"]
-    slugs = [_SLUG_BREAK.sub("-", piece.lower()) for piece in pieces]
+    slugs = [SLUG_BREAK.sub("-", piece.lower()) for piece in pieces]
     slugs[0], slugs[-1] = slugs[0].lstrip("-"), slugs[-1].rstrip("-")
     return "%d".join(slugs)
 
@@ -948,124 +863,8 @@ def _pieces(text: bytes, holes: tuple[str, ...]) -> tuple[bytes, ...]:
     return (*pieces, text)
 
 
-# --- helpers over config values -------------------------------------------------------------
-def _binding(kernel: Kernel, x_name: str, config: dict[str, Any]) -> tuple[Binding, dict[str, Any]]:
-    """x_name's binding and the config under the binding's key names, once the config is
-    checked to hold nothing else."""
-    binding = kernel.bindings.get(x_name)
-    if binding is None:
-        raise RowRejected(
-            "unknown_config_shape",
-            f"{kernel.name} has no curated binding for x_name {x_name!r}",
-        )
-    if binding.aliases:
-        config = dict(config)
-        for written, bound in binding.aliases.items():
-            if written in config:
-                if bound in config:
-                    raise RowRejected(
-                        "unknown_config_shape",
-                        f"{kernel.name}/{x_name}: config has both {written} and {bound}",
-                    )
-                config[bound] = config.pop(written)
-    scalar_keys = frozenset().union(*(e.names for e in kernel.scalars.values()))
-    allowed = binding.config_keys | scalar_keys | {"dtype"}
-    _check_config_keys(kernel.name, x_name, allowed, binding.require, config)
-    return binding, config
-
-
-def _is_integer(value: Any) -> bool:
-    return type(value) is int or (type(value) is float and value.is_integer())
-
-
-def _parse_config(text: str) -> dict[str, Any]:
-    def reject_constant(name: str) -> Any:
-        raise ValueError(f"{name} is not JSON")
-
-    try:
-        config = json.loads(text, parse_constant=reject_constant)
-    except ValueError as error:
-        raise RowRejected("bad_config_json", f"extra_benchmark_config_str: {error}") from None
-    if not isinstance(config, dict):
-        raise RowRejected("bad_config_json", "extra_benchmark_config_str is not a JSON object")
-    return config
-
-
-def _check_config_keys(
-    kernel: str,
-    x_name: str,
-    allowed: frozenset[str],
-    require: dict[str, Any],
-    config: dict[str, Any],
-) -> None:
-    unexpected = sorted(set(config) - allowed)
-    if unexpected:
-        raise RowRejected(
-            "unknown_config_shape", f"{kernel}/{x_name}: unexpected config key(s) {unexpected}"
-        )
-    for key, expected in require.items():
-        value = config.get(key)
-        if (
-            value != expected
-            or type(value) is not type(expected)
-            and not (_is_integer(value) and _is_integer(expected))
-        ):
-            raise RowRejected(
-                "unknown_config_shape",
-                f"{kernel}/{x_name}: config {key}={value!r}, curated for {expected!r}",
-            )
-
-
-def _positive_integer(text: str, column: str) -> int:
-    value = parse_positive(text, column)
-    if not value.is_integer():
-        raise RowRejected("unknown_config_shape", f"{column} {text!r} is not an integer size")
-    return int(value)
-
-
-def _axis_value(axis: str, value: Any) -> int:
-    if not _is_integer(value) or value <= 0:
-        raise RowRejected(
-            "unknown_config_shape", f"axis {axis} is not a positive integer: {value!r}"
-        )
-    if value > MAX_SAFE_INTEGER:  # a JSON number past 2**53 - 1 has no exact canonical form
-        raise RowRejected(
-            "unknown_config_shape",
-            f"axis {axis} is past 2**53 - 1 ({int(value).bit_length()} bits)",
-        )
-    return int(value)
-
-
-def _scalars(kernel: Kernel, config: dict[str, Any]) -> dict[str, float | int]:
-    try:
-        return {name: _scalar(name, expr.evaluate(config)) for name, expr in kernel.scalars.items()}
-    except (ExpressionError, TypeError) as error:
-        raise RowRejected("unknown_config_shape", f"{kernel.name}: {error}") from None
-
-
-def _scalar(name: str, value: Any) -> float | int:
-    if type(value) not in (int, float) or not math.isfinite(value):
-        raise RowRejected("unknown_config_shape", f"scalar {name} is not a number: {value!r}")
-    if type(value) is int and abs(value) > MAX_SAFE_INTEGER:
-        raise RowRejected(
-            "unknown_config_shape", f"scalar {name} is past 2**53 - 1 ({value.bit_length()} bits)"
-        )
-    return value
-
-
-def _sizes(kernel: Kernel, axes: dict[str, int]) -> dict[str, int]:
-    """The axes and the derived axes."""
-    sizes: dict[str, int] = dict(axes)
-    try:
-        for axis, expression in kernel.derived_axes.items():
-            sizes[axis] = _axis_value(axis, expression.evaluate(sizes))
-    except (ExpressionError, ZeroDivisionError) as error:
-        raise RowRejected("unknown_config_shape", f"{kernel.name}: {error}") from None
-    return sizes
-
-
 def _tensors(kernel: Kernel, axes: dict[str, int], dtype: str) -> dict[str, Any]:
-    sizes = _sizes(kernel, axes)
+    sizes = sizes_of(kernel, axes)
     tensors = {}
     for entry in kernel.operation["spec"]["inputs"]:
         tensor = entry.get("tensor")
@@ -1082,31 +881,30 @@ def _tensors(kernel: Kernel, axes: dict[str, int], dtype: str) -> dict[str, Any]
 # --- the file ---------------------------------------------------------------------------------
 def duplicate_outcome(line: int, raw: str, external_id: str) -> RowOutcome:
     detail = f"externalId {external_id} already appeared earlier in this file (first one wins)"
-    return RowOutcome(line, "quarantined", raw, "duplicate_external_id", detail)
+    return RowOutcome(line, "quarantined", raw, Reason.DUPLICATE_EXTERNAL_ID, detail)
 
 
-def outcome_of(record: CsvRecord, layout: Layout, normalizer: Normalizer) -> RowOutcome:
-    """One record's outcome, judged alone (duplicates across the file are the caller's rule):
-    how a batch normalizes a row its columns cannot (pipelines/liger/columnar.py)."""
+def read_record(record: CsvRecord, layout: Layout, normalizer: Normalizer) -> RowOutcome | RowRead:
+    """What one record says, judged alone (duplicates across the file are the caller's rule),
+    or its quarantine: how a batch reads a row its columns cannot (pipelines/liger/columnar.py)."""
     fields = record.fields
     if fields is None or record.error is not None:
         reason = (record.error or "unparseable_row").split(":", 1)[0]
         return RowOutcome(record.line, "quarantined", record.raw, reason, record.error)
     if len(fields) != layout.width:
         detail = f"expected {layout.width} fields, found {len(fields)}"
-        return RowOutcome(record.line, "quarantined", record.raw, "wrong_column_count", detail)
+        return RowOutcome(record.line, "quarantined", record.raw, Reason.WRONG_COLUMN_COUNT, detail)
     longest = max(range(len(fields)), key=lambda i: len(fields[i]))
     if len(fields[longest]) > FIELD_LIMIT:
         detail = (
             f"field {longest + 1} holds {len(fields[longest])} characters,"
             f" over the limit of {FIELD_LIMIT}"
         )
-        return RowOutcome(record.line, "quarantined", record.raw, "field_too_large", detail)
+        return RowOutcome(record.line, "quarantined", record.raw, Reason.FIELD_TOO_LARGE, detail)
     try:
-        records, facts = normalizer.normalize_fields(layout.pick(fields))
+        return normalizer.read_fields(layout.pick(fields))
     except RowRejected as rejected:
         return RowOutcome(record.line, "quarantined", record.raw, rejected.reason, rejected.detail)
-    return RowOutcome(record.line, "ok", record.raw, records=records, facts=facts)
 
 
 def normalize_lines(

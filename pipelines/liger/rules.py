@@ -1,0 +1,427 @@
+"""The rules of the Liger source, each stated once: what a row's texts mean.
+
+Read top to bottom: the limits and the quarantine reasons; numbers (parsing, JavaScript
+rounding, the unit and scale of a metric); timestamps; a provider's role; the externalId and the
+names of a run; and how the x value, the config and the kernel name bind a kernel's axes.
+
+Where a rule has a column-wise form (numbers, timestamps), that form is the rule a batch applies
+(pipelines/liger/columnar.py); the scalar form beside it is what it calls for the odd texts the
+column-wise check leaves, and what a lone odd row's path uses. Curated knowledge (units, roles,
+kernels) is read from `pipelines/curation`, never restated here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable
+from datetime import datetime
+from enum import StrEnum
+from functools import lru_cache
+from typing import Any, NamedTuple
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pipelines.canonical import MAX_SAFE_INTEGER
+from pipelines.curation import Binding, Curation, ExpressionError, Kernel
+
+SOURCE = "liger-kernel-bench"  # sourceNative.source of every run
+NAME_LIMIT = 100  # metadata.name length the reference importer cuts at
+# A real field is under 300 characters; a longer one than this is garbage or an attack, and would
+# ride every record and index row of its run (README: `field_too_large`).
+FIELD_LIMIT = 2**20
+
+
+# --- quarantine reasons ----------------------------------------------------------------------
+class Reason(StrEnum):
+    """Every reason a Liger row is quarantined for (README lists them for users)."""
+
+    WRONG_COLUMN_COUNT = "wrong_column_count"  # not as many fields as the header
+    BAD_ENCODING = "bad_encoding"  # not UTF-8 (pipelines/liger/read.py)
+    UNPARSEABLE_ROW = "unparseable_row"  # CSV that does not parse (read.py)
+    FIELD_TOO_LARGE = "field_too_large"  # a field over FIELD_LIMIT characters
+    UNKNOWN_KERNEL = "unknown_kernel"  # kernel not in kernels.yaml
+    UNKNOWN_PROVIDER = "unknown_provider"  # provider not curated for the kernel
+    UNKNOWN_MODE = "unknown_mode"  # kernel_operation_mode not in passes
+    UNKNOWN_GPU = "unknown_gpu"  # gpu_name not in gpus.yaml: never guessed
+    UNKNOWN_METRIC = "unknown_metric"  # metric or unit not in protocols.yaml `units`
+    UNKNOWN_CONFIG_SHAPE = "unknown_config_shape"  # x / config that binds no curated axes
+    BAD_CONFIG_JSON = "bad_config_json"  # extra_benchmark_config_str is not a JSON object
+    BAD_NUMBER = "bad_number"  # not a number, or out of range
+    NON_POSITIVE_VALUE = "non_positive_value"  # zero or negative
+    BAD_TIMESTAMP = "bad_timestamp"  # not Liger's timestamp, or no such time
+    DUPLICATE_EXTERNAL_ID = "duplicate_external_id"  # an earlier row had its externalId
+
+
+class RowRejected(Exception):
+    """A row the normalizer cannot turn into records; becomes a quarantine outcome."""
+
+    def __init__(self, reason: Reason, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = Reason(reason)
+        self.detail = detail
+
+
+# --- names -----------------------------------------------------------------------------------
+SLUG_BREAK = re.compile(r"[^a-z0-9]+")
+
+
+@lru_cache(maxsize=4096)
+def slug(text: str) -> str:
+    """Lowercase, every run of other characters one hyphen, none at the ends."""
+    return SLUG_BREAK.sub("-", text.lower()).strip("-")
+
+
+def joined_slug(*parts: str) -> str:
+    """slug("-".join(parts)) from cached per-part slugs (equal when no part slugs to empty)."""
+    slugs = [slug(part) for part in parts]
+    return "-".join(slugs) if all(slugs) else slug("-".join(parts))
+
+
+# --- numbers ---------------------------------------------------------------------------------
+# What the column-wise number check accepts: digits with an optional fraction. Anything else
+# ("1e-05", " 1", "+1", "nan") is read by parse_positive and its full grammar.
+PLAIN_DECIMAL = r"^[0-9]+(\.[0-9]+)?$"
+# JavaScript's Number() grammar for decimal literals, without its leniencies Python adds
+# (underscores, "nan", "infinity").
+_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+def positive_numbers(texts: pa.Array) -> tuple[pa.Array, np.ndarray]:
+    """A column of number texts: which are plain positive decimals (a mask), and their values
+    (1.0 where not plain: those rows are read one by one, by parse_positive)."""
+    plain = pc.match_substring_regex(texts, PLAIN_DECIMAL)
+    values = pc.cast(pc.if_else(plain, texts, "1"), pa.float64()).to_numpy()
+    return pc.and_(plain, pa.array(values > 0)), values
+
+
+def parse_positive(text: str, column: str) -> float:
+    """One number text, by JavaScript's grammar: a finite positive number, or RowRejected."""
+    if not _NUMBER.fullmatch(text.strip()):
+        raise RowRejected(Reason.BAD_NUMBER, f"{column} is not a number: {text[:80]!r}")
+    value = float(text)
+    if not math.isfinite(value):
+        raise RowRejected(Reason.BAD_NUMBER, f"{column} is out of range: {text[:80]!r}")
+    if value <= 0:
+        raise RowRejected(Reason.NON_POSITIVE_VALUE, f"{column} must be positive, got {text!r}")
+    return value
+
+
+def js_round(values: np.ndarray) -> np.ndarray:
+    """JavaScript's Math.round, element-wise (the nearest integer, halves toward +infinity),
+    still as floats."""
+    floor = np.floor(values)
+    with np.errstate(invalid="ignore"):  # inf - inf: past 2**53, rejected by the caller
+        return floor + (values - floor >= 0.5)
+
+
+def stored_values(native: np.ndarray, scale: np.ndarray | float) -> np.ndarray:
+    """A row's numbers in the stored unit (integer ns or bytes), as floats: its native numbers
+    times its metric's scale, rounded as JavaScript does. A value past 2**53 - 1 (104 days in
+    ns, 8 PiB) is garbage, and RFC 8785 has no exact form for it: see `in_range`."""
+    return js_round(native * scale)
+
+
+def in_range(stored: np.ndarray) -> np.ndarray:
+    """Which stored values JSON holds exactly (a mask over the last axis's rows)."""
+    return np.asarray(np.asarray(stored <= MAX_SAFE_INTEGER).all(axis=-1))
+
+
+def metric_scale(curation: Curation, metric: str, unit: str) -> float:
+    """The factor from a row's unit to its metric's stored one (protocols.yaml's `units`)."""
+    scale = curation.units.get(metric, {}).get(unit)
+    if scale is None:
+        known = ", ".join(f"{m}/{u}" for m, units in curation.units.items() for u in units)
+        raise RowRejected(
+            Reason.UNKNOWN_METRIC, f"metric {metric!r} in {unit!r}: expected one of {known}"
+        )
+    return scale
+
+
+def check_known(curation: Curation, kernel: str, provider: str, mode: str, gpu: str) -> None:
+    """A series' names, each curated (a provider for that kernel), or RowRejected saying which
+    is not."""
+    if kernel not in curation.kernels:
+        raise RowRejected(Reason.UNKNOWN_KERNEL, f"kernel {kernel!r} is not curated")
+    entry = curation.providers.get(provider)
+    if entry is None or not entry.implements(kernel):
+        raise RowRejected(
+            Reason.UNKNOWN_PROVIDER, f"provider {provider!r} is not curated for {kernel}"
+        )
+    if mode not in curation.passes:
+        raise RowRejected(
+            Reason.UNKNOWN_MODE,
+            f"kernel_operation_mode {mode!r} is not one of {sorted(curation.passes)}",
+        )
+    if gpu not in curation.gpus:
+        raise RowRejected(Reason.UNKNOWN_GPU, f"gpu_name {gpu!r} is not curated")
+
+
+def is_memory(metric: str) -> bool:
+    """Whether a metric's runs are memory runs (their own protocol and externalIds)."""
+    return metric == "memory"
+
+
+# --- timestamps ------------------------------------------------------------------------------
+# Liger's own form, in ASCII digits: what the column-wise reading cuts apart.
+PLAIN_TIMESTAMP = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[ T][0-9]{2}:[0-9]{2}:[0-9]{2}$"
+_TIMESTAMP = re.compile(r"(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})")
+
+
+class Stamp(NamedTuple):
+    """A timestamp as a run writes it."""
+
+    observed_at: str  # ISO 8601 UTC, milliseconds
+    observed_at_json: str
+    form: str  # as externalIds write it
+    slug: str  # slug(form), as names write it
+
+
+def stamps(texts: pa.Array) -> list[Stamp | None]:
+    """The Stamp of each (distinct) timestamp text, None where it is not a time. Texts in
+    Liger's form with a day of month up to 28 (a valid date in every month) are cut apart
+    column-wise: their parts are ASCII digits, which neither slugs nor JSON change. The rest
+    are read by parse_timestamp."""
+    plain = pc.match_substring_regex(texts, PLAIN_TIMESTAMP).to_numpy(zero_copy_only=False)
+    parseable = pc.if_else(pa.array(plain), texts, "0001-01-01 00:00:00")
+
+    def part(start: int, stop: int) -> pa.Array:
+        return pc.utf8_slice_codeunits(parseable, start, stop)
+
+    year, month, day, hour, minute, second = (
+        pc.cast(part(start, start + size), pa.int64()).to_numpy()
+        for start, size in ((0, 4), (5, 2), (8, 2), (11, 2), (14, 2), (17, 2))
+    )
+    simple = plain & (year >= 1) & (month >= 1) & (month <= 12) & (day >= 1) & (day <= 28)
+    simple &= (hour <= 23) & (minute <= 59) & (second <= 59)
+    date, clock = part(0, 10), part(11, 19)
+    observed = pc.binary_join_element_wise(date, "T", clock, ".000Z", "").to_pylist()
+    form = pc.binary_join_element_wise(
+        date, part(11, 13), part(14, 16), part(17, 19), "-"
+    ).to_pylist()
+    return [
+        Stamp(observed[i], f'"{observed[i]}"', form[i], form[i]) if simple[i] else _stamp(text)
+        for i, text in enumerate(texts.to_pylist())
+    ]
+
+
+def _stamp(text: str) -> Stamp | None:
+    try:
+        observed, form = parse_timestamp(text)
+    except RowRejected:
+        return None
+    return Stamp(observed, orjson.dumps(observed).decode(), form, slug(form))
+
+
+@lru_cache(maxsize=1024)  # a benchmark script stamps all rows of one run alike
+def parse_timestamp(text: str) -> tuple[str, str]:
+    """Liger's naive timestamp, read as UTC: (observedAt, the form used in externalIds)."""
+    match = _TIMESTAMP.fullmatch(text.strip())
+    if not match:
+        raise RowRejected(
+            Reason.BAD_TIMESTAMP, f"timestamp is not 'YYYY-MM-DD HH:MM:SS': {text[:80]!r}"
+        )
+    year, month, day, hour, minute, second = match.groups()
+    try:
+        datetime(int(year), int(month), int(day), int(hour), int(minute), int(second))
+    except ValueError as error:
+        raise RowRejected(Reason.BAD_TIMESTAMP, f"timestamp {text!r}: {error}") from None
+    observed = f"{year}-{month}-{day}T{hour}:{minute}:{second}.000Z"
+    return observed, f"{year}-{month}-{day}-{hour}-{minute}-{second}"
+
+
+# --- a provider's role -----------------------------------------------------------------------
+def is_baseline(curation: Curation, provider: str) -> bool:
+    """Whether a provider is a baseline (providers.yaml `baseline: <rank>`)."""
+    return curation.providers[provider].baseline
+
+
+# --- a run's externalId and names --------------------------------------------------------------
+def external_id(
+    kernel: str, mode: str, provider: str, gpu: str, case_key: str, stamp: str, memory: bool
+) -> str:
+    """A run's externalId: its series, its workload's case key and its timestamp form."""
+    head = f"{kernel}/{mode}/{provider}/{slug(gpu)}/{case_key}/{stamp}"
+    return head + "/memory" if memory else head
+
+
+def run_name_parts(
+    kernel: str, mode: str, provider: str, gpu: str, memory: bool
+) -> tuple[str, ...]:
+    """The constant parts of a series' run names; a run's name is
+    joined_slug(*parts, case_key, stamp) cut at NAME_LIMIT."""
+    return ("liger", kernel, f"{mode}-memory" if memory else mode, provider, gpu)
+
+
+def run_title(kernel_title: str, provider: str, mode: str, memory: bool) -> str:
+    return f"{kernel_title} · {provider} · {mode}" + (" · memory" if memory else "")
+
+
+def implementation_name(kernel: str, provider: str) -> str:
+    return f"liger-bench-{slug(kernel)}-{slug(provider)}"
+
+
+def environment_name(gpu: str) -> str:
+    return f"liger-bench-{slug(gpu)}"
+
+
+def protocol_name(mode: str, memory: bool) -> str:
+    return f"liger-bench-{'memory' if memory else 'do-bench'}-{mode}"
+
+
+def case_key(sorted_axes: Iterable[tuple[str, str]], dtype: str) -> str:
+    """A workload's case key: each axis name and its size, in sorted order, then the dtype."""
+    return "-".join(f"{name}{size}" for name, size in sorted_axes) + f"-{dtype}"
+
+
+def workload_title(kernel_title: str, axes: Iterable[tuple[str, str]], dtype: str) -> str:
+    """A workload's title: its axes in binding order."""
+    bound = ", ".join(f"{name}={size}" for name, size in axes)
+    return f"{kernel_title} · {bound} · {dtype}"
+
+
+# --- how x, the config and the kernel name bind a kernel's axes -----------------------------------
+# What an x value that names a configuration may be (it rides the run's externalId and name).
+LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}")
+
+
+def kernel_of(curation: Curation, kernel: str, config_text: str) -> str:
+    """The curated kernel a row's kernel name and config name: the name itself, unless
+    `kernelNames` in kernels.yaml renames it or lets a config key pick the kernel."""
+    variant = curation.kernel_names.get(kernel)
+    if variant is None:
+        return kernel
+    key, kernels = variant
+    if key is None:  # a rename
+        return kernels[None]
+    value = parse_config(config_text).get(key)
+    picked = next((k for v, k in kernels.items() if v == value and type(v) is type(value)), None)
+    if picked is None:
+        raise RowRejected(
+            Reason.UNKNOWN_CONFIG_SHAPE,
+            f"{kernel}: config {key}={value!r} names no curated kernel",
+        )
+    return picked
+
+
+def parse_config(text: str) -> dict[str, Any]:
+    def reject_constant(name: str) -> Any:
+        raise ValueError(f"{name} is not JSON")
+
+    try:
+        config = json.loads(text, parse_constant=reject_constant)
+    except ValueError as error:
+        raise RowRejected(Reason.BAD_CONFIG_JSON, f"extra_benchmark_config_str: {error}") from None
+    if not isinstance(config, dict):
+        raise RowRejected(Reason.BAD_CONFIG_JSON, "extra_benchmark_config_str is not a JSON object")
+    return config
+
+
+def binding_of(
+    kernel: Kernel, x_name: str, config: dict[str, Any]
+) -> tuple[Binding, dict[str, Any]]:
+    """x_name's binding and the config under the binding's key names, once the config is
+    checked to hold nothing else."""
+    binding = kernel.bindings.get(x_name)
+    if binding is None:
+        raise RowRejected(
+            Reason.UNKNOWN_CONFIG_SHAPE,
+            f"{kernel.name} has no curated binding for x_name {x_name!r}",
+        )
+    if binding.aliases:
+        config = dict(config)
+        for written, bound in binding.aliases.items():
+            if written in config:
+                if bound in config:
+                    raise RowRejected(
+                        Reason.UNKNOWN_CONFIG_SHAPE,
+                        f"{kernel.name}/{x_name}: config has both {written} and {bound}",
+                    )
+                config[bound] = config.pop(written)
+    scalar_keys = frozenset().union(*(e.names for e in kernel.scalars.values()))
+    allowed = binding.config_keys | scalar_keys | {"dtype"}
+    _check_config_keys(kernel.name, x_name, allowed, binding.require, config)
+    return binding, config
+
+
+def is_integer(value: Any) -> bool:
+    return type(value) is int or (type(value) is float and value.is_integer())
+
+
+def _check_config_keys(
+    kernel: str,
+    x_name: str,
+    allowed: frozenset[str],
+    require: dict[str, Any],
+    config: dict[str, Any],
+) -> None:
+    unexpected = sorted(set(config) - allowed)
+    if unexpected:
+        raise RowRejected(
+            Reason.UNKNOWN_CONFIG_SHAPE,
+            f"{kernel}/{x_name}: unexpected config key(s) {unexpected}",
+        )
+    for key, expected in require.items():
+        value = config.get(key)
+        if (
+            value != expected
+            or type(value) is not type(expected)
+            and not (is_integer(value) and is_integer(expected))
+        ):
+            raise RowRejected(
+                Reason.UNKNOWN_CONFIG_SHAPE,
+                f"{kernel}/{x_name}: config {key}={value!r}, curated for {expected!r}",
+            )
+
+
+def positive_integer(text: str, column: str) -> int:
+    value = parse_positive(text, column)
+    if not value.is_integer():
+        raise RowRejected(Reason.UNKNOWN_CONFIG_SHAPE, f"{column} {text!r} is not an integer size")
+    return int(value)
+
+
+def axis_value(axis: str, value: Any) -> int:
+    if not is_integer(value) or value <= 0:
+        raise RowRejected(
+            Reason.UNKNOWN_CONFIG_SHAPE, f"axis {axis} is not a positive integer: {value!r}"
+        )
+    if value > MAX_SAFE_INTEGER:  # a JSON number past 2**53 - 1 has no exact canonical form
+        raise RowRejected(
+            Reason.UNKNOWN_CONFIG_SHAPE,
+            f"axis {axis} is past 2**53 - 1 ({int(value).bit_length()} bits)",
+        )
+    return int(value)
+
+
+def scalars_of(kernel: Kernel, config: dict[str, Any]) -> dict[str, float | int]:
+    try:
+        return {name: _scalar(name, expr.evaluate(config)) for name, expr in kernel.scalars.items()}
+    except (ExpressionError, TypeError) as error:
+        raise RowRejected(Reason.UNKNOWN_CONFIG_SHAPE, f"{kernel.name}: {error}") from None
+
+
+def _scalar(name: str, value: Any) -> float | int:
+    if type(value) not in (int, float) or not math.isfinite(value):
+        raise RowRejected(Reason.UNKNOWN_CONFIG_SHAPE, f"scalar {name} is not a number: {value!r}")
+    if type(value) is int and abs(value) > MAX_SAFE_INTEGER:
+        raise RowRejected(
+            Reason.UNKNOWN_CONFIG_SHAPE,
+            f"scalar {name} is past 2**53 - 1 ({value.bit_length()} bits)",
+        )
+    return value
+
+
+def sizes_of(kernel: Kernel, axes: dict[str, int]) -> dict[str, int]:
+    """The axes and the derived axes."""
+    sizes: dict[str, int] = dict(axes)
+    try:
+        for axis, expression in kernel.derived_axes.items():
+            sizes[axis] = axis_value(axis, expression.evaluate(sizes))
+    except (ExpressionError, ZeroDivisionError) as error:
+        raise RowRejected(Reason.UNKNOWN_CONFIG_SHAPE, f"{kernel.name}: {error}") from None
+    return sizes
