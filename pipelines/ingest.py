@@ -4,6 +4,7 @@ and files on disk all the way through (`kindex ingest`). Dagster assets call the
 
 from __future__ import annotations
 
+import io
 import functools
 import os
 import secrets
