@@ -4,8 +4,8 @@ and files on disk all the way through (`kindex ingest`). Dagster assets call the
 
 from __future__ import annotations
 
-import io
 import functools
+import io
 import os
 import secrets
 import sys
