@@ -8,13 +8,13 @@ see it fail. With this one, run monitoring fails it, and the run is retried.
 
 from __future__ import annotations
 
-import os
-
 from dagster import DagsterEventType, DagsterRun, DefaultRunLauncher
 
 # Dagster exports no public type for a health check's result; its own launchers (Docker,
 # Kubernetes, ECS) import these from here too.
 from dagster._core.launcher.base import CheckRunHealthResult, WorkerStatus
+
+from pipelines.forked import pid_alive
 
 WORKER_STARTED = "Started process for run (pid: "
 
@@ -28,7 +28,7 @@ class WatchedRunLauncher(DefaultRunLauncher):
         pids = self._worker_pids(run.run_id)
         if not pids:  # not started yet: the start timeout covers that
             return CheckRunHealthResult(WorkerStatus.RUNNING, "no worker process recorded yet")
-        if any(process_alive(pid) for pid in pids):
+        if any(pid_alive(pid) for pid in pids):
             return CheckRunHealthResult(WorkerStatus.RUNNING)
         return CheckRunHealthResult(
             WorkerStatus.FAILED, f"the run's worker process (pid {pids[-1]}) is gone"
@@ -42,18 +42,3 @@ class WatchedRunLauncher(DefaultRunLauncher):
             if message.startswith(WORKER_STARTED):
                 pids.append(int(message[len(WORKER_STARTED) :].split(")", 1)[0]))
         return pids
-
-
-def process_alive(pid: int) -> bool:
-    """Whether `pid` runs (a zombie, exited and not yet reaped by its parent, does not)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True

@@ -11,6 +11,7 @@ import signal
 import threading
 from collections.abc import Iterable
 from multiprocessing.process import BaseProcess
+from pathlib import Path
 
 import pyarrow as pa
 
@@ -98,3 +99,20 @@ def worker_context(preload: str) -> WorkerContext:
     assert isinstance(context, multiprocessing.context.ForkServerContext)
     context.set_forkserver_preload([preload])
     return context
+
+
+def pid_alive(pid: int) -> bool:
+    """True while `pid` runs (a zombie, exited but not yet reaped, does not count)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return not Path("/proc/self").exists()  # no procfs: kill(0) is all there is
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"

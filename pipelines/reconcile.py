@@ -33,10 +33,9 @@ BULK_LOOKUP_FROM = 64
 
 def current_parser_versions() -> frozenset[str]:
     """The parser versions a record set made now would carry, one per source."""
-    from pipelines.bundles.normalize import PARSER_VERSION as BUNDLE_PARSER_VERSION
-    from pipelines.liger.normalize import parser_version
+    from pipelines.sources import SOURCES
 
-    return frozenset({parser_version(), BUNDLE_PARSER_VERSION})
+    return frozenset(source.parser_version() for source in SOURCES)
 
 
 def read_id_of(read: Snapshot) -> str:

@@ -23,7 +23,7 @@ from assets.files import FILE_ASSETS
 from pipelines.curation import CURATION_DIR_VARIABLE, CURATION_FILES
 from pipelines.settings import Settings
 
-NEW_GPU = "NVIDIA H200"
+NEW_GPU = "NVIDIA H20"  # a real GPU the curation does not know (yet)
 
 
 @pytest.fixture
@@ -72,8 +72,8 @@ def test_backfill_after_a_new_gpu_turns_quarantine_into_runs(
     gpus = curation / "gpus.yaml"
     gpus.write_text(
         gpus.read_text()
-        + f"  {NEW_GPU}: {{vendor: nvidia, product: NVIDIA H200, architecture: sm_90,"
-        + " title: H200}\n"
+        + f"  {NEW_GPU}: {{vendor: nvidia, product: NVIDIA H20, architecture: sm_90,"
+        + " title: H20}\n"
     )
     (partition,) = driver.partition_keys()
     assert execute(instance, backfill_request(partition)).success

@@ -11,13 +11,14 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import json
-import os
 import sys
 import time
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from pipelines.forked import pid_alive
 
 UP_FILE = "up.json"  # where `kindex up` says it serves: {"url": ..., "pid": ...}
 # Partitions per request: a request's size, and what it asks of Dagster's storage, stay bounded
@@ -95,21 +96,11 @@ def running_instance_url(home: Path) -> str:
         ) from None
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise NoInstance(f"cannot read {path}: {error}; pass --url") from None
-    if not _alive(pid):
+    if not pid_alive(pid):
         raise NoInstance(
             f"`kindex up` (pid {pid}, {url}) in {home} is not running: start it, or pass --url"
         )
     return url
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, another user's
-        return True
-    return True
 
 
 def graphql(url: str, query: str, variables: dict[str, Any], timeout: float = 60) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+from pipelines.forked import pid_alive
 from pipelines.settings import EMBEDDED_HOST, Settings
 from pipelines.storage.credentials import (
     S3Credentials,
@@ -430,7 +431,7 @@ def _toml_string(path: Path) -> str:
 def running_server(home: Path) -> RunningServer | None:
     """The embedded server another process started for this home, if it is alive and answers."""
     server = recorded_server(home)
-    if server is None or not _pid_alive(server.pid) or not s3_answers(server.endpoint_url):
+    if server is None or not pid_alive(server.pid) or not s3_answers(server.endpoint_url):
         return None
     return server
 
@@ -445,29 +446,12 @@ def recorded_server(home: Path) -> RunningServer | None:
         return None
 
 
-def _pid_alive(pid: int) -> bool:
-    """True while `pid` runs (a zombie, exited but not yet reaped, does not count)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return not Path("/proc/self").exists()  # no procfs: kill(0) is all there is
-    except OSError:
-        return True
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
 def _is_weed_of(pid: int, data_dir: Path) -> bool:
     """Whether `pid` is a weed serving `data_dir` (a recorded pid may have been reused)."""
     try:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except FileNotFoundError:
-        return not Path("/proc/self").exists() and _pid_alive(pid)
+        return not Path("/proc/self").exists() and pid_alive(pid)
     except OSError:
         return False
     return f"-dir={data_dir}".encode() in argv
@@ -487,7 +471,7 @@ def stop_pid(pid: int, data_dir: Path, timeout: float = STOP_TIMEOUT_SECONDS) ->
         while time.monotonic() < deadline:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WNOHANG)
-            if not _pid_alive(pid):
+            if not pid_alive(pid):
                 return
             time.sleep(0.05)
 
@@ -559,7 +543,7 @@ class ServerLease:
         """Whether the recorded server is usable. A live one gets time to answer: it may be
         busy, or still starting (its starter killed on the way)."""
         deadline = time.monotonic() + READY_TIMEOUT_SECONDS
-        while _pid_alive(server.pid) and _is_weed_of(server.pid, self.s3_dir / "data"):
+        while pid_alive(server.pid) and _is_weed_of(server.pid, self.s3_dir / "data"):
             if s3_answers(server.endpoint_url, timeout=2.0):
                 return True
             if time.monotonic() > deadline:
@@ -582,7 +566,7 @@ class ServerLease:
             return False
         if self._own is not None and self._own.pid == self.server.pid:
             return self._own.is_running()  # also reaps it once it exited
-        return _pid_alive(self.server.pid)
+        return pid_alive(self.server.pid)
 
     def restart(self) -> RunningServer:
         """After the server died: start another on the same port (where its users look for
