@@ -301,19 +301,6 @@ def test_a_refused_key_is_a_one_line_error(s3_store: S3Store, key: str, code: st
             s3_store.head(key)
 
 
-def test_kindex_put_of_a_refused_key_says_so_in_one_line(
-    s3_store: S3Store, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    from pipelines.cli import main
-
-    path = tmp_path / "a.csv"
-    path.write_bytes(b"x")
-    assert main(["put", str(path), "--key", "incoming/" + "k" * 1100]) == 1
-    err = capsys.readouterr().err
-    assert err.startswith("kindex put: the S3 endpoint") and "KeyTooLongError" in err
-    assert err.count("\n") == 1 and "Traceback" not in err
-
-
 def test_a_store_of_the_embedded_server_rides_out_its_restart(tmp_path: Path) -> None:
     """`kindex up` starts a killed embedded server again within seconds; a request sent
     meanwhile (a listing included) waits for it instead of failing the file it was for."""
