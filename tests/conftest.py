@@ -44,7 +44,7 @@ def s3_store(
     s3_client: Any,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-) -> S3Store:
+) -> Iterator[S3Store]:
     """An S3Store on a fresh, uniquely named bucket of the session's server.
 
     The environment points at the same bucket (KINDEX_S3_ENDPOINT, KINDEX_BUCKET, AWS keys,
@@ -65,7 +65,24 @@ def s3_store(
     monkeypatch.setenv("KINDEX_BUCKET", bucket)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", embedded_s3.credentials.access_key)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", embedded_s3.credentials.secret_key)
-    return store
+    yield store
+    drop_buckets(s3_client)
+
+
+def drop_buckets(client: Any) -> None:
+    """Delete every bucket of the session's server. SeaweedFS gives each bucket volumes of its
+    own and has room for about 70 on this disk: a suite that kept each test's bucket would run
+    out (PutObject then answers InternalError)."""
+    for bucket in client.list_buckets().get("Buckets", []):
+        name = bucket["Name"]
+        try:
+            for page in client.get_paginator("list_objects_v2").paginate(Bucket=name):
+                keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]  # 1,000 at most
+                if keys:
+                    client.delete_objects(Bucket=name, Delete={"Objects": keys})
+            client.delete_bucket(Bucket=name)
+        except Exception:  # a test's server may be gone; its bucket goes with the session
+            continue
 
 
 @pytest.fixture(autouse=True)
