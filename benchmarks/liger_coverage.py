@@ -1,8 +1,8 @@
 """Coverage and parity of the Liger normalizer over a corpus of real Liger CSVs.
 
-For each CSV under CORPUS (default ../shared/data/liger), normalizes it on the production (batch)
-path and compares every row with KernelIndex's own importer's outcome in VECTORS (default
-../shared/vectors/liger/reference, `<path with / as __>.jsonl.gz`, one object per data row):
+For each CSV under CORPUS (a copy of Liger's corpus: HEAD CSVs, gh-pages runs, history),
+normalizes it on the production (batch) path and compares every row with KernelIndex's own importer's outcome in VECTORS (one file per
+CSV, `<path with / as __>.jsonl.gz`, one object per data row):
 
 - parity: each row the reference imports is `ok` here with the same externalId and the same
   digest for all seven kinds;
@@ -31,10 +31,6 @@ import orjson
 from pipelines.liger.columnar import normalized_batches, write_json_lines
 from pipelines.manifests import schema_errors
 
-HERE = Path(__file__).resolve().parent
-# shared/ beside the clone (../shared), or beside the folder of worktrees (../../shared)
-CANDIDATES = (HERE.parent.parent / "shared", HERE.parent.parent.parent / "shared")
-SHARED = next((p for p in CANDIDATES if p.is_dir()), CANDIDATES[0])
 KINDS = {
     "BenchmarkRun": "run",
     "OperationSpec": "operation",
@@ -53,8 +49,8 @@ def vectors_name(corpus: Path, csv: Path) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--corpus", type=Path, default=SHARED / "data/liger")
-    parser.add_argument("--vectors", type=Path, default=SHARED / "vectors/liger/reference")
+    parser.add_argument("--corpus", type=Path, required=True)
+    parser.add_argument("--vectors", type=Path, required=True)
     args = parser.parse_args()
     files = sorted(args.corpus.rglob("*.csv"))
     if not files:
