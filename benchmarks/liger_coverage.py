@@ -1,8 +1,9 @@
 """Coverage and parity of the Liger normalizer over a corpus of real Liger CSVs.
 
 For each CSV under CORPUS (a copy of Liger's corpus: HEAD CSVs, gh-pages runs, history),
-normalizes it on the production (batch) path and compares every row with KernelIndex's own importer's outcome in VECTORS (one file per
-CSV, `<path with / as __>.jsonl.gz`, one object per data row):
+normalizes it on the production (batch) path and compares every row with KernelIndex's own
+importer's outcome in VECTORS (one file per CSV, `<path with / as __>.jsonl.gz`, one object per
+data row):
 
 - parity: each row the reference imports is `ok` here with the same externalId and the same
   digest for all seven kinds;
