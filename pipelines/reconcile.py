@@ -23,7 +23,7 @@ from pipelines.index.reads import read_id
 from pipelines.index.record_objects import READS_DIR, SUMMARY_FILE
 from pipelines.sensor_cursor import ObjectVersionRef
 from pipelines.settings import Settings
-from pipelines.snapshots import Snapshot, list_reads, reads_prefix
+from pipelines.snapshots import Snapshot, list_reads, load_reads, read_record_key, reads_prefix
 from pipelines.storage.base import ObjectInfo, ObjectStore
 
 LOOKUP_THREADS = 8
@@ -95,12 +95,10 @@ def _reads_by_version(store: ObjectStore, settings: Settings) -> dict[tuple[str,
     for stale in read_cache.keys() - listed.keys():
         del read_cache[stale]
     changed = [k for k, etag in listed.items() if read_cache.get(k, ("",))[0] != etag]
-    with ThreadPoolExecutor(LOOKUP_THREADS) as pool:
-        for record_key, read in zip(
-            changed, pool.map(lambda k: _read_record(store, k), changed), strict=True
-        ):
-            if read is not None:
-                read_cache[record_key] = (listed[record_key], read)
+    for read in load_reads(store, changed):
+        record_key = read_record_key(settings, read.key, read.digest)
+        if record_key in listed:
+            read_cache[record_key] = (listed[record_key], read)
     newest: dict[tuple[str, str], Snapshot] = {}
     for record_key in listed:
         cached = read_cache.get(record_key)
@@ -156,20 +154,10 @@ def snapshots_of_versions(
             for o in store.list(reads_prefix(settings))
             if o.key.endswith(".json") and o.key.rsplit("/", 1)[0] + "/" in wanted
         ]
-        with ThreadPoolExecutor(LOOKUP_THREADS) as pool:
-            reads = [r for r in pool.map(lambda k: _read_record(store, k), record_keys) if r]
+        reads = load_reads(store, record_keys)
     found: dict[ObjectVersionRef, Snapshot] = {}
-    for read in sorted(reads, key=lambda r: (r.last_modified, r.read_at)):  # newest last
+    for read in sorted(reads, key=lambda r: r.order):  # newest last
         for ref in by_key.get(read.key, []):
             if ref.matches(read.etag):
                 found[ref] = read
     return found
-
-
-def _read_record(store: ObjectStore, record_key: str) -> Snapshot | None:
-    from pipelines.storage.base import NoSuchKey
-
-    try:
-        return Snapshot.from_json(store.get_bytes(record_key))
-    except NoSuchKey:
-        return None

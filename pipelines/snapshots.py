@@ -257,7 +257,7 @@ def load_snapshot(
         return found
     suffix = f"/{_hex(digest)}.json"
     keys = [o.key for o in store.list(reads_prefix(settings)) if o.key.endswith(suffix)]
-    reads = _load_reads(store, keys)
+    reads = load_reads(store, keys)
     if not reads:
         raise SnapshotNotFound(f"no read with snapshot {digest} in bucket {store.bucket}")
     return min(reads, key=lambda r: (r.read_at, r.key))
@@ -266,7 +266,7 @@ def load_snapshot(
 def list_reads(store: ObjectStore, settings: Settings, key: str | None = None) -> list[Snapshot]:
     """Every recorded read (of one key, or of all keys), oldest version first."""
     keys = [o.key for o in store.list(reads_prefix(settings, key)) if o.key.endswith(".json")]
-    reads = _load_reads(store, keys)
+    reads = load_reads(store, keys)
     return sorted(reads, key=lambda r: (r.order, r.key, r.digest))
 
 
@@ -289,7 +289,7 @@ def _is_newest_read(store: ObjectStore, settings: Settings, read: Snapshot) -> b
     has one-second resolution, so A, B, A again within a second need the time of the read."""
     own = read_record_key(settings, read.key, read.digest)
     others = [o.key for o in store.list(reads_prefix(settings, read.key)) if o.key != own]
-    return all(r.order <= read.order for r in _load_reads(store, others))
+    return all(r.order <= read.order for r in load_reads(store, others))
 
 
 def _load_read(store: ObjectStore, record_key: str) -> Snapshot | None:
@@ -299,7 +299,8 @@ def _load_read(store: ObjectStore, record_key: str) -> Snapshot | None:
         return None
 
 
-def _load_reads(store: ObjectStore, record_keys: Iterable[str]) -> list[Snapshot]:
+def load_reads(store: ObjectStore, record_keys: Iterable[str]) -> list[Snapshot]:
+    """The read records at `record_keys` (those gone since they were listed left out)."""
     record_keys = list(record_keys)
     if len(record_keys) <= 1:
         found = [_load_read(store, k) for k in record_keys]
