@@ -17,6 +17,7 @@ COMMAND_MODULES = (
     "pipelines.commands.up",
     "pipelines.commands.backfill",
     "pipelines.commands.chart",
+    "pipelines.commands.connect",
 )
 
 

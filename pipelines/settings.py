@@ -32,6 +32,8 @@ SETTING_NAMES = (
     "SNAPSHOT_PREFIX",
     "RECORDS_PREFIX",
     "INDEX_PREFIX",
+    "CATALOG_URI",
+    "INDEX_RETENTION_VERSIONS",
 )
 OTHER_NAMES = ("CURATION_DIR", "FAULT_PAUSE", "FAULT_DIR")
 
@@ -55,6 +57,11 @@ class Settings:
     snapshot_prefix: str = "snapshots/"
     records_prefix: str = "records/"
     index_prefix: str = "index/"
+    # The index's Iceberg catalog: None for SQLite in the home, else a SQLAlchemy or REST URL.
+    catalog_uri: str | None = None
+    # How many of the newest versions stay readable (`kindex query --as-of`); older snapshots
+    # expire (their files stay in the bucket).
+    index_retention_versions: int = 32
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -94,6 +101,12 @@ class Settings:
             snapshot_prefix=_prefix(get("SNAPSHOT_PREFIX") or cls.snapshot_prefix),
             records_prefix=_prefix(get("RECORDS_PREFIX") or cls.records_prefix),
             index_prefix=_prefix(get("INDEX_PREFIX") or cls.index_prefix),
+            catalog_uri=get("CATALOG_URI"),
+            index_retention_versions=_parse_count(
+                "INDEX_RETENTION_VERSIONS",
+                get("INDEX_RETENTION_VERSIONS"),
+                cls.index_retention_versions,
+            ),
         )
 
     def replace(self, **changes: object) -> Settings:
@@ -187,4 +200,12 @@ def _parse_port(name: str, value: str | None, default: int) -> int:
         return default
     if not value.isdigit() or not 0 < int(value) < 65536:
         raise SettingsError(f"{ENV_PREFIX}{name}={value!r}: expected a TCP port (1-65535)")
+    return int(value)
+
+
+def _parse_count(name: str, value: str | None, default: int) -> int:
+    if value is None:
+        return default
+    if not value.isdigit() or int(value) < 1:
+        raise SettingsError(f"{ENV_PREFIX}{name}={value!r}: expected a whole number (1 or more)")
     return int(value)

@@ -147,6 +147,13 @@ def test_deployment_end_to_end(
     fault_dir.mkdir()
     for name, value in postgres.env.items():
         monkeypatch.setenv(name, value)
+    # The index's Iceberg catalog lives in the same PostgreSQL, shared by every process and the
+    # reader's home.
+    monkeypatch.setenv(
+        "KINDEX_CATALOG_URI",
+        f"postgresql+psycopg2://{postgres.username}:{postgres.password}@{HOST}:{postgres.port}/"
+        f"{postgres.database}",
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("DAGSTER_")}
     env.update(postgres.env, DAGSTER_HOME=str(dagster_home), PYTHONUNBUFFERED="1")
     # Every file run waits after writing its records until the test lets it go: two runs

@@ -32,6 +32,7 @@ from index_support import LIGER_CSV, csv_bytes, fingerprints, liger_rows
 from test_up_e2e import KindexUp, alive, descendants, free_port
 
 from pipelines.cli import main
+from pipelines.index.catalog import IndexCatalog
 from pipelines.index.faults import DIR_ENV, INDEX_FILES_WRITTEN, PAUSE_ENV, RECORD_FILES_WRITTEN
 from pipelines.index.layout import IndexLayout
 from pipelines.index.local import IndexNotFound, load_current, open_index
@@ -204,8 +205,8 @@ class IndexWatcher:
         return self._rows_by_key[key]
 
     def _read_bucket(self) -> None:
-        manifest = load_current(self._store, self._layout)
-        files, counts = manifest["files"], manifest.get("counts", {})
+        current = load_current(self._store, self.target.settings)
+        files, counts = current.files, current.version.counts
         rows = {name: sum(self._rows(k) for k in keys) for name, keys in files.items()}
         expected = {
             "run_segments": counts.get("runs", 0),
@@ -216,8 +217,8 @@ class IndexWatcher:
         }
         for name, count in expected.items():
             if rows[name] != count:
-                self.partial.append(f"{manifest['version']}: {name} {rows[name]} != {count}")
-        self.versions.add(manifest["version"])
+                self.partial.append(f"{current.id}: {name} {rows[name]} != {count}")
+        self.versions.add(current.id)
         self.reads += 1
 
     def _read_local(self) -> None:
@@ -237,7 +238,7 @@ class IndexWatcher:
 
 
 def current_version(target: Target) -> str | None:
-    version = load_current(target.store(), IndexLayout.of(target.settings))["version"]
+    version = load_current(target.store(), target.settings).id
     return str(version) if version is not None else None
 
 
@@ -261,9 +262,16 @@ def own_server(tmp_path: Path) -> Iterator[EmbeddedS3]:
         server.stop()
 
 
+@pytest.mark.parametrize("point", [RECORD_FILES_WRITTEN, INDEX_FILES_WRITTEN])
 def test_s3_server_killed_mid_ingest_then_rerun_gives_the_same_index(
-    own_server: EmbeddedS3, tmp_path: Path, input_files: list[Path], undisturbed: dict[str, str]
+    point: str,
+    own_server: EmbeddedS3,
+    tmp_path: Path,
+    input_files: list[Path],
+    undisturbed: dict[str, str],
 ) -> None:
+    """Killed with a record set half written, or with every table of a version committed but
+    not the version itself (mid-commit)."""
     target = target_on(own_server, tmp_path / "home")
     first, disturbed = input_files
     ingest_ok(target, first)
@@ -271,11 +279,11 @@ def test_s3_server_killed_mid_ingest_then_rerun_gives_the_same_index(
     fault_dir = tmp_path / "fault"
     fault_dir.mkdir()
     with IndexWatcher(target) as watcher:
-        process = paused_ingest(target, disturbed, RECORD_FILES_WRITTEN, fault_dir)
+        process = paused_ingest(target, disturbed, point, fault_dir)
         assert own_server.pid is not None
-        os.kill(own_server.pid, signal.SIGKILL)  # the server dies with a record set half written
+        os.kill(own_server.pid, signal.SIGKILL)
         own_server.stop()
-        resume(RECORD_FILES_WRITTEN, fault_dir)
+        resume(point, fault_dir)
         code, _, err = finish(process)
         assert code == 1
         assert f"cannot reach the S3 endpoint {target.endpoint_url}" in err
@@ -302,24 +310,22 @@ def test_ingest_sigkilled_mid_write_then_rerun_gives_the_same_index(
     first, disturbed = input_files
     ingest_ok(target, first)
     old_version, old_runs = current_version(target), run_count(target)
-    layout = IndexLayout.of(target.settings)
     fault_dir = tmp_path / "fault"
     fault_dir.mkdir()
     with IndexWatcher(target) as watcher:
         process = paused_ingest(target, disturbed, point, fault_dir)
-        manifests_before_kill = {
-            o.key
-            for o in target.store().list(layout.index_prefix)
-            if o.key.endswith("/manifest.json")
-        }
+        run_segments_head = IndexCatalog.beside(target.store(), target.settings).snapshot_id(
+            "run_segments"
+        )
         process.send_signal(signal.SIGKILL)
         assert finish(process)[0] == -signal.SIGKILL
         assert current_version(target) == old_version  # nothing of the killed run is visible
         assert run_count(target) == old_runs
         ingest_ok(target, disturbed)
         new_version = current_version(target)
-    if point == INDEX_FILES_WRITTEN:  # the killed run had written all of a version but CURRENT
-        assert len(manifests_before_kill) == 2  # the first version's and the orphan's
+    if point == INDEX_FILES_WRITTEN:  # the killed run had committed its tables, not its version
+        pinned = load_current(target.store(), target.settings).version.snapshot_ids
+        assert run_segments_head is not None and run_segments_head not in set(pinned.values())
     assert new_version != old_version
     assert fingerprints(target.settings) == undisturbed
     assert watcher.partial == []

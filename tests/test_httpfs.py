@@ -1,6 +1,7 @@
-"""DuckDB reads the published Parquet straight from the bucket (embedded SeaweedFS) through the
-httpfs extension loaded by path from the pinned `duckdb-extension-httpfs` package: no download,
-no local copy."""
+"""DuckDB reads the published index straight from the bucket (embedded SeaweedFS): `iceberg_scan`
+of each Iceberg table, through the iceberg, avro and httpfs extensions loaded by path from their
+pinned packages: no download, no local copy. pyiceberg reads the same tables through the
+catalog."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ from typing import Any
 
 from index_support import csv_bytes, index_settings, ingest_bytes, liger_rows
 
+from pipelines.index.catalog import NAMESPACE, IndexCatalog, S3Access
 from pipelines.index.layout import IndexLayout
-from pipelines.index.local import load_current, open_index
-from pipelines.index.remote import S3Access, connect_remote, httpfs_path
+from pipelines.index.local import open_index
+from pipelines.index.remote import EXTENSIONS, connect_remote, extension_path
 from pipelines.index.tables import table_fingerprints
 from pipelines.storage.embedded import EmbeddedS3
 
@@ -35,24 +37,22 @@ def test_duckdb_reads_the_published_index_from_the_bucket(
         embedded_s3.credentials.access_key,
         embedded_s3.credentials.secret_key,
     )
-    remote = connect_remote(s3_store, index_settings, access)
+    remote = connect_remote(index_settings, access)
     try:
         assert table_fingerprints(remote) == expected
         loaded = remote.execute(
-            "SELECT install_path FROM duckdb_extensions() "
-            "WHERE extension_name = 'httpfs' AND loaded"
+            "SELECT extension_name FROM duckdb_extensions() WHERE loaded ORDER BY 1"
         ).fetchall()
-        # The run segments the current version's manifest names, read by their s3:// URLs:
-        # here the record set of the one file, which the index uses as it is.
-        segments = load_current(s3_store, layout)["files"]["run_segments"]
-        urls = ", ".join(f"'s3://{s3_store.bucket}/{key}'" for key in segments)
-        files = remote.execute(
-            f"SELECT filename, count(*) FROM read_parquet([{urls}], filename = true) "
-            "GROUP BY filename"
-        ).fetchall()
+        scanned = remote.execute(
+            "SELECT count(*) FROM duckdb_views() WHERE sql LIKE '%iceberg_scan(''s3://%'"
+        ).fetchone()
     finally:
         remote.close()
-    assert loaded and httpfs_path().exists()
-    assert len(files) == 1 and files[0][0].startswith("s3://") and files[0][1] == 400
-    assert segments[0].startswith(layout.records_prefix) and segments[0].endswith("/runs.parquet")
+    assert {name for (name,) in loaded} >= set(EXTENSIONS)
+    assert all(extension_path(name).exists() for name in EXTENSIONS)
+    assert scanned and scanned[0] >= 4
     assert not layout.cache_dir.exists()
+    # pyiceberg, through the catalog, reads the runs the views show.
+    table = IndexCatalog(index_settings, access).catalog.load_table((NAMESPACE, "run_segments"))
+    assert table.scan().to_arrow().num_rows == 400
+    assert expected["runs"].startswith("400:")

@@ -24,7 +24,7 @@ from pipelines.canonical import manifest_digest
 from pipelines.cli import main
 from pipelines.index.layout import IndexLayout
 from pipelines.index.local import load_current
-from pipelines.index.tables import MANIFEST_FORMAT, TABLES, VIEWS
+from pipelines.index.tables import TABLES, VIEWS
 from pipelines.ingest import ingest_paths
 
 __all__ = ["index_settings"]
@@ -166,45 +166,40 @@ def test_query_command_prints_json_and_rejects_bad_sql(
     capsys.readouterr()
 
 
-def test_run_segments_are_record_sets_when_all_is_new(s3_store: Any, index_settings: Any) -> None:
-    """A file whose runs are all new: its record set's runs.parquet is the run segment, as
-    written (and its manifests.parquet the manifest segment). A second file holding those runs
-    and more: only its new runs (manifests) are written out, to a segment of the new version.
-    Each record's source_key is where it was first seen."""
+def test_a_second_file_adds_only_its_new_runs(s3_store: Any, index_settings: Any) -> None:
+    """A second file holding the first one's runs and more: only its new runs (manifests) are
+    written, to a data file of the Iceberg table in the warehouse. Each record's source_key is
+    where it was first seen."""
     header, rows = liger_rows(range(2, 302))
     ingest_bytes(s3_store, index_settings, [("incoming/first.csv", csv_bytes(header, rows[:200]))])
     ingest_bytes(s3_store, index_settings, [("incoming/second.csv", csv_bytes(header, rows))])
     layout = IndexLayout.of(index_settings)
-    segments = load_current(s3_store, layout)["files"]["run_segments"]
+    segments = load_current(s3_store, index_settings).files["run_segments"]
     assert len(segments) == 2
-    assert segments[0].startswith(layout.records_prefix) and segments[0].endswith("/runs.parquet")
-    assert segments[1].startswith(layout.index_prefix)
-    assert pq.read_table(io.BytesIO(s3_store.get_bytes(segments[1]))).num_rows == 100
+    assert all(s.startswith(layout.index_prefix + "kindex/run_segments/data/") for s in segments)
+    sizes = sorted(pq.read_table(io.BytesIO(s3_store.get_bytes(s))).num_rows for s in segments)
+    assert sizes == [100, 200]
     assert query(
         index_settings,
         "SELECT source_key, count(*), min(source_line), max(source_line) FROM runs "
         "GROUP BY source_key ORDER BY source_key",
     ) == [("incoming/first.csv", 200, 2, 201), ("incoming/second.csv", 100, 202, 301)]
-    manifest_segments = load_current(s3_store, layout)["files"]["manifest_segments"]
-    assert manifest_segments[0].endswith("/manifests.parquet")
-    assert all(s.startswith(layout.index_prefix) for s in manifest_segments[1:])
     sources = query(index_settings, "SELECT DISTINCT source_key FROM workloads ORDER BY 1")
     assert sources == [("incoming/first.csv",), ("incoming/second.csv",)]
 
 
-def test_an_index_of_an_older_format_is_rebuilt_from_the_record_sets(
+def test_an_index_whose_catalog_is_lost_is_rebuilt_from_the_record_sets(
     s3_store: Any, index_settings: Any
 ) -> None:
+    """The record sets in the bucket are the truth: a home whose catalog is gone (or an index of
+    the manifest format that came before Iceberg) gets every record set back at the next
+    publish."""
     header, rows = liger_rows(range(2, 102))
     ingest_bytes(s3_store, index_settings, [("incoming/a.csv", csv_bytes(header, rows[:50]))])
-    layout = IndexLayout.of(index_settings)
-    pointer = json.loads(s3_store.get_bytes(layout.pointer_key))
-    old = json.loads(s3_store.get_bytes(pointer["manifest"]))
-    s3_store.put_bytes(pointer["manifest"], json.dumps({**old, "format": 1}).encode())
+    (Path(index_settings.home) / "catalog.db").unlink()
     ingest_bytes(s3_store, index_settings, [("incoming/b.csv", csv_bytes(header, rows[50:]))])
-    current = load_current(s3_store, layout)
-    assert current["format"] == MANIFEST_FORMAT and current["parent"] is None
-    assert len(current["record_sets"]) == 2
+    current = load_current(s3_store, index_settings)
+    assert current.version.seq == 1 and current.version.parent is None
     assert query(index_settings, "SELECT count(*), count(DISTINCT source_key) FROM runs") == [
         (100, 2)
     ]

@@ -7,12 +7,10 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 from index_support import csv_bytes, index_settings, ingest_bytes, liger_rows, query
 
 from pipelines.cli import main
-from pipelines.index.layout import IndexLayout
 from pipelines.index.publish import publish_index
 from pipelines.index.reads import ObjectRead
 from pipelines.ingest import process_snapshot
@@ -300,8 +298,8 @@ def test_the_first_publish_after_the_upgrade_mends_a_home_left_wrong(
 ) -> None:
     """The wrong state the old in-process path left: the second A's read had the first A's id,
     so it overwrote the first A's read object (now saying the newer upload) and was never
-    folded in. The index format changed (snapshots carry commits): the first publish rebuilds
-    from every record set and read object, and the key's newest read is A again."""
+    folded in. The index moved to Iceberg tables: the first publish into the new catalog
+    rebuilds from every record set and read object, and the key's newest read is A again."""
     ingest_bytes(s3_store, index_settings, [(KEY, rows_bytes(A_ROWS))])
     ingest_bytes(s3_store, index_settings, [(KEY, rows_bytes(B_ROWS))])
     b_read = latest_read_per_key(s3_store, index_settings)[KEY]
@@ -311,10 +309,7 @@ def test_the_first_publish_after_the_upgrade_mends_a_home_left_wrong(
     first_a = ObjectRead.from_json(s3_store.get_bytes(read_object))
     second_a = replace(first_a, last_modified=b_read.last_modified + timedelta(seconds=5))
     s3_store.put_bytes(read_object, second_a.to_json())  # what the old code did, in place
-    layout = IndexLayout.of(index_settings)
-    pointer = orjson.loads(s3_store.get_bytes(layout.pointer_key))
-    manifest = orjson.loads(s3_store.get_bytes(pointer["manifest"]))
-    s3_store.put_bytes(pointer["manifest"], orjson.dumps({**manifest, "format": 3}))
+    (Path(index_settings.home) / "catalog.db").unlink()  # the old format's home: no catalog
     assert retracted(index_settings) == {at("C", T1), at("D", T1)}
 
     publish_index(s3_store, index_settings)

@@ -107,8 +107,8 @@ def small_index(s3_store: Any, index_settings: Any) -> Any:
 
 def published_files(settings: Any, store: Any) -> list[Path]:
     layout = IndexLayout.of(settings)
-    manifest = load_current(store, layout)
-    return [layout.cached_path(key) for keys in manifest["files"].values() for key in keys]
+    current = load_current(store, settings)
+    return [layout.cached_path(key) for keys in current.files.values() for key in keys]
 
 
 @pytest.mark.slow
@@ -116,7 +116,7 @@ def test_the_cache_of_published_files_cannot_be_overwritten(
     small_index: Any, s3_store: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
     files = published_files(small_index, s3_store)
-    quarantine = next(p for p in files if "quarantine" in str(p))
+    quarantine = next(p for p in files if "run_segments" in str(p))
     before = {p: p.read_bytes() for p in files}
     code, out, _ = query(capsys, "select count(*) as n from quarantine", "--format", "csv")
     assert code == 0
@@ -181,19 +181,17 @@ def test_output_refuses_other_statements_and_the_home(
 def test_a_changed_cached_file_is_found_and_sync_fetches_it_again(
     small_index: Any, s3_store: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    quarantine = next(p for p in published_files(small_index, s3_store) if "quarantine" in str(p))
-    published = quarantine.read_bytes()
-    code, out, _ = query(capsys, "select count(*) as n from quarantine", "--format", "csv")
+    segment = next(p for p in published_files(small_index, s3_store) if "run_segments" in str(p))
+    published = segment.read_bytes()
+    code, out, _ = query(capsys, "select count(*) as n from runs", "--format", "csv")
     assert code == 0
     # Written over from outside kindex (a COPY did this before `kindex query` was locked).
     writer = duckdb.connect()
-    writer.execute(f"COPY (SELECT * FROM read_parquet('{quarantine}') LIMIT 0) TO '{quarantine}'")
+    writer.execute(f"COPY (SELECT * FROM read_parquet('{segment}') LIMIT 0) TO '{segment}'")
     writer.close()
-    assert quarantine.read_bytes() != published
-    code, _, err = query(capsys, "select count(*) from quarantine")
+    assert segment.read_bytes() != published
+    code, _, err = query(capsys, "select count(*) from runs")
     assert code == 1 and "differ from what was published" in err and "--sync" in err
-    code, again, err = query(
-        capsys, "select count(*) as n from quarantine", "--format", "csv", "--sync"
-    )
+    code, again, err = query(capsys, "select count(*) as n from runs", "--format", "csv", "--sync")
     assert (code, again) == (0, out), err
-    assert quarantine.read_bytes() == published
+    assert segment.read_bytes() == published

@@ -21,6 +21,8 @@ from typing import Any
 import duckdb
 import orjson
 
+from pipelines.settings import Settings
+
 # Statement types a read-only query may run; the rest are refused with a message saying so.
 # SET is let through: the locked configuration answers it with DuckDB's own error.
 READ_ONLY_STATEMENTS = frozenset(
@@ -80,23 +82,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="first fetch the bucket's current index version (needs the S3 endpoint)",
     )
+    parser.add_argument(
+        "--as-of",
+        metavar="WHEN",
+        help="query an earlier version: a time (ISO 8601, e.g. 2026-12-01T12:00Z), a version "
+        "id, or an Iceberg snapshot id of one of its tables (within the retention)",
+    )
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from pipelines.index.local import CacheChanged, open_locked
-    from pipelines.settings import Settings
 
     settings = Settings.from_env()
-    if args.sync:
-        from pipelines.index.local import sync_local
+    database: Path | None = None
+    if args.sync or args.as_of:
+        from pipelines.index.catalog import VersionNotFound
         from pipelines.storage.errors import StorageError
-        from pipelines.storage.s3 import store_session
 
         try:
-            with store_session(settings) as store:
-                sync_local(store, settings)
-        except StorageError as error:
+            database = fetch_version(settings, args.as_of, sync=args.sync)
+        except (StorageError, VersionNotFound) as error:
             print(f"kindex query: {error}", file=sys.stderr)
             return 1
     target = args.output.expanduser().resolve() if args.output else None
@@ -106,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"kindex query: --output {args.output}: {problem}", file=sys.stderr)
             return 2
     try:
-        con = open_locked(settings, writable=[target] if target else ())
+        con = open_locked(settings, writable=[target] if target else (), database=database)
     except CacheChanged as error:
         print(f"kindex query: {error}", file=sys.stderr)
         return 1
@@ -130,6 +136,25 @@ def run(args: argparse.Namespace) -> int:
         con.close()
     write_result(columns, rows, args.format, types=types, max_width=args.max_width)
     return 0
+
+
+def fetch_version(settings: Settings, as_of: str | None, *, sync: bool) -> Path | None:
+    """The database of the version `--as-of` names (built from the bucket when this home has
+    none), after `--sync` brought the current one; None: the current one."""
+    from pipelines.index.catalog import IndexCatalog
+    from pipelines.index.layout import IndexLayout
+    from pipelines.index.local import install_version, published, sync_local
+    from pipelines.storage.s3 import store_session
+
+    with store_session(settings) as store:
+        if sync:
+            sync_local(store, settings)
+        if not as_of:
+            return None
+        catalog = IndexCatalog.beside(store, settings)
+        version = catalog.as_of(as_of)
+        index = published(catalog, version, store.bucket)
+        return install_version(store, IndexLayout.of(settings), index)
 
 
 def check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:

@@ -15,18 +15,20 @@ import duckdb
 
 from pipelines.index.layout import IndexLayout
 from pipelines.index.local import fetch, load_current
-from pipelines.index.publish import list_record_sets
+from pipelines.index.publish import included, list_record_sets
 from pipelines.index.record_objects import MANIFEST_SCHEMA
 from pipelines.index.tables import MANIFEST_SEGMENT_SCHEMA, parquet_select
+from pipelines.settings import Settings
 from pipelines.storage.base import ObjectStore
 
 
 class KnownManifests:
     """`known(digest) -> bool` over the index's manifests; loaded on the first question."""
 
-    def __init__(self, store: ObjectStore, layout: IndexLayout) -> None:
+    def __init__(self, store: ObjectStore, settings: Settings) -> None:
         self.store = store
-        self.layout = layout
+        self.settings = settings
+        self.layout = IndexLayout.of(settings)
         self._digests: frozenset[str] | None = None
 
     def __call__(self, digest: str) -> bool:
@@ -35,15 +37,15 @@ class KnownManifests:
         return digest in self._digests
 
     def _load(self) -> Iterable[str]:
-        current = load_current(self.store, self.layout)
-        segments = current["files"].get("manifest_segments", [])
+        current = load_current(self.store, self.settings)
+        segments = current.files.get("manifest_segments", [])
         published = [str(fetch(self.store, self.layout, key)) for key in segments]
         summaries, _ = list_record_sets(self.store, self.layout)
-        included = set(current["record_sets"])
+        included_sets, _ = included(self.store, self.layout, current)
         pending = [
             str(fetch(self.store, self.layout, f"{prefix}manifests.parquet"))
             for prefix in sorted(summaries)
-            if prefix not in included
+            if prefix not in included_sets
         ]
         con = duckdb.connect()
         try:
@@ -56,5 +58,5 @@ class KnownManifests:
         return (row[0] for row in rows)
 
 
-def known_manifests(store: ObjectStore, settings: object) -> KnownManifests:
-    return KnownManifests(store, IndexLayout.of(settings))
+def known_manifests(store: ObjectStore, settings: Settings) -> KnownManifests:
+    return KnownManifests(store, settings)

@@ -1,10 +1,11 @@
-"""The local side of the index: a cache of published files and `$KINDEX_HOME/index.duckdb`.
+"""The local side of the index: a cache of a version's data files and `$KINDEX_HOME/index.duckdb`.
 
-Published files never change, so the cache is keyed by object key and never invalidated. Each
+Iceberg data files never change, so the cache is keyed by object key and never invalidated. Each
 published version gets its own small DuckDB database of views (`index-db/<version>.duckdb`);
 `index.duckdb` is a symlink replaced atomically to point at the newest one. A reader that opened
 the old database keeps reading the old version; none ever sees a half-built one, and a writer
-never waits on a reader's file lock.
+never waits on a reader's file lock. A database lists the keys its views read, so a home moved
+to another directory rebuilds its views over the new paths, with nothing to download.
 """
 
 from __future__ import annotations
@@ -12,22 +13,27 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import duckdb
-import orjson
+import pyarrow as pa
 
+from pipelines.index.catalog import IndexCatalog, Version
 from pipelines.index.layout import IndexLayout
-from pipelines.index.tables import FILE_TABLES, MANIFEST_FORMAT, create_views
-from pipelines.storage.base import NoSuchKey, ObjectStore
+from pipelines.index.tables import STORED_TABLES, create_views, parquet_sources
+from pipelines.settings import Settings
+from pipelines.storage.base import ObjectStore
 
 KEEP_LOCAL_DATABASES = 4
 PARQUET_CONTENT_TYPE = "application/vnd.apache.parquet"
 EMPTY_VERSION = "empty"
+INTERNAL_SCHEMA = "kindex_internal"
 # Where a version's database lists the files its views read: the only files a reader may open.
-FILES_TABLE = "kindex_internal.files"
+FILES_TABLE = f"{INTERNAL_SCHEMA}.files"
+# The cache directory the views' paths were built under.
+BUILT_TABLE = f"{INTERNAL_SCHEMA}.built"
 # Python objects are never tables: a typo in a table name gets DuckDB's "Did you mean ...?",
 # not a variable of the caller's frame.
 CONNECTION_CONFIG: dict[str, str | bool | int | float | list[str]] = {
@@ -40,26 +46,38 @@ class IndexNotFound(FileNotFoundError):
     """No index has been built in this kindex home yet."""
 
 
-def empty_manifest() -> dict[str, Any]:
-    return {
-        "format": MANIFEST_FORMAT,
-        "version": None,
-        "parent": None,
-        "record_sets": [],
-        "reads": [],
-        "files": {name: [] for name in FILE_TABLES},
-        "counts": {},
-    }
+@dataclass(frozen=True, slots=True)
+class PublishedIndex:
+    """One version of the index and the object keys of its tables' data files."""
+
+    version: Version
+    files: Mapping[str, Sequence[str]] = field(
+        default_factory=lambda: {name: [] for name in STORED_TABLES}
+    )
+
+    @property
+    def id(self) -> str | None:
+        return self.version.version
 
 
-def load_current(store: ObjectStore, layout: IndexLayout) -> dict[str, Any]:
-    """The manifest `index/CURRENT` points to, or an empty one before the first publish."""
-    try:
-        pointer = orjson.loads(store.get_bytes(layout.pointer_key))
-    except NoSuchKey:
-        return empty_manifest()
-    manifest: dict[str, Any] = orjson.loads(store.get_bytes(pointer["manifest"]))
-    return manifest
+def object_key(location: str, bucket: str) -> str:
+    prefix = f"s3://{bucket}/"
+    if not location.startswith(prefix):
+        raise ValueError(f"{location}: outside the bucket {bucket}")
+    return location.removeprefix(prefix)
+
+
+def published(catalog: IndexCatalog, version: Version, bucket: str) -> PublishedIndex:
+    files = catalog.data_files(version)
+    return PublishedIndex(
+        version, {name: [object_key(loc, bucket) for loc in locs] for name, locs in files.items()}
+    )
+
+
+def load_current(store: ObjectStore, settings: Settings) -> PublishedIndex:
+    """The newest published version (an empty index before the first publish)."""
+    catalog = IndexCatalog.beside(store, settings)
+    return published(catalog, catalog.current(), store.bucket)
 
 
 def write_atomically(path: Path, data: bytes) -> None:
@@ -70,11 +88,11 @@ def write_atomically(path: Path, data: bytes) -> None:
 
 
 def fetch(store: ObjectStore, layout: IndexLayout, key: str) -> Path:
-    """The local copy of an immutable published object, downloaded once."""
+    """The local copy of an immutable object, downloaded once."""
     path = layout.cached_path(key)
     if not path.exists():
         write_atomically(path, store.get_bytes(key))
-        path.chmod(0o444)  # a published file never changes
+        path.chmod(0o444)  # a data file never changes
     return path
 
 
@@ -82,36 +100,56 @@ def put_file(store: ObjectStore, key: str, path: Path) -> None:
     store.put(key, path.read_bytes(), content_type=PARQUET_CONTENT_TYPE)
 
 
-def install_local(store: ObjectStore, layout: IndexLayout, manifest: dict[str, Any]) -> Path:
+def version_database(layout: IndexLayout, version: str | None) -> Path:
+    return layout.local_db_dir / f"{version or EMPTY_VERSION}.duckdb"
+
+
+def install_version(store: ObjectStore, layout: IndexLayout, index: PublishedIndex) -> Path:
+    """The database of this version, built (its files downloaded) when it is not yet."""
+    database = version_database(layout, index.id)
+    if not database.exists():
+        for keys in index.files.values():
+            for key in keys:
+                fetch(store, layout, key)
+        build_database(database, layout, index.files)
+    return database
+
+
+def install_local(store: ObjectStore, layout: IndexLayout, index: PublishedIndex) -> Path:
     """Make `index.duckdb` show this version (a no-op when it already does)."""
-    version = manifest.get("version") or EMPTY_VERSION
-    database = layout.local_db_dir / f"{version}.duckdb"
+    database = version_database(layout, index.id)
     if layout.local_db.is_symlink() and layout.local_db.resolve() == database.resolve():
         return database
-    files = {
-        name: [str(fetch(store, layout, key)) for key in keys]
-        for name, keys in manifest["files"].items()
-    }
-    if not database.exists():
-        build_database(database, files)
+    install_version(store, layout, index)
     point_link(layout.local_db, database)
     prune_databases(layout, keep=database)
     return database
 
 
-def build_database(database: Path, files: dict[str, list[str]]) -> None:
+def build_database(database: Path, layout: IndexLayout, files: Mapping[str, Sequence[str]]) -> None:
+    """A database of views over the cached files (`files`: table -> object keys)."""
     database.parent.mkdir(parents=True, exist_ok=True)
     temporary = database.with_name(f".{database.name}.{secrets.token_hex(4)}.tmp")
+    paths = {name: [str(layout.cached_path(k)) for k in keys] for name, keys in files.items()}
     con = duckdb.connect(str(temporary), config=CONNECTION_CONFIG)
     try:
-        create_views(con, files)
-        con.execute(f"CREATE SCHEMA {FILES_TABLE.split('.')[0]}")
+        create_views(con, parquet_sources(paths))
+        con.execute(f"CREATE SCHEMA {INTERNAL_SCHEMA}")
         # Each file's size as published: a cached file that no longer has it was changed.
-        con.execute(f"CREATE TABLE {FILES_TABLE} (path VARCHAR, size BIGINT)")
-        paths = sorted({path for names in files.values() for path in names})
-        if paths:
-            rows = [[p, os.stat(p).st_size] for p in paths]
-            con.executemany(f"INSERT INTO {FILES_TABLE} VALUES (?, ?)", rows)
+        con.execute(f"CREATE TABLE {FILES_TABLE} (tbl VARCHAR, key VARCHAR, size BIGINT)")
+        listed = [(name, key) for name, keys in files.items() for key in keys]
+        rows = pa.table(
+            {
+                "tbl": [name for name, _ in listed],
+                "key": [key for _, key in listed],
+                "size": [os.stat(layout.cached_path(key)).st_size for _, key in listed],
+            },
+            schema=pa.schema([("tbl", pa.string()), ("key", pa.string()), ("size", pa.int64())]),
+        )
+        con.register("listed_files", rows)
+        con.execute(f"INSERT INTO {FILES_TABLE} SELECT * FROM listed_files")
+        con.unregister("listed_files")
+        con.execute(f"CREATE TABLE {BUILT_TABLE} AS SELECT ? AS cache_dir", [str(layout.cache_dir)])
     finally:
         con.close()
     os.replace(temporary, database)
@@ -133,72 +171,103 @@ def prune_databases(layout: IndexLayout, keep: Path) -> None:
                 old.unlink()
 
 
+def listed_files(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str, int]]:
+    """(table, key, size) of every file the views read."""
+    rows = con.execute(f"SELECT tbl, key, size FROM {FILES_TABLE}").fetchall()
+    return [(str(t), str(k), int(s)) for t, k, s in rows]
+
+
+def rebuilt_if_moved(database: Path, layout: IndexLayout) -> None:
+    """Rebuild a version's views over this home's cache when they were built under another
+    directory (a home that was moved or copied)."""
+    con = duckdb.connect(str(database), read_only=True, config=CONNECTION_CONFIG)
+    try:
+        try:
+            row = con.execute(f"SELECT cache_dir FROM {BUILT_TABLE}").fetchone()
+        except duckdb.CatalogException:  # built by an older kindex: left as it is
+            return
+        if row and row[0] == str(layout.cache_dir):
+            return
+        files: dict[str, list[str]] = {name: [] for name in STORED_TABLES}
+        for table, key, _ in listed_files(con):
+            files[table].append(key)
+    finally:
+        con.close()
+    build_database(database, layout, files)
+
+
 class CacheChanged(RuntimeError):
     """A cached published file differs from what was published (it was written over)."""
 
 
-def changed_files(con: duckdb.DuckDBPyConnection) -> list[tuple[str, int]]:
-    """The files the views read that are gone or no longer their published size, with that
-    size (none known for a database built before the list was kept)."""
-    try:
-        listed = con.execute(f"SELECT path, size FROM {FILES_TABLE}").fetchall()
-    except duckdb.CatalogException:
-        return []
+def changed_files(con: duckdb.DuckDBPyConnection, layout: IndexLayout) -> list[tuple[str, int]]:
+    """The cached files the views read that are gone or no longer their published size."""
     changed = []
-    for path, size in listed:
+    for _, key, size in listed_files(con):
+        path = layout.cached_path(key)
         try:
             actual = os.stat(path).st_size
         except FileNotFoundError:
             actual = -1
         if actual != size:
-            changed.append((str(path), int(size)))
+            changed.append((str(path), size))
     return changed
 
 
-def sync_local(store: ObjectStore, settings: Any) -> Path:
-    """Point the local database at the bucket's current version (downloading what is new), and
+def sync_local(store: ObjectStore, settings: Settings) -> Path:
+    """Point the local database at the catalog's current version (downloading what is new), and
     download again every cached file of it that was changed."""
     layout = IndexLayout.of(settings)
-    database = install_local(store, layout, load_current(store, layout))
+    database = install_local(store, layout, load_current(store, settings))
     con = duckdb.connect(str(database), read_only=True, config=CONNECTION_CONFIG)
     try:
-        changed = changed_files(con)
+        changed = changed_files(con, layout)
     finally:
         con.close()
     for path, _ in changed:
         key = Path(path).relative_to(layout.cache_dir).as_posix()
+        with contextlib.suppress(FileNotFoundError):
+            os.chmod(path, 0o644)
         write_atomically(Path(path), store.get_bytes(key))
         Path(path).chmod(0o444)
     return database
 
 
-def ensure_local(settings: Any) -> Path:
+def ensure_local(settings: Settings) -> Path:
     """The local database, created empty (every table and view, no rows) when this home has
     none yet: an index exists from the start and answers 0."""
     layout = IndexLayout.of(settings)
     if not layout.local_db.exists():
-        database = layout.local_db_dir / f"{EMPTY_VERSION}.duckdb"
+        database = version_database(layout, None)
         if not database.exists():
-            build_database(database, {name: [] for name in FILE_TABLES})
+            build_database(database, layout, {name: [] for name in STORED_TABLES})
         # A publish may have pointed the link at a real version meanwhile: never replace it.
         with contextlib.suppress(FileExistsError):
             os.symlink(os.path.relpath(database, layout.local_db.parent), layout.local_db)
     return layout.local_db
 
 
-def open_index(settings: Any, *, read_only: bool = True) -> duckdb.DuckDBPyConnection:
-    """A connection to the local index database (read-only by default)."""
-    path = str(ensure_local(settings))
-    return duckdb.connect(path, read_only=read_only, config=CONNECTION_CONFIG)
+def open_index(
+    settings: Settings, *, read_only: bool = True, database: Path | None = None
+) -> duckdb.DuckDBPyConnection:
+    """A connection to the local index database (read-only by default), or to the database of
+    another version (`kindex query --as-of`)."""
+    layout = IndexLayout.of(settings)
+    path = (database or ensure_local(settings)).resolve()
+    rebuilt_if_moved(path, layout)
+    return duckdb.connect(str(path), read_only=read_only, config=CONNECTION_CONFIG)
 
 
-def open_locked(settings: Any, writable: Sequence[Path] = ()) -> duckdb.DuckDBPyConnection:
+def open_locked(
+    settings: Settings, writable: Sequence[Path] = (), *, database: Path | None = None
+) -> duckdb.DuckDBPyConnection:
     """The local index, read-only, with its doors locked: DuckDB opens no file but those the
     views read (and `writable`, the target of an export), loads or installs no extension, and no
     statement can change that (`lock_configuration`)."""
-    con = open_index(settings)
+    layout = IndexLayout.of(settings)
+    con = open_index(settings, database=database)
     try:
-        changed = changed_files(con)
+        changed = changed_files(con, layout)
         if changed:
             path, size = changed[0]
             raise CacheChanged(
@@ -206,12 +275,7 @@ def open_locked(settings: Any, writable: Sequence[Path] = ()) -> duckdb.DuckDBPy
                 f"(e.g. {path}, published with {size} bytes): `kindex query --sync` fetches "
                 "them again"
             )
-        try:
-            allowed = [row[0] for row in con.execute(f"SELECT path FROM {FILES_TABLE}").fetchall()]
-        except duckdb.CatalogException:  # a database built before the list was kept
-            allowed = []
-            directories = [str(IndexLayout.of(settings).cache_dir) + os.sep]
-            con.execute("SET allowed_directories = ?", [directories])
+        allowed = [str(layout.cached_path(key)) for _, key, _ in listed_files(con)]
         allowed += [str(path) for path in writable]
         if allowed:
             con.execute("SET allowed_paths = ?", [allowed])

@@ -1,29 +1,27 @@
-"""Publishing the index atomically, with cost that follows the new work.
+"""Publishing the index: one Iceberg commit per table, then the version that names them.
 
-A published version is a small JSON manifest, `index/v/<version>/manifest.json`, naming for each
-table the Parquet files that make it. `index/CURRENT` names the current version; replacing that
-one object is the commit, so a reader sees the old index or the new one, never a mix. Files are
-never rewritten or deleted, so every file a manifest names stays readable.
-
-What a publish writes, given the record sets (see record_objects.py) not yet in the index:
-- a run segment and a manifest segment: the runs and manifests those record sets bring that the
-  index does not hold yet (each distinct record once). When one record set brings only new runs
-  (manifests), its own runs (manifests) objects are the segment and nothing is rewritten; where a
-  record was first seen is its snapshot's first read, which the `runs` and `manifests` views
-  join in;
-- `run_state`: superseded_by and retracted_in_source of every run that has either. Only the
-  series (kernel, provider, mode, metric, GPU, case) the new runs belong to, and the runs of the
-  keys that were read again, are recomputed; the rest is carried over;
-- `snapshots`: one row per object version read (small).
-Lineage and quarantine are the record objects themselves, named by the manifest.
+Given the record sets (see record_objects.py) not yet in the index, a publish adds to the
+Iceberg tables (catalog.py):
+- `run_segments` and `manifest_segments`: the runs and manifests those record sets bring that
+  the index does not hold yet (each distinct record once). Where a record was first seen is its
+  snapshot's first read, which the `runs` and `manifests` views join in;
+- `lineage_files` and `quarantine_files`: the record sets' lineage and quarantine rows;
+- `run_state_changes`: a row for each run whose superseded_by or retracted_in_source this
+  version changes (a run's newest change is its state: the `run_state` view). Only the series
+  (kernel, provider, mode, metric, GPU, case) the new runs belong to, and the runs of the keys
+  that were read again, are recomputed;
+- `snapshots`: one row per object version read.
+Every table is only appended to, so a version costs a commit per table it adds rows to. Then the
+small files of each table are merged, and one row of `index_versions` names the snapshot of
+every table: that append is the commit. Nothing is ever deleted: a superseded run stays a row,
+and old versions stay readable for the retention (`--as-of`).
 """
 
 from __future__ import annotations
 
-import fcntl
 import secrets
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -31,21 +29,45 @@ from typing import Any
 import duckdb
 import orjson
 import pyarrow as pa
+from pyiceberg.exceptions import CommitFailedException
+from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
+from pipelines.index.catalog import (
+    EXPIRE_EVERY_VERSIONS,
+    VERSIONS_TABLE,
+    IndexCatalog,
+    Version,
+    publish_lock,
+)
 from pipelines.index.faults import INDEX_FILES_WRITTEN, pause_point
-from pipelines.index.layout import IndexLayout, snapshot_hex
-from pipelines.index.local import empty_manifest, fetch, install_local, load_current, put_file
+from pipelines.index.layout import IndexLayout
+from pipelines.index.local import PublishedIndex, fetch, install_local, published
 from pipelines.index.reads import NEWEST_ORDER_SQL, ObjectRead
-from pipelines.index.record_objects import SUMMARY_FILE
+from pipelines.index.record_objects import READS_DIR, SUMMARY_FILE
 from pipelines.index.tables import (
-    FILE_TABLES,
-    MANIFEST_FORMAT,
     MANIFEST_SEGMENT_SCHEMA,
     RUN_SEGMENT_SCHEMA,
+    SEQ_COLUMN,
     SNAPSHOT_SCHEMA,
+    STORED_TABLES,
     parquet_select,
+    run_state_select,
 )
+from pipelines.settings import Settings
 from pipelines.storage.base import ObjectStore
+from pipelines.storage.errors import StorageUnreachable
+
+# Rows are handed to the Iceberg writer in batches of this many, never all at once.
+STREAM_BATCH_ROWS = 65_536
+# How the rows of each appended or replaced table are ordered in its files.
+ROW_ORDER = {
+    "run_segments": "series_key, observed_at",
+    "manifest_segments": "kind, digest",
+    "lineage_files": "snapshot_digest, source_line",
+    "quarantine_files": "snapshot_digest, source_line",
+    "run_state_changes": "run_digest",
+    "snapshots": "taken_at, read_id",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,24 +95,11 @@ class IndexVersion:
     counts: dict[str, int] = field(default_factory=dict)
     new_runs: int = 0
     new_reads: int = 0
-    manifest_key: str | None = None
 
 
 def new_version_id() -> str:
     """Sortable by time; unique across concurrent writers."""
     return datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ") + "-" + secrets.token_hex(3)
-
-
-@contextmanager
-def writer_lock(layout: IndexLayout) -> Iterator[None]:
-    """One index writer per kindex home (Dagster adds a pool of 1 across processes)."""
-    layout.home.mkdir(parents=True, exist_ok=True)
-    with open(layout.writer_lock, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def list_record_sets(
@@ -108,13 +117,36 @@ def list_record_sets(
     return summaries, reads
 
 
-def unpublished_record_sets(store: ObjectStore, settings: Any) -> list[str]:
+def included(
+    store: ObjectStore, layout: IndexLayout, index: PublishedIndex
+) -> tuple[set[str], set[str]]:
+    """The record set prefixes and read object keys a version holds (from its snapshots)."""
+    paths = [str(fetch(store, layout, key)) for key in index.files["snapshots"]]
+    con = duckdb.connect()
+    try:
+        rows = con.execute(
+            "SELECT DISTINCT parser_version, snapshot_digest, read_id FROM "
+            f"({parquet_select(paths, SNAPSHOT_SCHEMA)})"
+        ).fetchall()
+    finally:
+        con.close()
+    sets, reads = set(), set()
+    for parser_version, snapshot_digest, read_id in rows:
+        prefix = layout.record_set_prefix(parser_version, snapshot_digest)
+        sets.add(prefix)
+        reads.add(f"{prefix}{READS_DIR}/{read_id}.json")
+    return sets, reads
+
+
+def unpublished_record_sets(store: ObjectStore, settings: Settings) -> list[str]:
     """Prefixes of complete record sets (summary and read written) the current index lacks, and
     of read objects it has not folded in: what the next publish would add."""
     layout = IndexLayout.of(settings)
-    current = load_current(store, layout)
+    catalog = IndexCatalog.beside(store, settings)
+    included_sets, included_reads = included(
+        store, layout, published(catalog, catalog.current(), store.bucket)
+    )
     summaries, read_keys = list_record_sets(store, layout)
-    included_sets, included_reads = set(current["record_sets"]), set(current["reads"])
     return sorted(
         prefix
         for prefix, keys in read_keys.items()
@@ -123,63 +155,71 @@ def unpublished_record_sets(store: ObjectStore, settings: Any) -> list[str]:
     )
 
 
-def publish_index(store: ObjectStore, settings: Any) -> IndexVersion:
+def publish_index(store: ObjectStore, settings: Settings) -> IndexVersion:
     """Fold every complete record set not yet indexed into a new version and publish it."""
+    with publish_lock(settings):
+        try:
+            return _publish(store, settings)
+        except OSError as error:  # the Iceberg writer's S3 client (pyarrow) gave up
+            endpoint = getattr(store, "endpoint_url", None) or "of the bucket"
+            raise StorageUnreachable(
+                f"cannot reach the S3 endpoint {endpoint} (publish the index): {error}"
+            ) from error
+
+
+# Publishers take turns, so a conflict is a catalog shared with a writer outside the lock (a
+# REST catalog on two hosts): start again from the version that won.
+@retry(
+    retry=retry_if_exception_type(CommitFailedException),
+    stop=stop_after_attempt(5),
+    wait=wait_random_exponential(0.1, 2),
+    reraise=True,
+)
+def _publish(store: ObjectStore, settings: Settings) -> IndexVersion:
     layout = IndexLayout.of(settings)
-    with writer_lock(layout):
-        current = load_current(store, layout)
-        if current.get("format") != MANIFEST_FORMAT:  # an older layout: rebuilt from the sets
-            current = empty_manifest()
-        summaries, read_keys = list_record_sets(store, layout)
-        included_sets = set(current["record_sets"])
-        included_reads = set(current["reads"])
-        # A record set counts once it has a read too: a process killed between the summary and
-        # the read object leaves a set whose runs have no source key yet (its rerun adds it).
-        pending_sets = [
-            RecordSet(prefix, orjson.loads(store.get_bytes(key)))
-            for prefix, key in sorted(summaries.items())
-            if prefix not in included_sets and prefix in read_keys
-        ]
-        pending_read_keys = sorted(
-            key
-            for prefix, keys in read_keys.items()
-            if prefix in summaries
-            for key in keys
-            if key not in included_reads
+    catalog = IndexCatalog.beside(store, settings)
+    catalog.create_tables()
+    version = catalog.current()
+    catalog.roll_back_to(version)
+    current = published(catalog, version, store.bucket)
+    included_sets, included_reads = included(store, layout, current)
+    summaries, read_keys = list_record_sets(store, layout)
+    # A record set counts once it has a read too: a process killed between the summary and
+    # the read object leaves a set whose runs have no source key yet (its rerun adds it).
+    pending_sets = [
+        RecordSet(prefix, orjson.loads(store.get_bytes(key)))
+        for prefix, key in sorted(summaries.items())
+        if prefix not in included_sets and prefix in read_keys
+    ]
+    pending_read_keys = sorted(
+        key
+        for prefix, keys in read_keys.items()
+        if prefix in summaries
+        for key in keys
+        if key not in included_reads
+    )
+    if not pending_sets and not pending_read_keys:
+        install_local(store, layout, current)
+        return IndexVersion(
+            version.version, version.parent, published=False, counts=dict(version.counts)
         )
-        if not pending_sets and not pending_read_keys:
-            install_local(store, layout, current)
-            return version_result(current, published=False)
-        reads = [ObjectRead.from_json(store.get_bytes(k)) for k in pending_read_keys]
-        summaries_by_prefix = {rs.prefix: rs.summary for rs in pending_sets}
-        for prefix in {
-            k.rsplit("reads/", 1)[0] for k in pending_read_keys
-        } - summaries_by_prefix.keys():
-            summaries_by_prefix[prefix] = orjson.loads(store.get_bytes(summaries[prefix]))
-        version = new_version_id()
-        manifest = build_version(
-            store, layout, current, pending_sets, reads, summaries_by_prefix, version
-        )
-        manifest["reads"] = sorted(included_reads | set(pending_read_keys))
-        manifest_key = layout.manifest_key(version)
-        store.put(manifest_key, orjson.dumps(manifest), content_type="application/json")
-        pause_point(INDEX_FILES_WRITTEN)
-        pointer = {"version": version, "manifest": manifest_key}
-        store.put(layout.pointer_key, orjson.dumps(pointer), content_type="application/json")
-        install_local(store, layout, manifest)
-        return version_result(manifest, published=True)
-
-
-def version_result(manifest: dict[str, Any], *, published: bool) -> IndexVersion:
-    counts = dict(manifest.get("counts", {}))
+    reads = [ObjectRead.from_json(store.get_bytes(k)) for k in pending_read_keys]
+    summaries_by_prefix = {rs.prefix: rs.summary for rs in pending_sets}
+    for prefix in {
+        k.rsplit("reads/", 1)[0] for k in pending_read_keys
+    } - summaries_by_prefix.keys():
+        summaries_by_prefix[prefix] = orjson.loads(store.get_bytes(summaries[prefix]))
+    new_version, new_runs = build_version(
+        store, layout, catalog, current, pending_sets, reads, summaries_by_prefix
+    )
+    install_local(store, layout, published(catalog, new_version, store.bucket))
     return IndexVersion(
-        version=manifest.get("version"),
-        parent=manifest.get("parent"),
-        published=published,
-        counts=counts,
-        new_runs=int(manifest.get("new", {}).get("runs", 0)) if published else 0,
-        new_reads=int(manifest.get("new", {}).get("reads", 0)) if published else 0,
-        manifest_key=manifest.get("manifest_key"),
+        new_version.version,
+        new_version.parent,
+        published=True,
+        counts=dict(new_version.counts),
+        new_runs=new_runs,
+        new_reads=len(reads),
     )
 
 
@@ -216,23 +256,25 @@ def reads_table(
 def build_version(
     store: ObjectStore,
     layout: IndexLayout,
-    current: dict[str, Any],
+    catalog: IndexCatalog,
+    current: PublishedIndex,
     pending: list[RecordSet],
     reads: list[ObjectRead],
     summaries: dict[str, dict[str, Any]],
-    version: str,
-) -> dict[str, Any]:
-    """Compute the new version's files from the current one plus the pending record sets,
-    upload them, and return its manifest (not yet pointed to)."""
-    old = current["files"]
-    local = {name: [str(fetch(store, layout, k)) for k in keys] for name, keys in old.items()}
-    new_files = {
+) -> tuple[Version, int]:
+    """Compute the new rows from the current version plus the pending record sets, commit them
+    table by table, and then the version naming those commits. Returns it and its new runs."""
+    local = {
+        name: [str(fetch(store, layout, k)) for k in keys] for name, keys in current.files.items()
+    }
+    pending_files = {
         name: [str(fetch(store, layout, key)) for rs in pending for key in rs.file_keys(name)]
-        for name in ("runs", "manifests")
+        for name in ("runs", "manifests", "lineage", "quarantine")
     }
     con = duckdb.connect()
-    for name, schema in FILE_TABLES.items():
+    for name, schema in STORED_TABLES.items():
         con.execute(f"CREATE VIEW old_{name} AS {parquet_select(local.get(name, []), schema)}")
+    con.execute(f"CREATE TEMP TABLE old_run_state AS {run_state_select('old_run_state_changes')}")
     con.register("new_reads_arrow", reads_table(reads, summaries, layout))
     con.execute(
         "CREATE TEMP TABLE reads AS SELECT * FROM old_snapshots "
@@ -245,71 +287,61 @@ def build_version(
         "min({'at': taken_at, 'id': read_id}) AS first_seen FROM reads GROUP BY snapshot_digest"
     )
     several = len(pending) > 1
-    new_runs, runs_whole = add_new_records(
-        con, "runs", "run_digest", new_files["runs"], RUN_SEGMENT_SCHEMA, several
+    new_runs = add_new_records(
+        con, "runs", "run_digest", pending_files["runs"], RUN_SEGMENT_SCHEMA, several
     )
-    new_manifests, manifests_whole = add_new_records(
-        con, "manifests", "digest", new_files["manifests"], MANIFEST_SEGMENT_SCHEMA, several
+    new_manifests = add_new_records(
+        con, "manifests", "digest", pending_files["manifests"], MANIFEST_SEGMENT_SCHEMA, several
     )
-    lineage_by_snapshot = lineage_files_by_snapshot(old.get("lineage_files", []), pending, layout)
-    # The lineage of a set whose runs are all new holds only those runs, which are candidates
-    # already: it need not be read again.
-    new_only = set(pending[0].file_keys("lineage")) if runs_whole and new_runs else set()
-    new_snapshots = {rs.snapshot_digest for rs in pending}
-    recompute_run_state(con, lineage_by_snapshot, store, layout, new_only, new_snapshots)
+    for name in ("lineage", "quarantine"):
+        select = parquet_select(pending_files[name], STORED_TABLES[f"{name}_files"])
+        con.execute(f"CREATE TEMP VIEW new_{name} AS {select}")
+    recompute_run_state(con, {rs.snapshot_digest for rs in pending})
 
-    prefix = layout.version_prefix(version)
-    files: dict[str, list[str]] = {
-        "run_segments": list(old.get("run_segments", [])),
-        "manifest_segments": list(old.get("manifest_segments", [])),
-        "lineage_files": list(old.get("lineage_files", []))
-        + [key for rs in pending for key in rs.file_keys("lineage")],
-        "quarantine_files": list(old.get("quarantine_files", []))
-        + [key for rs in pending for key in rs.file_keys("quarantine")],
+    seq = current.version.seq + 1
+    outputs = {  # the runs last: see below
+        "manifest_segments": "new_manifests",
+        "lineage_files": "new_lineage",
+        "quarantine_files": "new_quarantine",
+        "run_state_changes": "run_state_changes",
+        "snapshots": "new_reads_arrow",
+        "run_segments": "new_runs",
     }
-    # One record set whose runs (manifests) are all new: its files are the segment.
-    if runs_whole and new_runs:
-        files["run_segments"] += pending[0].file_keys("runs")
-    if manifests_whole and new_manifests:
-        files["manifest_segments"] += pending[0].file_keys("manifests")
-    outputs = {
-        "run_segments": ("new_runs", 0 if runs_whole else new_runs, "series_key, observed_at"),
-        "manifest_segments": (
-            "new_manifests",
-            0 if manifests_whole else new_manifests,
-            "kind, digest",
-        ),
-        "run_state": ("run_state", None, "run_digest"),
-        "snapshots": ("reads", None, "taken_at, read_id"),
-    }
-    for name, (table, rows, order) in outputs.items():
-        if rows == 0:
-            continue
-        key = f"{prefix}{name}.parquet"
-        path = layout.cached_path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        con.execute(
-            f"COPY (SELECT * FROM {table} ORDER BY {order}) TO '{path}' "
-            "(FORMAT parquet, COMPRESSION zstd)"
-        )
-        put_file(store, key, path)
-        if name in ("run_state", "snapshots"):
-            files[name] = [key]
-        else:
-            files[name].append(key)
-    counts = index_counts(con, current, new_runs, new_manifests, pending)
+    # The tables' commits are independent: all but the runs (which may be millions, streamed)
+    # are taken out of DuckDB first and committed on threads, so their S3 round trips overlap.
+    with ThreadPoolExecutor(max_workers=len(outputs)) as pool:
+        commits = []
+        streamed: tuple[str, pa.RecordBatchReader] | None = None
+        for name, table in outputs.items():
+            count = con.execute(f"SELECT count(*) FROM {table}").fetchone()
+            if not (count and count[0]):
+                continue
+            columns = ", ".join(n for n in STORED_TABLES[name].names if n != SEQ_COLUMN)
+            result = con.execute(f"SELECT {columns} FROM {table} ORDER BY {ROW_ORDER[name]}")
+            if name == "run_segments":
+                streamed = (name, result.to_arrow_reader(STREAM_BATCH_ROWS))
+                break  # the last one read: the reader holds the connection's result
+            commits.append(pool.submit(catalog.append_and_compact, name, result.to_arrow_table(), seq))
+        if streamed is not None:
+            catalog.append_and_compact(*streamed, seq)
+        for commit in commits:
+            commit.result()
+    counts = index_counts(con, current.version, new_runs, new_manifests, pending)
     con.close()
-    return {
-        "format": MANIFEST_FORMAT,
-        "version": version,
-        "parent": current.get("version"),
-        "published_at": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
-        "manifest_key": layout.manifest_key(version),
-        "record_sets": sorted(set(current["record_sets"]) | {rs.prefix for rs in pending}),
-        "files": files,
-        "counts": counts,
-        "new": {"runs": new_runs, "manifests": new_manifests, "reads": len(reads)},
-    }
+    pause_point(INDEX_FILES_WRITTEN)
+    version = Version(
+        seq=seq,
+        version=new_version_id(),
+        parent=current.version.version,
+        published_at=datetime.now(UTC),
+        snapshot_ids={name: catalog.snapshot_id(name) for name in STORED_TABLES},
+        counts=counts,
+    )
+    catalog.commit_version(version)
+    catalog.compact(VERSIONS_TABLE)
+    if seq % EXPIRE_EVERY_VERSIONS == 0:
+        catalog.expire()
+    return version, new_runs
 
 
 def add_new_records(
@@ -319,13 +351,12 @@ def add_new_records(
     files: Sequence[str],
     schema: pa.Schema,
     several: bool,
-) -> tuple[int, bool]:
+) -> int:
     """new_<name>: the records of the pending sets the index lacks, once each (with the key
     where they were first seen, when the schema has a column for it). Known digests are found
     by probing the (large) old segments with the (small) candidate set, so the cost follows the
     new rows. `files`: the pending sets' files; `several`: whether they are of more than one set.
-    Returns how many are new, and whether they are all of the one pending set: then its files
-    can be segments as they are."""
+    Returns how many are new."""
     keyed = "source_key" in schema.names
     stored = schema.remove(schema.get_field_index("source_key")) if keyed else schema
     columns = ", ".join(f"c.{f.name}" for f in stored) + (", f.source_key" if keyed else "")
@@ -349,8 +380,7 @@ def add_new_records(
             SEMI JOIN candidate_{name} c ON o.{digest_column} = c.{digest_column}"""
     )
     known = con.execute(f"SELECT count(*) FROM known_{name}").fetchone()
-    all_new = not (known and known[0])
-    if all_new:  # the common case: no second copy of the candidates
+    if not (known and known[0]):  # the common case: no second copy of the candidates
         con.execute(f"CREATE TEMP VIEW new_{name} AS SELECT * FROM candidate_{name}")
     else:
         con.execute(
@@ -358,31 +388,12 @@ def add_new_records(
                 WHERE {digest_column} NOT IN (SELECT {digest_column} FROM known_{name})"""
         )
     row = con.execute(f"SELECT count(*) FROM new_{name}").fetchone()
-    return (int(row[0]) if row else 0), all_new and not several
+    return int(row[0]) if row else 0
 
 
-def lineage_files_by_snapshot(
-    old_files: Sequence[str], pending: Sequence[RecordSet], layout: IndexLayout
-) -> dict[str, list[str]]:
-    """snapshot hex -> lineage object keys (one per parser version that processed it)."""
-    result: dict[str, list[str]] = {}
-    for key in list(old_files) + [k for rs in pending for k in rs.file_keys("lineage")]:
-        hex_digest = key.rsplit("/", 2)[-2]
-        result.setdefault(hex_digest, []).append(key)
-    return result
-
-
-def recompute_run_state(
-    con: duckdb.DuckDBPyConnection,
-    lineage_by_snapshot: dict[str, list[str]],
-    store: ObjectStore,
-    layout: IndexLayout,
-    new_only: set[str],
-    new_snapshots: set[str],
-) -> None:
+def recompute_run_state(con: duckdb.DuckDBPyConnection, new_snapshots: set[str]) -> None:
     """run_state for the new version: the old one, with the runs the new work can change redone.
-    `new_only`: lineage objects that hold only new runs (left out of the keys read again).
-    `new_snapshots`: the snapshots of the record sets being added.
+    `new_snapshots`: the snapshots of the record sets being added (their lineage: new_lineage).
 
     Supersession: within a series, a run is superseded by the earliest run (lowest digest on a
     tie) observed strictly later. Retraction: a run not superseded and held by no key's newest
@@ -428,25 +439,21 @@ def recompute_run_state(
         f"arg_max(snapshot_digest, {NEWEST_ORDER_SQL}) AS snapshot_digest "
         "FROM reads GROUP BY source_key"
     )
-    touched = [
-        r[0]
-        for r in con.execute(
-            "SELECT DISTINCT snapshot_digest FROM reads WHERE source_key IN "
-            "(SELECT source_key FROM new_reads_arrow)"
-        ).fetchall()
-    ]
-    newest = [r[0] for r in con.execute("SELECT DISTINCT snapshot_digest FROM newest").fetchall()]
-
-    def lineage_paths(digests: Sequence[str], leave_out: set[str] | None = None) -> list[str]:
-        keys = [k for d in digests for k in lineage_by_snapshot.get(snapshot_hex(d), [])]
-        return [str(fetch(store, layout, k)) for k in keys if k not in (leave_out or ())]
-
-    lineage = FILE_TABLES["lineage_files"]
-    touched_lineage = parquet_select(lineage_paths(touched, new_only), lineage)
     con.execute(
-        f"""CREATE TEMP VIEW candidate_rows AS
-            SELECT run_digest, true AS in_series, snapshot_digest FROM series_runs
-            UNION ALL SELECT run_digest, false, snapshot_digest FROM ({touched_lineage})"""
+        "CREATE TEMP TABLE touched AS SELECT DISTINCT snapshot_digest FROM reads "
+        "WHERE source_key IN (SELECT source_key FROM new_reads_arrow)"
+    )
+    touched = [r[0] for r in con.execute("SELECT snapshot_digest FROM touched").fetchall()]
+    con.execute(
+        """CREATE TEMP VIEW all_lineage AS
+           SELECT run_digest, snapshot_digest FROM old_lineage_files
+           UNION ALL SELECT run_digest, snapshot_digest FROM new_lineage"""
+    )
+    con.execute(
+        """CREATE TEMP VIEW candidate_rows AS
+           SELECT run_digest, true AS in_series, snapshot_digest FROM series_runs
+           UNION ALL SELECT run_digest, false, snapshot_digest FROM all_lineage
+           WHERE snapshot_digest IN (SELECT snapshot_digest FROM touched)"""
     )
     # The candidates whose state may change or be set: superseded in their series, held by
     # a snapshot that is no key's newest read, or with a state already. Any other candidate is
@@ -468,7 +475,12 @@ def recompute_run_state(
     # A run of a snapshot that is some key's newest read is held; only the other candidates
     # are looked up in the newest snapshots' lineage.
     unsure = con.execute("SELECT count(*) FROM candidates WHERE NOT held").fetchone()
-    newest_lineage = parquet_select(lineage_paths(newest) if unsure and unsure[0] else [], lineage)
+    newest_lineage = (
+        "SELECT run_digest FROM all_lineage "
+        "WHERE snapshot_digest IN (SELECT snapshot_digest FROM newest)"
+        if unsure and unsure[0]
+        else "SELECT NULL::VARCHAR AS run_digest WHERE false"
+    )
     con.execute(
         f"""CREATE TEMP TABLE held_elsewhere AS
             SELECT DISTINCT l.run_digest FROM ({newest_lineage}) l
@@ -485,6 +497,17 @@ def recompute_run_state(
              ON s.run_digest = c.run_digest
            LEFT JOIN old_run_state o ON o.run_digest = c.run_digest
            LEFT JOIN held_elsewhere h ON h.run_digest = c.run_digest"""
+    )
+    # What this version changes: every candidate whose new state differs from its old one (a
+    # run whose state is cleared gets a row that says so).
+    con.execute(
+        """CREATE TEMP TABLE run_state_changes AS
+           SELECT c.run_digest, c.superseded_by,
+                  c.superseded_by IS NULL AND NOT c.held AS retracted_in_source
+           FROM changed_state c LEFT JOIN old_run_state o USING (run_digest)
+           WHERE c.superseded_by IS DISTINCT FROM o.superseded_by
+              OR (c.superseded_by IS NULL AND NOT c.held)
+                 IS DISTINCT FROM coalesce(o.retracted_in_source, false)"""
     )
     con.execute(
         """CREATE TEMP TABLE run_state AS
@@ -531,12 +554,12 @@ def _create_candidates(con: duckdb.DuckDBPyConnection) -> None:
 
 def index_counts(
     con: duckdb.DuckDBPyConnection,
-    current: dict[str, Any],
+    current: Version,
     new_runs: int,
     new_manifests: int,
     pending: Sequence[RecordSet],
 ) -> dict[str, int]:
-    old = current.get("counts", {})
+    old = current.counts
 
     def scalar(sql: str) -> int:
         row = con.execute(sql).fetchone()

@@ -1,64 +1,99 @@
-"""DuckDB reading the published index straight from the bucket, through the pinned httpfs.
+"""Reading the index straight from the bucket with a plain DuckDB: `iceberg_scan` of each table's
+metadata, pinned to the snapshots of one version.
 
-The extension is loaded by path from the `duckdb-extension-httpfs` wheel (it loads only into its
-exact DuckDB version, and nothing is downloaded). The views are those of the local database, over
-s3:// URLs of the version `index/CURRENT` names at connect time.
+The extensions (httpfs, avro, iceberg) are loaded by path from their pinned PyPI packages: an
+extension loads only into its exact DuckDB version, and nothing is downloaded. The same
+statements make `kindex connect`'s output and `connect_remote`'s connection.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from importlib import import_module
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 import duckdb
-import duckdb_extension_httpfs
+import pyarrow as pa
 
-from pipelines.index.layout import IndexLayout
-from pipelines.index.local import load_current
-from pipelines.index.tables import create_views, sql_string
-from pipelines.storage.base import ObjectStore
+from pipelines.index.catalog import (
+    VERSIONS_SCHEMA,
+    VERSIONS_TABLE,
+    IndexCatalog,
+    S3Access,
+    Version,
+    s3_access,
+)
+from pipelines.index.tables import STORED_TABLES, sql_string, view_statements
+from pipelines.settings import Settings
+
+EXTENSIONS = ("httpfs", "avro", "iceberg")
+# Nothing is ever downloaded or loaded by name.
+OFFLINE_CONFIG: dict[str, str | bool | int | float | list[str]] = {
+    "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False,
+}
+
+
+def extension_path(name: str) -> Path:
+    package = Path(import_module(f"duckdb_extension_{name}").__file__ or "").parent
+    return package / "extensions" / f"v{duckdb.__version__}" / f"{name}.duckdb_extension"
 
 
 def httpfs_path() -> Path:
-    package = Path(duckdb_extension_httpfs.__file__).parent
-    return package / "extensions" / f"v{duckdb.__version__}" / "httpfs.duckdb_extension"
+    return extension_path("httpfs")
 
 
-@dataclass(frozen=True, slots=True)
-class S3Access:
-    endpoint_url: str  # e.g. http://127.0.0.1:8333
-    key_id: str
-    secret: str
-    region: str = "us-east-1"
-
-
-def load_httpfs(con: duckdb.DuckDBPyConnection, access: S3Access) -> None:
-    con.execute(f"LOAD {sql_string(str(httpfs_path()))}")
+def secret_statement(access: S3Access) -> str:
     url = urlsplit(access.endpoint_url)
-    con.execute(
-        f"""CREATE OR REPLACE SECRET kindex_s3 (
-                TYPE s3, KEY_ID {sql_string(access.key_id)}, SECRET {sql_string(access.secret)},
-                REGION {sql_string(access.region)}, ENDPOINT {sql_string(url.netloc)},
-                URL_STYLE 'path', USE_SSL {"true" if url.scheme == "https" else "false"})"""
+    token = f", SESSION_TOKEN {sql_string(access.session_token)}" if access.session_token else ""
+    return f"""CREATE OR REPLACE SECRET kindex_s3 (
+    TYPE s3, KEY_ID {sql_string(access.key_id)}, SECRET {sql_string(access.secret)}{token},
+    REGION {sql_string(access.region)}, ENDPOINT {sql_string(url.netloc)},
+    URL_STYLE {"'path'" if access.path_style else "'vhost'"},
+    USE_SSL {"true" if url.scheme == "https" else "false"})"""
+
+
+def iceberg_select(location: str, snapshot_id: int | None, schema: pa.Schema) -> str | None:
+    if snapshot_id is None:
+        return None  # never written: view_statements gives the empty table
+    columns = ", ".join(schema.names)
+    return (
+        f"SELECT {columns} FROM iceberg_scan({sql_string(location)}, "
+        f"snapshot_from_id = {int(snapshot_id)})"
     )
+
+
+def connect_statements(
+    settings: Settings, access: S3Access | None = None, version: Version | None = None
+) -> list[str]:
+    """Statements a DuckDB session with the three extensions runs to see one version of the
+    index (the current one by default): every table and view `kindex query` has."""
+    access = access or s3_access(settings)
+    catalog = IndexCatalog(settings, access)
+    version = version or catalog.current()
+    locations = catalog.metadata_locations()
+    sources = {
+        name: iceberg_select(locations[name], version.snapshot_ids.get(name), schema)
+        for name, schema in STORED_TABLES.items()
+        if name in locations
+    }
+    statements = [f"LOAD {sql_string(str(extension_path(name)))}" for name in EXTENSIONS]
+    statements.append(secret_statement(access))
+    statements += view_statements({k: v for k, v in sources.items() if v})
+    if version.seq:
+        columns = ", ".join(VERSIONS_SCHEMA.names)
+        statements.append(
+            f"CREATE OR REPLACE VIEW {VERSIONS_TABLE} AS SELECT {columns} FROM "
+            f"iceberg_scan({sql_string(locations[VERSIONS_TABLE])}) WHERE seq <= {version.seq}"
+        )
+    return statements
 
 
 def connect_remote(
-    store: ObjectStore, settings: Any, access: S3Access
+    settings: Settings, access: S3Access | None = None, version: Version | None = None
 ) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB whose index views read the current version's Parquet from S3."""
-    layout = IndexLayout.of(settings)
-    manifest = load_current(store, layout)
-    # Nothing is ever downloaded: httpfs comes from the pinned package, by path.
-    con = duckdb.connect(
-        config={"autoinstall_known_extensions": False, "autoload_known_extensions": False}
-    )
-    load_httpfs(con, access)
-    files = {
-        name: [f"s3://{layout.bucket}/{key}" for key in keys]
-        for name, keys in manifest["files"].items()
-    }
-    create_views(con, files)
+    """An in-memory DuckDB whose index views read one version from the bucket."""
+    con = duckdb.connect(config=OFFLINE_CONFIG)
+    for statement in connect_statements(settings, access, version):
+        con.execute(statement)
     return con

@@ -1,8 +1,10 @@
-"""The index's tables as DuckDB views over Parquet files (local paths or s3:// URLs).
+"""The index's tables and the DuckDB views over them.
 
-A published version names, per table, the Parquet files that make it (see publish.py). The same
-view definitions serve the local database (`$KINDEX_HOME/index.duckdb`, over a local cache) and
-a connection that reads the bucket directly through httpfs.
+The stored tables (STORED_TABLES) are Iceberg tables in the bucket (see catalog.py). The same
+view definitions serve the local database (`$KINDEX_HOME/index.duckdb`, over a local cache of
+a version's data files), a connection that reads the bucket directly (`iceberg_scan` through
+the pinned extensions), and the statements `kindex connect` prints: only the source of each
+stored table differs.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from pipelines.index.record_objects import (
     UTC_MS,
 )
 
+UTC_US = pa.timestamp("us", tz="UTC")
+
 # A run or manifest segment holds its rows as a record set does (it may be one): where a record
 # was first seen is its snapshot's first read, joined in by the `runs` and `manifests` views, so
 # the rows need not be rewritten.
@@ -34,6 +38,11 @@ RUN_STATE_SCHEMA = pa.schema(
         ("retracted_in_source", pa.bool_()),
     ]
 )
+# Every stored row carries the number of the version that added it: the newest state change of
+# a run is its state, and compaction finds the newest files by it.
+SEQ_COLUMN = "index_seq"
+# A run's state as each version changed it: a row per change, never rewritten.
+RUN_STATE_CHANGES_SCHEMA = RUN_STATE_SCHEMA.append(pa.field(SEQ_COLUMN, pa.int64()))
 SNAPSHOT_SCHEMA = pa.schema(
     [
         ("read_id", pa.string()),
@@ -57,15 +66,11 @@ SNAPSHOT_SCHEMA = pa.schema(
     ]
 )
 
-# A version manifest's layout. 2: run segments hold no source_key (the runs view joins it in);
-# 3: nor do manifest segments; 4: snapshots carry commit and committed_at.
-MANIFEST_FORMAT = 4
-
-# The file lists a version manifest holds, and the schema of each (for an empty list).
-FILE_TABLES: dict[str, pa.Schema] = {
+# The stored tables, and the columns the views read of each.
+STORED_TABLES: dict[str, pa.Schema] = {
     "run_segments": RUN_SEGMENT_SCHEMA,
     "manifest_segments": MANIFEST_SEGMENT_SCHEMA,
-    "run_state": RUN_STATE_SCHEMA,
+    "run_state_changes": RUN_STATE_CHANGES_SCHEMA,
     "snapshots": SNAPSHOT_SCHEMA,
     "lineage_files": LINEAGE_SCHEMA,
     "quarantine_files": QUARANTINE_SCHEMA,
@@ -92,6 +97,7 @@ DUCKDB_TYPES = {
     pa.float64(): "DOUBLE",
     pa.bool_(): "BOOLEAN",
     UTC_MS: "TIMESTAMPTZ",
+    UTC_US: "TIMESTAMPTZ",
 }
 
 KIND_VIEWS: dict[str, tuple[str, str]] = {
@@ -143,13 +149,33 @@ def parquet_select(locations: Sequence[str], schema: pa.Schema) -> str:
     return f"SELECT {', '.join(schema.names)} FROM read_parquet([{files}])"
 
 
-def view_statements(files: Mapping[str, Sequence[str]]) -> list[str]:
-    """CREATE VIEW statements for every table and view, given each file table's locations."""
+def run_state_select(changes: str) -> str:
+    """The runs that are superseded or retracted, each by its newest change (a run whose newest
+    change clears its state has none)."""
+    return f"""SELECT run_digest, s.superseded_by, s.retracted_in_source FROM (
+            SELECT run_digest,
+                   arg_max({{'superseded_by': superseded_by,
+                             'retracted_in_source': retracted_in_source}}, {SEQ_COLUMN}) AS s
+            FROM {changes} GROUP BY run_digest)
+        WHERE s.superseded_by IS NOT NULL OR s.retracted_in_source"""
+
+
+def parquet_sources(files: Mapping[str, Sequence[str]]) -> dict[str, str]:
+    """Each stored table as a SELECT over its Parquet files (local paths or s3:// URLs)."""
+    return {
+        name: parquet_select(files.get(name, []), schema) for name, schema in STORED_TABLES.items()
+    }
+
+
+def view_statements(sources: Mapping[str, str]) -> list[str]:
+    """CREATE VIEW statements for every table and view, given a SELECT of each stored table
+    (an empty one where none is given)."""
     statements = [
-        f"CREATE OR REPLACE VIEW {name} AS {parquet_select(files.get(name, []), schema)}"
-        for name, schema in FILE_TABLES.items()
+        f"CREATE OR REPLACE VIEW {name} AS {sources.get(name) or empty_select(schema)}"
+        for name, schema in STORED_TABLES.items()
     ]
     statements += [
+        f"CREATE OR REPLACE VIEW run_state AS {run_state_select('run_state_changes')}",
         # Where a snapshot was first seen: its earliest read (publish.py picks alike).
         """CREATE OR REPLACE VIEW first_reads AS
            SELECT snapshot_digest,
@@ -213,8 +239,8 @@ def derived_view_statements() -> list[str]:
     return [p for p in parts if p and not all(line.startswith("--") for line in p.splitlines())]
 
 
-def create_views(con: duckdb.DuckDBPyConnection, files: Mapping[str, Sequence[str]]) -> None:
-    for statement in view_statements(files):
+def create_views(con: duckdb.DuckDBPyConnection, sources: Mapping[str, str]) -> None:
+    for statement in view_statements(sources):
         con.execute(statement)
 
 

@@ -141,6 +141,11 @@ class S3Store:
             **options,
         )
 
+    @property
+    def credentials(self) -> S3Credentials | None:
+        """The identity given to this store (None: boto3's chain provides one)."""
+        return self._credentials
+
     def with_bucket(self, bucket: str) -> S3Store:
         """The same endpoint and client, another bucket."""
         return S3Store(

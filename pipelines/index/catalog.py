@@ -1,0 +1,483 @@
+"""The index as Apache Iceberg tables in a warehouse in the bucket, behind a catalog.
+
+Each stored table of the index (tables.STORED_TABLES) is an Iceberg table in the namespace
+`kindex`, its files under `s3://<bucket>/<index prefix>`. One more table, `index_versions`, is
+the commit point: a publish commits its data tables one by one, then appends one row to
+`index_versions` naming the snapshot of each. Readers pin those snapshots, so they see one whole
+version, never half of one. A publisher that died between its commits left snapshots that no
+version names; the next publisher rolls those tables back to the last version before it starts.
+Publishers take turns (`publish_lock`), so a rollback never undoes live work.
+
+The catalog (`KINDEX_CATALOG_URI`):
+- unset: a SQL catalog in SQLite, `$KINDEX_HOME/catalog.db` (no process of its own);
+- a SQLAlchemy URL (`postgresql+psycopg2://...`, `sqlite:////shared/catalog.db`): a SQL
+  catalog several hosts share (PostgreSQL: the database Dagster's storage already uses);
+- an `http(s)://` URL: an Iceberg REST catalog (Polaris, Lakekeeper, S3 Tables, Glue), with its
+  further properties (credential, token, SigV4) from pyiceberg's own
+  `PYICEBERG_CATALOG__KINDEX__*` variables.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pyarrow as pa
+from pyiceberg.catalog import Catalog, load_catalog
+from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.table import Table
+from tenacity import retry, stop_after_attempt, wait_random_exponential
+
+from pipelines.index.tables import SEQ_COLUMN, STORED_TABLES, UTC_US
+from pipelines.settings import Settings
+from pipelines.storage.base import ObjectStore
+from pipelines.storage.credentials import S3Credentials, load_or_create_credentials
+from pipelines.storage.errors import StorageAccessDenied
+
+NAMESPACE = "kindex"
+CATALOG_NAME = "kindex"
+VERSIONS_TABLE = "index_versions"
+# Where a version's snapshot ids live in its commit's summary (read without a scan).
+SUMMARY_PREFIX = "kindex."
+# Snapshots past the retention are expired once every this many versions.
+EXPIRE_EVERY_VERSIONS = 8
+TABLE_PROPERTIES = {
+    "write.parquet.compression-codec": "zstd",
+    # Every commit rewrites the metadata JSON: its log of earlier metadata files stays short
+    # (the files themselves are kept).
+    "write.metadata.previous-versions-max": "4",
+}
+# A table with more data files than this has its newest ones merged (see plan_compaction).
+COMPACT_ABOVE_FILES = 8
+# Merging stops at a file more than this many times the size of what is merged so far: files
+# then grow geometrically, so their number stays logarithmic in the rows.
+COMPACT_SIZE_RATIO = 2
+
+VERSIONS_SCHEMA = pa.schema(
+    [
+        ("seq", pa.int64()),
+        ("version", pa.string()),
+        ("parent", pa.string()),
+        ("published_at", UTC_US),
+        ("snapshot_ids", pa.string()),  # JSON: table -> Iceberg snapshot id
+        ("counts", pa.string()),  # JSON: table -> rows
+    ]
+)
+
+
+class VersionNotFound(LookupError):
+    """No published version answers an `--as-of`."""
+
+
+@dataclass(frozen=True, slots=True)
+class S3Access:
+    """How a client outside boto3 (pyarrow, DuckDB) reaches the bucket."""
+
+    endpoint_url: str  # e.g. http://127.0.0.1:8333
+    key_id: str
+    secret: str = field(repr=False)
+    region: str = "us-east-1"
+    session_token: str | None = field(default=None, repr=False)
+    path_style: bool = True
+
+
+def s3_access(
+    settings: Settings,
+    endpoint_url: str | None = None,
+    credentials: S3Credentials | None = None,
+) -> S3Access:
+    """How to reach the bucket: `credentials` when given (the store at hand's), else the
+    embedded server's generated identity, else boto3's credential chain. `endpoint_url`: where
+    the store at hand reaches it (an embedded server may have moved to another port)."""
+    endpoint_url = endpoint_url or settings.endpoint_url
+    if credentials is None and settings.embedded:
+        credentials = load_or_create_credentials(settings.credentials_path)
+    if credentials is not None:
+        return S3Access(
+            endpoint_url,
+            credentials.access_key,
+            credentials.secret_key,
+            settings.s3_region,
+            path_style=settings.s3_path_style,
+        )
+    import boto3
+
+    found = boto3.session.Session(region_name=settings.s3_region).get_credentials()
+    if found is None:
+        raise StorageAccessDenied(
+            "no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE"
+        )
+    frozen = found.get_frozen_credentials()
+    return S3Access(
+        endpoint_url,
+        frozen.access_key,
+        frozen.secret_key,
+        settings.s3_region,
+        frozen.token,
+        settings.s3_path_style,
+    )
+
+
+def catalog_uri(settings: Settings) -> str:
+    return settings.catalog_uri or f"sqlite:///{settings.home / 'catalog.db'}"
+
+
+def warehouse(settings: Settings) -> str:
+    return f"s3://{settings.bucket}/{settings.index_prefix}".rstrip("/")
+
+
+def file_io_properties(access: S3Access) -> dict[str, str]:
+    properties = {
+        "s3.endpoint": access.endpoint_url,
+        "s3.access-key-id": access.key_id,
+        "s3.secret-access-key": access.secret,
+        "s3.region": access.region,
+        "s3.force-virtual-addressing": "false" if access.path_style else "true",
+    }
+    if access.session_token:
+        properties["s3.session-token"] = access.session_token
+    return properties
+
+
+def open_catalog(settings: Settings, access: S3Access | None = None) -> Catalog:
+    uri = catalog_uri(settings)
+    kind = "rest" if urlsplit(uri).scheme in ("http", "https") else "sql"
+    properties = {"type": kind, "uri": uri, "warehouse": warehouse(settings)}
+    properties |= file_io_properties(access or s3_access(settings))
+    if kind == "sql" and uri.startswith("sqlite:"):
+        Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    return _load_catalog(properties)
+
+
+@retry(stop=stop_after_attempt(5), wait=wait_random_exponential(0.05, 1), reraise=True)
+def _load_catalog(properties: dict[str, str]) -> Catalog:
+    # Two processes creating a new SQL catalog's tables at once: one of them may lose the race.
+    return load_catalog(CATALOG_NAME, **properties)
+
+
+def iceberg_schema(schema: pa.Schema) -> pa.Schema:
+    """The Arrow schema a stored table is created with: Iceberg keeps microseconds."""
+    fields = [pa.field(f.name, UTC_US if pa.types.is_timestamp(f.type) else f.type) for f in schema]
+    if SEQ_COLUMN not in schema.names:
+        fields.append(pa.field(SEQ_COLUMN, pa.int64()))
+    return pa.schema(fields)
+
+
+@contextmanager
+def publish_lock(settings: Settings) -> Iterator[None]:
+    """One publisher at a time for everyone who shares the catalog: an advisory lock in a
+    PostgreSQL catalog's database, or a file lock beside a SQLite catalog (or in the home, for a
+    REST catalog: one host)."""
+    uri = catalog_uri(settings)
+    if uri.startswith("postgresql"):
+        import sqlalchemy
+
+        engine = sqlalchemy.create_engine(uri, poolclass=sqlalchemy.pool.NullPool)
+        with engine.connect() as connection:
+            connection.execute(sqlalchemy.text("SELECT pg_advisory_lock(hashtext('kindex'))"))
+            try:
+                yield
+            finally:
+                connection.execute(sqlalchemy.text("SELECT pg_advisory_unlock(hashtext('kindex'))"))
+        engine.dispose()
+        return
+    if uri.startswith("sqlite:///"):
+        path = Path(uri.removeprefix("sqlite:///") + ".lock")
+    else:
+        path = settings.home / "index.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@dataclass(frozen=True, slots=True)
+class Version:
+    """One published version of the index: the snapshot of each table it is made of."""
+
+    seq: int
+    version: str | None
+    parent: str | None
+    published_at: datetime | None
+    snapshot_ids: Mapping[str, int | None]
+    counts: Mapping[str, int]
+
+    @classmethod
+    def empty(cls) -> Version:
+        return cls(0, None, None, None, {name: None for name in STORED_TABLES}, {})
+
+    @classmethod
+    def from_summary(cls, summary: Mapping[str, str]) -> Version:
+        published = summary.get(SUMMARY_PREFIX + "published-at")
+        return cls(
+            seq=int(summary[SUMMARY_PREFIX + "seq"]),
+            version=summary[SUMMARY_PREFIX + "version"],
+            parent=summary.get(SUMMARY_PREFIX + "parent") or None,
+            published_at=datetime.fromisoformat(published) if published else None,
+            snapshot_ids=json.loads(summary[SUMMARY_PREFIX + "snapshot-ids"]),
+            counts=json.loads(summary[SUMMARY_PREFIX + "counts"]),
+        )
+
+    def summary(self) -> dict[str, str]:
+        return {
+            SUMMARY_PREFIX + "seq": str(self.seq),
+            SUMMARY_PREFIX + "version": self.version or "",
+            SUMMARY_PREFIX + "parent": self.parent or "",
+            SUMMARY_PREFIX + "published-at": self.published_at.isoformat()
+            if self.published_at
+            else "",
+            SUMMARY_PREFIX + "snapshot-ids": json.dumps(dict(self.snapshot_ids), sort_keys=True),
+            SUMMARY_PREFIX + "counts": json.dumps(dict(self.counts), sort_keys=True),
+        }
+
+
+class IndexCatalog:
+    """The index's tables in one catalog, created on first use."""
+
+    def __init__(self, settings: Settings, access: S3Access | None = None) -> None:
+        self.settings = settings
+        self.catalog = open_catalog(settings, access)
+        self._tables: dict[str, Table] = {}
+
+    @classmethod
+    def beside(cls, store: ObjectStore, settings: Settings) -> IndexCatalog:
+        """The catalog, its files reached at the store's endpoint."""
+        endpoint_url = getattr(store, "endpoint_url", None)
+        return cls(settings, s3_access(settings, endpoint_url, getattr(store, "credentials", None)))
+
+    def table(self, name: str, *, refresh: bool = False) -> Table:
+        """A table of the index (NoSuchTableError before the first publish created it)."""
+        if name not in self._tables or refresh:
+            self._tables[name] = self.catalog.load_table((NAMESPACE, name))
+        return self._tables[name]
+
+    def has_table(self, name: str) -> bool:
+        try:
+            self.table(name)
+        except NoSuchTableError:
+            return False
+        return True
+
+    def create_tables(self) -> None:
+        """Every table of the index, created where missing (by a publisher)."""
+        for name in (*STORED_TABLES, VERSIONS_TABLE):
+            if not self.has_table(name):
+                self._tables[name] = self._create(name)
+
+    @retry(stop=stop_after_attempt(5), wait=wait_random_exponential(0.05, 1), reraise=True)
+    def _create(self, name: str) -> Table:
+        self.catalog.create_namespace_if_not_exists(NAMESPACE)
+        schema = VERSIONS_SCHEMA if name == VERSIONS_TABLE else iceberg_schema(STORED_TABLES[name])
+        return self.catalog.create_table_if_not_exists(
+            (NAMESPACE, name), schema=schema, properties=TABLE_PROPERTIES
+        )
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def current(self) -> Version:
+        """The newest published version (an empty one before the first publish)."""
+        if not self.has_table(VERSIONS_TABLE):
+            return Version.empty()
+        snapshot = self.table(VERSIONS_TABLE).current_snapshot()
+        if snapshot is None:
+            return Version.empty()
+        summary = snapshot.summary
+        return Version.from_summary(dict(summary.additional_properties) if summary else {})
+
+    def versions(self) -> list[Version]:
+        """Every published version, oldest first."""
+        if not self.has_table(VERSIONS_TABLE):
+            return []
+        rows = self.table(VERSIONS_TABLE).scan().to_arrow().to_pylist()
+        return sorted(
+            (
+                Version(
+                    seq=row["seq"],
+                    version=row["version"],
+                    parent=row["parent"],
+                    published_at=row["published_at"],
+                    snapshot_ids=json.loads(row["snapshot_ids"]),
+                    counts=json.loads(row["counts"]),
+                )
+                for row in rows
+            ),
+            key=lambda v: v.seq,
+        )
+
+    def as_of(self, when: str) -> Version:
+        """The version an `--as-of` names: a version id, an Iceberg snapshot id of one of its
+        tables, or a time (ISO 8601; the newest version published then)."""
+        versions = self.versions()
+        text = when.strip()
+        for version in reversed(versions):
+            if text == version.version or (
+                text.lstrip("-").isdigit() and int(text) in version.snapshot_ids.values()
+            ):
+                return version
+        try:
+            moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            raise VersionNotFound(
+                f"--as-of {when!r}: no version or snapshot has that id, and it is not a time"
+            ) from None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        published = [v for v in versions if v.published_at and v.published_at <= moment]
+        if not published:
+            raise VersionNotFound(f"--as-of {when!r}: no version was published by then")
+        return published[-1]
+
+    def data_files(self, version: Version) -> dict[str, list[str]]:
+        """Each stored table's data files (s3:// locations) in this version."""
+        files: dict[str, list[str]] = {}
+        for name in STORED_TABLES:
+            snapshot_id = version.snapshot_ids.get(name)
+            if snapshot_id is None:
+                files[name] = []
+                continue
+            tasks = self.table(name).scan(snapshot_id=snapshot_id).plan_files()
+            files[name] = sorted(task.file.file_path for task in tasks)
+        return files
+
+    def metadata_locations(self) -> dict[str, str]:
+        """Each existing table's current metadata file."""
+        return {
+            name: self.table(name).metadata_location
+            for name in (*STORED_TABLES, VERSIONS_TABLE)
+            if self.has_table(name)
+        }
+
+    # -- writing (under publish_lock) -------------------------------------------------------
+
+    def roll_back_to(self, version: Version) -> None:
+        """Undo commits no version names (a publisher that died between its commits)."""
+        for name in STORED_TABLES:
+            table = self.table(name)
+            head = table.current_snapshot()
+            pinned = version.snapshot_ids.get(name)
+            if (head.snapshot_id if head else None) == pinned:
+                continue
+            if pinned is None:  # created, or first written, by the one that died
+                table.delete()
+            else:
+                table.manage_snapshots().set_current_snapshot(snapshot_id=pinned).commit()
+            self.table(name)
+
+    def append(self, name: str, rows: pa.RecordBatchReader | pa.Table, seq: int) -> None:
+        table = self.table(name)
+        with_seq = _with_seq(rows, seq, table.schema().as_arrow())
+        table.append(with_seq)
+
+    def append_and_compact(
+        self, name: str, rows: pa.RecordBatchReader | pa.Table, seq: int
+    ) -> None:
+        self.append(name, rows, seq)
+        self.compact(name)
+
+    def compact(self, name: str) -> bool:
+        """Merge the newest small files of a table into one (every row kept, in one
+        commit); return whether it did."""
+        table = self.table(name)
+        snapshot = table.current_snapshot()
+        summary = snapshot.summary if snapshot else None
+        if summary is None or int(summary.get("total-data-files") or 0) <= COMPACT_ABOVE_FILES:
+            return False
+        column = "seq" if name == VERSIONS_TABLE else SEQ_COLUMN
+        files = table.inspect.files()
+        sizes = files.column("file_size_in_bytes").to_pylist()
+        seqs = [m[column]["lower_bound"] for m in files.column("readable_metrics").to_pylist()]
+        since = plan_compaction(list(zip(seqs, sizes, strict=True)))
+        if since is None:
+            return False
+        selected = f"{column} >= {int(since)}"
+        rows = table.scan(row_filter=selected).to_arrow()
+        # The version a commit point's head names stays named (see current()).
+        kept = {
+            k: v for k, v in summary.additional_properties.items() if k.startswith(SUMMARY_PREFIX)
+        }
+        table.overwrite(rows, overwrite_filter=selected, snapshot_properties=kept)
+        return True
+
+    def expire(self) -> None:
+        """Forget the snapshots no retained version names (the newest
+        `index_retention_versions`); their files stay in the bucket. Time travel reaches back
+        that far, and each table's metadata, which every commit rewrites, stays small."""
+        kept = self.versions()[-self.settings.index_retention_versions :]
+        oldest_kept = kept[0].published_at if kept else None
+        for name in (*STORED_TABLES, VERSIONS_TABLE):
+            table = self.table(name)
+            head = table.current_snapshot()
+            pinned = {v.snapshot_ids.get(name) for v in kept} | {head.snapshot_id if head else None}
+            old = [
+                s.snapshot_id
+                for s in table.snapshots()
+                if s.snapshot_id not in pinned
+                and (oldest_kept is None or s.timestamp_ms < oldest_kept.timestamp() * 1000)
+            ]
+            if old:
+                expiring = table.maintenance.expire_snapshots()
+                for snapshot_id in old:
+                    expiring = expiring.by_id(snapshot_id)
+                expiring.commit()
+
+    def snapshot_id(self, name: str) -> int | None:
+        snapshot = self.table(name).current_snapshot()
+        return snapshot.snapshot_id if snapshot else None
+
+    def commit_version(self, version: Version) -> None:
+        """The commit point: from here readers see `version`."""
+        row = pa.Table.from_pylist(
+            [
+                {
+                    "seq": version.seq,
+                    "version": version.version,
+                    "parent": version.parent,
+                    "published_at": version.published_at,
+                    "snapshot_ids": json.dumps(dict(version.snapshot_ids), sort_keys=True),
+                    "counts": json.dumps(dict(version.counts), sort_keys=True),
+                }
+            ],
+            schema=VERSIONS_SCHEMA,
+        )
+        table = self.table(VERSIONS_TABLE)
+        table.append(row, snapshot_properties=version.summary())
+
+
+def plan_compaction(files: list[tuple[int, int]]) -> int | None:
+    """Given (lowest index_seq, size) of each data file, the index_seq from which the newest
+    files are merged: the newest file, and each older one while it is at most
+    COMPACT_SIZE_RATIO times the size merged so far. None when that is a single file."""
+    ordered = sorted(files, reverse=True)
+    merged, count, since = 0, 0, None
+    for seq, size in ordered:
+        if count and size > COMPACT_SIZE_RATIO * merged:
+            break
+        merged, count, since = merged + size, count + 1, seq
+    return since if count > 1 else None
+
+
+def _with_seq(
+    rows: pa.RecordBatchReader | pa.Table, seq: int, schema: pa.Schema
+) -> pa.RecordBatchReader:
+    """The rows with their index_seq, cast to the table's schema, as a stream."""
+    target = pa.schema([f.with_nullable(True) for f in schema])
+    batches = rows.to_batches() if isinstance(rows, pa.Table) else rows
+
+    def stream() -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            column = pa.array([seq] * batch.num_rows, pa.int64())
+            with_seq = pa.RecordBatch.from_arrays(
+                [*batch.columns, column], names=[*batch.schema.names, SEQ_COLUMN]
+            )
+            yield with_seq.select(target.names).cast(target)
+
+    return pa.RecordBatchReader.from_batches(target, stream())

@@ -1,0 +1,227 @@
+"""The index as Iceberg tables: read by a bare DuckDB from what `kindex connect` prints, time
+travel with `kindex query --as-of`, compaction that keeps every row, and two homes ("hosts")
+publishing into one bucket and catalog at once."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from index_support import (
+    DATA,
+    LIGER_CSV,
+    csv_bytes,
+    fingerprints,
+    index_settings,
+    ingest_bytes,
+    liger_rows,
+    query,
+)
+
+from pipelines.canonical import manifest_digest
+from pipelines.cli import main
+from pipelines.index.catalog import (
+    COMPACT_ABOVE_FILES,
+    NAMESPACE,
+    IndexCatalog,
+    plan_compaction,
+)
+from pipelines.index.local import load_current
+from pipelines.index.remote import connect_remote
+from pipelines.index.tables import TABLES, VIEWS
+from pipelines.ingest import ingest_paths
+
+__all__ = ["index_settings"]
+
+# A fresh interpreter that imports duckdb and nothing of kindex: it runs the statements on
+# stdin and prints the counts the test compares.
+BARE_DUCKDB = """
+import json, sys
+import duckdb
+text = "\\n".join(line for line in sys.stdin.read().splitlines() if not line.startswith("--"))
+statements = [s for s in text.split(";\\n") if s.strip()]
+con = duckdb.connect(config={"autoinstall_known_extensions": False,
+                             "autoload_known_extensions": False})
+for statement in statements:
+    con.execute(statement)
+names = json.loads(sys.argv[1])
+counts = {n: con.execute(f"SELECT count(*) FROM {n}").fetchone()[0] for n in names}
+digests = [r[0] for r in con.execute("SELECT run_digest FROM runs").fetchall()]
+assert not [m for m in sys.modules if m.startswith(("pipelines", "assets", "pyiceberg"))]
+print(json.dumps({"counts": counts, "digests": digests}))
+"""
+
+
+def seed_run_digests() -> set[str]:
+    digests = set()
+    for path in sorted((DATA / "seeds").glob("*.txt")):
+        text = path.read_text(encoding="utf-8")
+        digests.add(manifest_digest(json.loads(text[text.index("{") :])["run"]))
+    return digests
+
+
+def test_a_bare_duckdb_runs_what_kindex_connect_prints(
+    s3_store: Any, index_settings: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """After an ingest of the shared CSV, a fresh process with only duckdb and its extensions
+    sees every run, the seeds' digests and the same counts as `kindex query`; pyiceberg reads
+    the same runs table through the catalog."""
+    ingest_paths([LIGER_CSV], index_settings, progress=False, store=s3_store)
+    assert main(["connect"]) == 0
+    statements = capsys.readouterr().out
+    names = [*TABLES, *VIEWS]
+    bare = subprocess.run(
+        [sys.executable, "-I", "-c", BARE_DUCKDB, json.dumps(names)],
+        input=statements,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert bare.returncode == 0, bare.stderr
+    seen = json.loads(bare.stdout)
+    expected = {n: query(index_settings, f"SELECT count(*) FROM {n}")[0][0] for n in names}
+    assert seen["counts"] == expected and expected["runs"] == 2448
+    assert seed_run_digests() <= set(seen["digests"])
+    catalog = IndexCatalog.beside(s3_store, index_settings)
+    runs = catalog.catalog.load_table((NAMESPACE, "run_segments")).scan().to_arrow()
+    assert runs.num_rows == 2448
+    assert set(runs.column("run_digest").to_pylist()) == set(seen["digests"])
+
+
+def test_query_as_of_the_version_before_the_last_file(
+    s3_store: Any, index_settings: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    header, rows = liger_rows(range(2, 62))
+    ingest_bytes(s3_store, index_settings, [("incoming/a.csv", csv_bytes(header, rows[:40]))])
+    before = load_current(s3_store, index_settings).version
+    ingest_bytes(s3_store, index_settings, [("incoming/b.csv", csv_bytes(header, rows[40:]))])
+    sql = "SELECT count(*) AS n, count(DISTINCT source_key) AS keys FROM runs"
+
+    def counts(*extra: str) -> str:
+        assert main(["query", sql, "--format", "csv", *extra]) == 0
+        return capsys.readouterr().out
+
+    assert counts() == "n,keys\n60,2\n"
+    assert before.version and before.published_at
+    assert counts("--as-of", before.version) == "n,keys\n40,1\n"
+    assert counts("--as-of", str(before.snapshot_ids["run_segments"])) == "n,keys\n40,1\n"
+    assert counts("--as-of", before.published_at.isoformat()) == "n,keys\n40,1\n"
+    assert counts() == "n,keys\n60,2\n"  # the current version is still the local default
+    assert main(["query", sql, "--as-of", "2001-01-01T00:00:00Z"]) == 1
+    assert "no version was published by then" in capsys.readouterr().err
+
+
+def test_compaction_merges_the_newest_files_geometrically() -> None:
+    assert plan_compaction([(1, 100)]) is None
+    assert plan_compaction([(1, 1000), (2, 10), (3, 10), (4, 10)]) == 2
+    assert plan_compaction([(1, 1000), (2, 30), (3, 10), (4, 10)]) == 2
+    assert plan_compaction([(1, 1000), (2, 100), (3, 10)]) is None
+    # Sizes merged so stay geometric: a run of equal small files becomes few files.
+    files: list[tuple[int, int]] = []
+    for seq in range(1, 1001):
+        files.append((seq, 10))
+        if len(files) > COMPACT_ABOVE_FILES:
+            since = plan_compaction(files)
+            if since is not None:
+                kept = [f for f in files if f[0] < since]
+                files = [*kept, (since, sum(size for s, size in files if s >= since))]
+    assert len(files) <= 2 * COMPACT_ABOVE_FILES
+    assert sum(size for _, size in files) == 10_000
+
+
+@pytest.mark.slow
+def test_small_files_one_by_one_stay_few_files_and_every_row(
+    s3_store: Any, index_settings: Any
+) -> None:
+    """Files ingested one by one: each table's data files stay few, and the compacted index
+    holds exactly what one publish of all of them holds."""
+    count = 3 * COMPACT_ABOVE_FILES
+    header, rows = liger_rows(range(2, 2 + 5 * count))
+    files = [
+        (f"incoming/f{i:03}.csv", csv_bytes(header, rows[i * 5 : i * 5 + 5])) for i in range(count)
+    ]
+    for key, data in files:
+        ingest_bytes(s3_store, index_settings, [(key, data)])
+    current = load_current(s3_store, index_settings)
+    assert all(len(keys) <= 2 * COMPACT_ABOVE_FILES for keys in current.files.values())
+    compacted = fingerprints(index_settings)
+    assert compacted["runs"].startswith(f"{5 * count}:")
+
+    other_store = s3_store.with_bucket(s3_store.bucket + "-b")
+    other_store.ensure_bucket()
+    other = index_settings.replace(
+        home=Path(index_settings.home).parent / "all-at-once", bucket=other_store.bucket
+    )
+    ingest_bytes(other_store, other, files)
+    assert fingerprints(other) == compacted
+
+
+@pytest.mark.slow
+def test_two_hosts_publish_into_one_bucket_and_catalog_at_once(
+    s3_store: Any, index_settings: Any, tmp_path: Path
+) -> None:
+    """Two homes share the bucket and a catalog and publish different files at the same moment,
+    round after round. Every run of every file is in the index, and every version a reader saw
+    along the way was whole: its runs are exactly those of the files it names."""
+    shared = f"sqlite:///{tmp_path / 'shared' / 'catalog.db'}"
+    hosts = [
+        index_settings.replace(home=tmp_path / f"host-{n}", catalog_uri=shared) for n in (0, 1)
+    ]
+    header, rows = liger_rows(range(2, 2 + 2 * 20 * 4))
+    rounds = 20
+    barrier = threading.Barrier(2)
+    errors: list[BaseException] = []
+
+    def host(n: int) -> None:
+        try:
+            for r in range(rounds):
+                start = (r * 2 + n) * 4
+                barrier.wait(timeout=120)
+                data = csv_bytes(header, rows[start : start + 4])
+                ingest_bytes(s3_store, hosts[n], [(f"incoming/h{n}-{r:02}.csv", data)])
+        except BaseException as error:  # surfaced by the test thread
+            errors.append(error)
+            barrier.abort()
+
+    seen: list[tuple[int, int, int]] = []
+    stop = threading.Event()
+
+    def reader() -> None:
+        while not stop.is_set():
+            con = connect_remote(hosts[0])
+            try:
+                row = con.execute(
+                    "SELECT (SELECT count(*) FROM runs), "
+                    "(SELECT coalesce(sum(runs), 0) FROM snapshots), "
+                    "(SELECT count(*) FROM runs WHERE source_key IS NULL)"
+                ).fetchone()
+            finally:
+                con.close()
+            assert row is not None
+            seen.append((int(row[0]), int(row[1]), int(row[2])))
+            stop.wait(0.2)
+
+    threads = [threading.Thread(target=host, args=(n,)) for n in (0, 1)]
+    watcher = threading.Thread(target=reader, daemon=True)
+    watcher.start()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=900)
+    stop.set()
+    watcher.join(timeout=60)
+    assert not errors, errors
+    final = connect_remote(hosts[1])
+    try:
+        keys = final.execute("SELECT count(DISTINCT source_key), count(*) FROM runs").fetchone()
+    finally:
+        final.close()
+    assert keys == (2 * rounds, 2 * rounds * 4)
+    assert len(seen) > 1
+    assert all(runs == named and unnamed == 0 for runs, named, unnamed in seen), seen
