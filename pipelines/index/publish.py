@@ -321,7 +321,9 @@ def build_version(
             if name == "run_segments":
                 streamed = (name, result.to_arrow_reader(STREAM_BATCH_ROWS))
                 break  # the last one read: the reader holds the connection's result
-            commits.append(pool.submit(catalog.append_and_compact, name, result.to_arrow_table(), seq))
+            commits.append(
+                pool.submit(catalog.append_and_compact, name, result.to_arrow_table(), seq)
+            )
         if streamed is not None:
             catalog.append_and_compact(*streamed, seq)
         for commit in commits:
