@@ -38,7 +38,9 @@ PARTITION_RANGE_START_TAG = "dagster/asset_partition_range_start"
 PARTITION_RANGE_END_TAG = "dagster/asset_partition_range_end"
 
 
-FILE_ASSET_KEYS = [a.key for a in FILE_ASSETS]
+# The sensors' runs are of the records step alone; it takes each file's snapshot too
+# (assets/files.py). Each asset of a run costs Dagster a planned event per file.
+SENSOR_RUN_ASSETS = [RECORDS_KEY]
 
 
 def range_request(
@@ -62,22 +64,20 @@ def run_requests_for(partition_keys: Sequence[str]) -> list[RunRequest]:
     for start in range(0, len(partition_keys), MAX_FILES_PER_RUN):
         chunk = partition_keys[start : start + MAX_FILES_PER_RUN]
         run_key = hashlib.sha256("\n".join(chunk).encode()).hexdigest()[:24]
-        requests.append(range_request(chunk[0], chunk[-1], len(chunk), run_key, FILE_ASSET_KEYS))
+        requests.append(range_request(chunk[0], chunk[-1], len(chunk), run_key, SENSOR_RUN_ASSETS))
     return requests
 
 
 def tick_run_requests(plan: TickPlan) -> list[RunRequest]:
     """The runs of a tick: the new partitions in ranges; each existing partition whose version
     came back (uploaded again) in a run of its own, since they are not contiguous. A re-read one
-    redoes only its records (its snapshot's new read is recorded); an unread one both steps."""
+    redoes its records (its snapshot's new read is recorded); an unread one gets its snapshot
+    in the same step."""
     requests = run_requests_for(plan.new_partitions)
-    again = [(key, [RECORDS_KEY]) for key in plan.reread_partitions] + [
-        (key, FILE_ASSET_KEYS) for key in plan.unread_partitions
-    ]
-    for key, assets in again:
+    for key in [*plan.reread_partitions, *plan.unread_partitions]:
         # Unique per upload (the cursor moved past it), so Dagster never drops it as a repeat.
         run_key = hashlib.sha256(f"again\n{key}\n{plan.cursor}".encode()).hexdigest()[:24]
-        requests.append(range_request(key, key, 1, run_key, assets))
+        requests.append(range_request(key, key, 1, run_key, SENSOR_RUN_ASSETS))
     return requests
 
 
