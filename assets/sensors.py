@@ -8,8 +8,11 @@ from dagster import (
     AssetKey,
     AssetSelection,
     AutomationConditionSensorDefinition,
+    DagsterInstance,
+    DagsterRunStatus,
     DefaultSensorStatus,
     RunRequest,
+    RunsFilter,
     SensorEvaluationContext,
     SensorResult,
     sensor,
@@ -41,6 +44,20 @@ PARTITION_RANGE_END_TAG = "dagster/asset_partition_range_end"
 # The sensors' runs are of the records step alone; it takes each file's snapshot too
 # (assets/files.py). Each asset of a run costs Dagster a planned event per file.
 SENSOR_RUN_ASSETS = [RECORDS_KEY]
+UNFINISHED = [
+    DagsterRunStatus.QUEUED,
+    DagsterRunStatus.NOT_STARTED,
+    DagsterRunStatus.STARTING,
+    DagsterRunStatus.STARTED,
+    DagsterRunStatus.CANCELING,
+]
+
+
+def runs_in_flight(instance: DagsterInstance) -> bool:
+    """Whether any run is queued or running. The sensors that judge the whole bucket wait for
+    them: a burst is judged once it has landed, not on every tick while it lands (each look
+    lists the bucket, and an index published mid-burst is soon stale)."""
+    return bool(instance.get_runs(filters=RunsFilter(statuses=UNFINISHED), limit=1))
 
 
 def range_request(
@@ -116,7 +133,8 @@ def incoming_files_sensor(context: SensorEvaluationContext, kindex: KindexResour
 @sensor(
     name="index_catchup_sensor",
     description="Requests an index run when the bucket holds record sets the published index "
-    "lacks: a safety net under the automation condition, judged from the bucket's state.",
+    "lacks and no run is in flight: a safety net under the automation condition, judged from "
+    "the bucket's state.",
     minimum_interval_seconds=CATCHUP_INTERVAL_SECONDS,
     default_status=DefaultSensorStatus.RUNNING,
     asset_selection=AssetSelection.assets(INDEX_KEY),
@@ -124,6 +142,8 @@ def incoming_files_sensor(context: SensorEvaluationContext, kindex: KindexResour
 def index_catchup_sensor(context: SensorEvaluationContext, kindex: KindexResource) -> SensorResult:
     from pipelines.index.publish import unpublished_record_sets
 
+    if runs_in_flight(context.instance):  # the automation condition follows them
+        return SensorResult(run_requests=[])
     pending = unpublished_record_sets(kindex.store, kindex.settings)
     if not pending:
         return SensorResult(run_requests=[])
