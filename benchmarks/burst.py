@@ -10,7 +10,7 @@ ratio to in-process ingest; checks that both indexes hold the same runs (count a
 the sha256 of the sorted run digests). The test suite runs the same with fewer files
 (tests/test_burst_e2e.py). Usage:
 
-    python benchmarks/burst.py [--files 2000] [--rows 20]
+    python benchmarks/burst.py [--files 2000] [--rows 20] [--no-backfill]
 """
 
 from __future__ import annotations
