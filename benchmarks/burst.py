@@ -96,8 +96,11 @@ def kindex(
     )
 
 
-def run_digests(env: dict[str, str]) -> list[str]:
-    result = kindex(env, "query", "select run_digest from runs order by 1", "--format", "csv")
+def run_digests(env: dict[str, str], *sync: str) -> list[str]:
+    """The index's run digests; `--sync` first where an index run may still be writing this
+    home's local copy after publishing (the burst waited on the published pointer)."""
+    sql = "select run_digest from runs order by 1"
+    result = kindex(env, "query", sql, "--format", "csv", *sync)
     assert result.returncode == 0, result.stderr
     return result.stdout.split()[1:]
 
@@ -166,7 +169,7 @@ def drop_burst(up: Any, paths: list[Path], odd: dict[str, bytes]) -> BurstResult
             time.sleep(POLL_SECONDS)
         index_s = time.monotonic() - dropped_at
         missing = reconcile(store, settings).missing_count
-    digests = run_digests(up.env)
+    digests = run_digests(up.env, "--sync")
     quarantined = kindex(
         up.env, "query", "select count(distinct source_key) as n from quarantine", "--format", "csv"
     )
