@@ -2,9 +2,9 @@
 
 Both are partitioned by object version (assets/partitions.py) with a single-run backfill policy,
 so a sensor tick or a backfill over many files is one run. The sensors' runs are of `records`
-alone, which takes and materializes each file's snapshot too: Dagster writes events one by one
-(a planned event per file and asset, then a materialization), and they, not the files, set the
-pace of a burst. Whatever breaks while one file is
+alone, which takes and materializes each file's snapshot too: Dagster writes its events one at
+a time (a planned event per file and asset of the run, then a materialization), and in a burst
+of small files they, not the files, set the pace. Whatever breaks while one file is
 processed (its bytes, its key, an S3 error) is that file's alone: every file is processed on its
 own, each good file is materialized as soon as it is done (its own materialization event), and
 the step fails at the end naming the failed files, so they show as failed partitions in the UI
@@ -290,8 +290,8 @@ def process_partition(
 ) -> FileOutcome:
     """Normalize one file's snapshot into its record set; never raises, so one bad file
     cannot fail the other files of the run. A file without a snapshot yet gets one here: the
-    sensors' runs are of this step alone (a run of both steps writes twice the events per
-    file), and a retry of this step covers both."""
+    sensors' runs are of this step alone (each asset of a run costs a planned event per file),
+    and a retry of this step covers both."""
     outcome = FileOutcome(partition_key)
     if snap is None:
         taken = _snapshot_or_error(kindex, partition_key, None)
