@@ -1,7 +1,10 @@
 """Per-file assets: the immutable snapshot of each dropped object version, and its records.
 
 Both are partitioned by object version (assets/partitions.py) with a single-run backfill policy,
-so a sensor tick or a backfill over many files is one run. Whatever breaks while one file is
+so a sensor tick or a backfill over many files is one run. The sensors' runs are of `records`
+alone, which takes and materializes each file's snapshot too: Dagster writes its events one at
+a time (a planned event per file and asset of the run, then a materialization), and in a burst
+of small files they, not the files, set the pace. Whatever breaks while one file is
 processed (its bytes, its key, an S3 error) is that file's alone: every file is processed on its
 own, each good file is materialized as soon as it is done (its own materialization event), and
 the step fails at the end naming the failed files, so they show as failed partitions in the UI
@@ -66,6 +69,14 @@ class VersionGone(RuntimeError):
     """The object version a partition names is no longer in the bucket and was never read."""
 
 
+@dataclass(frozen=True, slots=True)
+class NoSnapshot:
+    """Why a file's snapshot could not be taken."""
+
+    reason: str
+    gone: bool  # the version was overwritten or deleted before it was read: nothing to do
+
+
 @dataclass
 class FileOutcome:
     """What one partition of a run produced, for checks that summarize the run per file."""
@@ -79,6 +90,8 @@ class FileOutcome:
     schema_checked: int = 0
     error: str | None = None
     gone: str | None = None  # the version was overwritten or deleted before it was read
+    # The snapshot this step took (or why it could not), when the file had none yet.
+    snapshot_taken: Snapshot | NoSnapshot | None = None
     warnings: list[str] = field(default_factory=list)
     metadata: dict[str, Any] = field(default_factory=dict)
 
@@ -89,6 +102,8 @@ class FileOutcome:
     partitions_def=INCOMING_FILES,
     backfill_policy=BackfillPolicy.single_run(),
     retry_policy=FILE_RETRY_POLICY,
+    # Each file is materialized by its own event as it is done, never all at once by the step.
+    output_required=False,
     description="An immutable, content-addressed copy of one dropped object version.",
     kinds={"s3"},
 )
@@ -98,12 +113,17 @@ def snapshot(context: AssetExecutionContext, kindex: KindexResource) -> None:
     known = known_snapshots(kindex, keys)
     work = lambda key: _snapshot_or_error(kindex, key, known.get(key))  # noqa: E731
     for partition_key, taken in each_file(work, keys):
-        if isinstance(taken, Snapshot):
-            context.add_asset_metadata(snapshot_metadata(taken), partition_key=partition_key)
-        else:
+        if isinstance(taken, NoSnapshot):
             # The records partition of this file fails with the same reason.
-            context.log.warning(f"{partition_key}: {taken}")
-            context.add_asset_metadata({"error": taken}, partition_key=partition_key)
+            context.log.warning(f"{partition_key}: {taken.reason}")
+        # Logged as each file is done, so the event writes overlap the other files' work.
+        context.log_event(snapshot_event(partition_key, taken))
+
+
+def snapshot_event(partition_key: str, taken: Snapshot | NoSnapshot) -> AssetMaterialization:
+    """A file's snapshot partition: the snapshot taken, or why it could not be."""
+    metadata = snapshot_metadata(taken) if isinstance(taken, Snapshot) else {"error": taken.reason}
+    return AssetMaterialization(SNAPSHOT_KEY, partition=partition_key, metadata=metadata)
 
 
 def each_file(work: Callable[[str], T], partition_keys: Sequence[str]) -> Iterator[tuple[str, T]]:
@@ -133,13 +153,15 @@ def known_snapshots(kindex: KindexResource, partition_keys: Sequence[str]) -> di
 
 def _snapshot_or_error(
     kindex: KindexResource, partition_key: str, known: Snapshot | None
-) -> Snapshot | str:
+) -> Snapshot | NoSnapshot:
     if known is not None:
         return known
     try:
         return take_partition_snapshot(kindex, partition_key)
+    except VersionGone as gone:
+        return NoSnapshot(describe(gone), gone=True)
     except Exception as error:  # this file's alone; the others go on
-        return describe(error)
+        return NoSnapshot(describe(error), gone=False)
 
 
 def describe(error: BaseException) -> str:
@@ -210,6 +232,8 @@ def records(context: AssetExecutionContext, kindex: KindexResource) -> Iterator[
     work = lambda key: process_partition(kindex, key, known.get(key))  # noqa: E731
     for partition_key, outcome in each_file(work, keys):
         outcomes.append(outcome)
+        if outcome.snapshot_taken is not None:
+            context.log_event(snapshot_event(partition_key, outcome.snapshot_taken))
         if outcome.error:
             context.log.error(f"{partition_key}: {outcome.error}")
             continue
@@ -265,16 +289,22 @@ def process_partition(
     kindex: KindexResource, partition_key: str, snap: Snapshot | None
 ) -> FileOutcome:
     """Normalize one file's snapshot into its record set; never raises, so one bad file
-    cannot fail the other files of the run. A file without a snapshot yet (the snapshot step
-    could not take it) gets one here, so a retry of this step covers both."""
+    cannot fail the other files of the run. A file without a snapshot yet gets one here: the
+    sensors' runs are of this step alone (each asset of a run costs a planned event per file),
+    and a retry of this step covers both."""
     outcome = FileOutcome(partition_key)
+    if snap is None:
+        taken = _snapshot_or_error(kindex, partition_key, None)
+        outcome.snapshot_taken = taken
+        if isinstance(taken, NoSnapshot):
+            if taken.gone:
+                outcome.gone = taken.reason
+            else:
+                outcome.error = taken.reason
+            return outcome
+        snap = taken
     try:
-        if snap is None:
-            snap = take_partition_snapshot(kindex, partition_key)
         result = process_snapshot(kindex.store, kindex.settings, snap)
-    except VersionGone as gone:
-        outcome.gone = describe(gone)
-        return outcome
     except Exception as error:  # this file's alone; the others go on
         outcome.error = describe(error)
         return outcome

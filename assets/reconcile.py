@@ -20,11 +20,9 @@ from dataclasses import dataclass, field
 from dagster import (
     AssetObservation,
     AssetSelection,
-    DagsterRunStatus,
     DefaultSensorStatus,
     MetadataValue,
     RunRequest,
-    RunsFilter,
     SensorEvaluationContext,
     SensorResult,
     sensor,
@@ -33,7 +31,7 @@ from dagster import (
 from assets.files import FILE_ASSETS, RECORDS_KEY
 from assets.partitions import INCOMING_FILES
 from assets.resources import KindexResource
-from assets.sensors import MAX_FILES_PER_RUN, run_requests_for
+from assets.sensors import MAX_FILES_PER_RUN, run_requests_for, runs_in_flight
 from pipelines.reconcile import reconcile
 from pipelines.sensor_cursor import partition_key_for
 
@@ -47,13 +45,6 @@ MAX_RUNS_PER_TICK = 10
 # Done partitions between two missing ones that a run may cover rather than start another run
 # (redoing a done file costs a few small requests: its record set exists).
 MAX_GAP = 16
-UNFINISHED = [
-    DagsterRunStatus.QUEUED,
-    DagsterRunStatus.NOT_STARTED,
-    DagsterRunStatus.STARTING,
-    DagsterRunStatus.STARTED,
-    DagsterRunStatus.CANCELING,
-]
 
 
 @dataclass(slots=True)
@@ -162,6 +153,11 @@ def reconcile_requests(
 )
 def reconcile_sensor(context: SensorEvaluationContext, kindex: KindexResource) -> SensorResult:
     state = ReconcileState.from_json(context.cursor)
+    if runs_in_flight(context.instance):
+        # A running file may look missing, and judging the bucket lists all of it: wait for
+        # the runs to finish (the count is logged again then).
+        context.log.info("runs in flight: the bucket is judged once they finish")
+        return SensorResult(run_requests=[], cursor=state.to_json())
     found = reconcile(kindex.store, kindex.settings)
     missing = sorted({partition_key_for(m.info) for m in found.missing})
     without_snapshot = sum(1 for m in found.missing if not m.has_snapshot)
@@ -171,10 +167,9 @@ def reconcile_sensor(context: SensorEvaluationContext, kindex: KindexResource) -
     )
     now, rng = clock(), random.Random()
     due = due_partitions(state, missing, now, rng)
-    busy = bool(context.instance.get_runs(filters=RunsFilter(statuses=UNFINISHED), limit=1))
     requests: list[RunRequest] = []
     new_keys: list[str] = []
-    if due and not busy:  # a running file may look missing: wait for the runs to finish
+    if due:
         existing = list(context.instance.get_dynamic_partitions(INCOMING_FILES.name or ""))
         known = set(existing)
         new_keys = [k for k in due if k not in known]  # listed, but never given a partition

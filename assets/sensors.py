@@ -8,8 +8,11 @@ from dagster import (
     AssetKey,
     AssetSelection,
     AutomationConditionSensorDefinition,
+    DagsterInstance,
+    DagsterRunStatus,
     DefaultSensorStatus,
     RunRequest,
+    RunsFilter,
     SensorEvaluationContext,
     SensorResult,
     sensor,
@@ -38,7 +41,23 @@ PARTITION_RANGE_START_TAG = "dagster/asset_partition_range_start"
 PARTITION_RANGE_END_TAG = "dagster/asset_partition_range_end"
 
 
-FILE_ASSET_KEYS = [a.key for a in FILE_ASSETS]
+# The sensors' runs are of the records step alone; it takes each file's snapshot too
+# (assets/files.py). Each asset of a run costs Dagster a planned event per file.
+SENSOR_RUN_ASSETS = [RECORDS_KEY]
+UNFINISHED = [
+    DagsterRunStatus.QUEUED,
+    DagsterRunStatus.NOT_STARTED,
+    DagsterRunStatus.STARTING,
+    DagsterRunStatus.STARTED,
+    DagsterRunStatus.CANCELING,
+]
+
+
+def runs_in_flight(instance: DagsterInstance) -> bool:
+    """Whether any run is queued or running. The sensors that judge the whole bucket wait for
+    them: a burst is judged once it has landed, not on every tick while it lands (each look
+    lists the bucket, and an index published mid-burst is soon stale)."""
+    return bool(instance.get_runs(filters=RunsFilter(statuses=UNFINISHED), limit=1))
 
 
 def range_request(
@@ -62,22 +81,20 @@ def run_requests_for(partition_keys: Sequence[str]) -> list[RunRequest]:
     for start in range(0, len(partition_keys), MAX_FILES_PER_RUN):
         chunk = partition_keys[start : start + MAX_FILES_PER_RUN]
         run_key = hashlib.sha256("\n".join(chunk).encode()).hexdigest()[:24]
-        requests.append(range_request(chunk[0], chunk[-1], len(chunk), run_key, FILE_ASSET_KEYS))
+        requests.append(range_request(chunk[0], chunk[-1], len(chunk), run_key, SENSOR_RUN_ASSETS))
     return requests
 
 
 def tick_run_requests(plan: TickPlan) -> list[RunRequest]:
     """The runs of a tick: the new partitions in ranges; each existing partition whose version
     came back (uploaded again) in a run of its own, since they are not contiguous. A re-read one
-    redoes only its records (its snapshot's new read is recorded); an unread one both steps."""
+    redoes its records (its snapshot's new read is recorded); an unread one gets its snapshot
+    in the same step."""
     requests = run_requests_for(plan.new_partitions)
-    again = [(key, [RECORDS_KEY]) for key in plan.reread_partitions] + [
-        (key, FILE_ASSET_KEYS) for key in plan.unread_partitions
-    ]
-    for key, assets in again:
+    for key in [*plan.reread_partitions, *plan.unread_partitions]:
         # Unique per upload (the cursor moved past it), so Dagster never drops it as a repeat.
         run_key = hashlib.sha256(f"again\n{key}\n{plan.cursor}".encode()).hexdigest()[:24]
-        requests.append(range_request(key, key, 1, run_key, assets))
+        requests.append(range_request(key, key, 1, run_key, SENSOR_RUN_ASSETS))
     return requests
 
 
@@ -116,7 +133,8 @@ def incoming_files_sensor(context: SensorEvaluationContext, kindex: KindexResour
 @sensor(
     name="index_catchup_sensor",
     description="Requests an index run when the bucket holds record sets the published index "
-    "lacks: a safety net under the automation condition, judged from the bucket's state.",
+    "lacks and no run is in flight: a safety net under the automation condition, judged from "
+    "the bucket's state.",
     minimum_interval_seconds=CATCHUP_INTERVAL_SECONDS,
     default_status=DefaultSensorStatus.RUNNING,
     asset_selection=AssetSelection.assets(INDEX_KEY),
@@ -124,6 +142,8 @@ def incoming_files_sensor(context: SensorEvaluationContext, kindex: KindexResour
 def index_catchup_sensor(context: SensorEvaluationContext, kindex: KindexResource) -> SensorResult:
     from pipelines.index.publish import unpublished_record_sets
 
+    if runs_in_flight(context.instance):  # the automation condition follows them
+        return SensorResult(run_requests=[])
     pending = unpublished_record_sets(kindex.store, kindex.settings)
     if not pending:
         return SensorResult(run_requests=[])

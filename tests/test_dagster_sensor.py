@@ -9,8 +9,15 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from dagster import AssetKey, DagsterInstance, PartitionKeyRange
-from dagster_support import SensorDriver, execute_all, latest_metadata, materialize_index
+from dagster import AssetKey, DagsterEventType, DagsterInstance, PartitionKeyRange
+from dagster_support import (
+    SensorDriver,
+    execute,
+    execute_all,
+    failure_messages,
+    latest_metadata,
+    materialize_index,
+)
 from index_support import csv_bytes, liger_rows, query
 
 from assets.sensors import MAX_FILES_PER_RUN
@@ -186,3 +193,27 @@ def test_a_key_back_to_bytes_it_held_before_is_read_again_and_retracts_nothing(
     materialize_index(instance)
     assert query(settings, retracted) == [(0,)]
     assert not driver.tick().run_requests
+
+
+def test_a_ticks_run_is_of_the_records_step_alone_and_materializes_both_partitions(
+    s3_store: Any, instance: DagsterInstance
+) -> None:
+    """Dagster writes a planned event per file for every asset of a run, one at a time; the
+    sensor's runs select `records` only, whose step takes and materializes the snapshots too."""
+    dropped = [s3_store.put_bytes(f"incoming/pair/{n}.csv", tiny_csv(2 + n)) for n in range(3)]
+    driver = SensorDriver(instance)
+    (request,) = driver.tick().run_requests or []
+    assert request.asset_selection == [AssetKey("records")]
+
+    result = execute(instance, request)
+
+    assert result.success, failure_messages(result)
+    keys = {partition_key_for(o) for o in dropped}
+    planned = instance.get_records_for_run(
+        result.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION_PLANNED
+    ).records
+    assert len(planned) == len(keys)  # one per file, not one per file and asset
+    for asset in ("snapshot", "records"):
+        assert instance.get_materialized_partitions(AssetKey(asset)) == keys
+    for key in keys:
+        assert latest_metadata(instance, "snapshot", key)["snapshot_digest"]

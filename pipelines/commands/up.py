@@ -41,7 +41,9 @@ STOP_GRACE_SECONDS = 5.0
 READY_TIMEOUT_SECONDS = 180.0
 POLL_SECONDS = 0.5
 # A run coordinator queue: a burst of drops must not start dozens of run processes at once.
-MAX_CONCURRENT_RUNS = 4
+# A run works its files on threads of one process (one core, with the GIL); two runs keep two
+# cores busy, and more only add memory and contention for the event log's SQLite files.
+MAX_CONCURRENT_RUNS = 2
 # A run that failed (its worker killed, S3 gone for a while) is run again, up to this often.
 MAX_RUN_RETRIES = 3
 RUN_MONITORING_POLL_SECONDS = 5
