@@ -11,7 +11,7 @@ from assets.sensors import automation_sensor, incoming_files_sensor, index_catch
 defs = Definitions(
     assets=[*FILE_ASSETS, index],
     sensors=[incoming_files_sensor, index_catchup_sensor, reconcile_sensor, automation_sensor],
-    resources={"kindex": KindexResource()},
+    resources={"kindex": KindexResource.from_env()},
     # One process per run, not per step: a run over many files is one Python process.
     executor=in_process_executor,
 )

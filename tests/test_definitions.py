@@ -63,3 +63,24 @@ def test_dg_check_defs_passes() -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "All definitions loaded successfully" in result.stdout + result.stderr
+
+
+def test_the_resource_shows_each_setting_as_an_env_var(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every KINDEX_* setting is a field of KindexResource; those set in the environment are
+    EnvVars (the UI shows the variable's name), and the settings the assets use follow them."""
+    from dagster import EnvVar
+
+    from assets.resources import KindexResource
+    from pipelines.settings import SETTING_NAMES
+
+    assert set(KindexResource.model_fields) == {name.lower() for name in SETTING_NAMES}
+    monkeypatch.setenv("KINDEX_BUCKET", "team-bucket")
+    monkeypatch.setenv("KINDEX_CATALOG_URI", "sqlite:////tmp/kindex-catalog.db")
+    monkeypatch.delenv("KINDEX_INDEX_PREFIX", raising=False)
+    declared = KindexResource.from_env()
+    assert isinstance(declared.bucket, EnvVar) and declared.bucket.env_var_name == "KINDEX_BUCKET"
+    assert declared.index_prefix is None
+    resource = declared.process_config_and_initialize()  # as a run resolves it
+    assert resource.bucket == "team-bucket"
+    assert resource.settings.bucket == "team-bucket"
+    assert resource.settings.catalog_uri == "sqlite:////tmp/kindex-catalog.db"

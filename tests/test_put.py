@@ -104,21 +104,24 @@ def test_put_key_outside_incoming_or_not_a_plain_object_is_refused(
     assert list(s3_store.list("")) == []
 
 
-def test_put_to_the_index_pointer_leaves_the_index_readable(
+def test_put_onto_the_index_tables_leaves_the_index_readable(
     s3_store: S3Store, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """`--key` onto an Iceberg metadata file of the index is refused and changes nothing."""
+    from pipelines.index.catalog import VERSIONS_TABLE, IndexCatalog
     from pipelines.settings import Settings
 
-    pointer_key = Settings.from_env().index_prefix + "CURRENT"
     path = tmp_path / "a.csv"
     lines = (Path(__file__).parent / "data/liger/all_benchmark_data.csv").read_text().splitlines()
     path.write_text("\n".join(lines[:20]) + "\n")
     assert main(["ingest", str(path), "--no-progress"]) == 0
-    pointer = s3_store.get_bytes(pointer_key)
-    assert main(["put", str(path), "--key", pointer_key]) == 2
-    assert s3_store.get_bytes(pointer_key) == pointer
+    location = IndexCatalog.beside(s3_store, Settings.from_env()).metadata_locations()
+    metadata_key = location[VERSIONS_TABLE].removeprefix(f"s3://{s3_store.bucket}/")
+    metadata = s3_store.get_bytes(metadata_key)
+    assert main(["put", str(path), "--key", metadata_key]) == 2
+    assert s3_store.get_bytes(metadata_key) == metadata
     capsys.readouterr()
-    assert main(["query", "SELECT count(*) AS runs FROM runs", "--format", "csv"]) == 0
+    assert main(["query", "SELECT count(*) AS runs FROM runs", "--format", "csv", "--sync"]) == 0
     assert capsys.readouterr().out.split() == ["runs", "19"]
 
 
