@@ -4,6 +4,7 @@ a connection that can write nothing."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -195,3 +196,19 @@ def test_a_changed_cached_file_is_found_and_sync_fetches_it_again(
     code, again, err = query(capsys, "select count(*) as n from runs", "--format", "csv", "--sync")
     assert (code, again) == (0, out), err
     assert segment.read_bytes() == published
+
+
+def test_a_home_moved_to_another_directory_still_answers(
+    small_index: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """The views are rebuilt over the moved cache from the keys the database lists: nothing is
+    downloaded (the bucket is not asked: the endpoint is gone)."""
+    code, before, _ = query(capsys, "select count(*) as n from runs", "--format", "csv")
+    assert code == 0
+    moved = tmp_path / "moved-home"
+    shutil.move(str(small_index.home), moved)
+    monkeypatch.setenv("KINDEX_HOME", str(moved))
+    monkeypatch.setenv("KINDEX_S3_ENDPOINT", "http://127.0.0.1:9")
+    code, after, err = query(capsys, "select count(*) as n from runs", "--format", "csv")
+    assert (code, after) == (0, before), err
+    assert int(before.splitlines()[1]) > 0
