@@ -49,6 +49,8 @@ SUMMARY_PREFIX = "kindex."
 EXPIRE_EVERY_VERSIONS = 8
 TABLE_PROPERTIES = {
     "write.parquet.compression-codec": "zstd",
+    # A manifest is a long JSON text: bounds of its first bytes would prune nothing.
+    "write.metadata.metrics.column.manifest": "none",
     # Every commit rewrites the metadata JSON: its log of earlier metadata files stays short
     # (the files themselves are kept).
     "write.metadata.previous-versions-max": "4",
@@ -373,9 +375,8 @@ class IndexCatalog:
             self.table(name)
 
     def append(self, name: str, rows: pa.RecordBatchReader | pa.Table, seq: int) -> None:
-        table = self.table(name)
-        with_seq = _with_seq(rows, seq, table.schema().as_arrow())
-        table.append(with_seq)
+        with_seq = _with_seq(rows, seq, iceberg_schema(STORED_TABLES[name]))
+        self.table(name).append(with_seq)
 
     def append_and_compact(
         self, name: str, rows: pa.RecordBatchReader | pa.Table, seq: int
@@ -468,16 +469,20 @@ def plan_compaction(files: list[tuple[int, int]]) -> int | None:
 def _with_seq(
     rows: pa.RecordBatchReader | pa.Table, seq: int, schema: pa.Schema
 ) -> pa.RecordBatchReader:
-    """The rows with their index_seq, cast to the table's schema, as a stream."""
+    """The rows with their index_seq, in the table's column order and types, as a stream. Only
+    columns whose type differs are cast (strings stay as DuckDB gave them: no copy)."""
     target = pa.schema([f.with_nullable(True) for f in schema])
     batches = rows.to_batches() if isinstance(rows, pa.Table) else rows
 
     def stream() -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            column = pa.array([seq] * batch.num_rows, pa.int64())
-            with_seq = pa.RecordBatch.from_arrays(
-                [*batch.columns, column], names=[*batch.schema.names, SEQ_COLUMN]
-            )
-            yield with_seq.select(target.names).cast(target)
+            columns = []
+            for column in target:
+                if column.name == SEQ_COLUMN and SEQ_COLUMN not in batch.schema.names:
+                    columns.append(pa.repeat(pa.scalar(seq, pa.int64()), batch.num_rows))
+                    continue
+                values = batch.column(column.name)
+                columns.append(values if values.type == column.type else values.cast(column.type))
+            yield pa.RecordBatch.from_arrays(columns, schema=target)
 
     return pa.RecordBatchReader.from_batches(target, stream())

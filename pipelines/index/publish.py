@@ -59,11 +59,11 @@ from pipelines.storage.errors import StorageUnreachable
 
 # Rows are handed to the Iceberg writer in batches of this many, never all at once.
 STREAM_BATCH_ROWS = 65_536
-# How the rows of each appended or replaced table are ordered in its files.
+# How the rows of the small tables are ordered in their files. Runs and lineage keep the order
+# of their record sets (a file's lines): sorting a million runs with their manifests would cost
+# more than writing them.
 ROW_ORDER = {
-    "run_segments": "series_key, observed_at",
     "manifest_segments": "kind, digest",
-    "lineage_files": "snapshot_digest, source_line",
     "quarantine_files": "snapshot_digest, source_line",
     "run_state_changes": "run_digest",
     "snapshots": "taken_at, read_id",
@@ -317,7 +317,8 @@ def build_version(
             if not (count and count[0]):
                 continue
             columns = ", ".join(n for n in STORED_TABLES[name].names if n != SEQ_COLUMN)
-            result = con.execute(f"SELECT {columns} FROM {table} ORDER BY {ROW_ORDER[name]}")
+            order = f" ORDER BY {ROW_ORDER[name]}" if name in ROW_ORDER else ""
+            result = con.execute(f"SELECT {columns} FROM {table}{order}")
             if name == "run_segments":
                 streamed = (name, result.to_arrow_reader(STREAM_BATCH_ROWS))
                 break  # the last one read: the reader holds the connection's result
