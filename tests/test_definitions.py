@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from dagster import AssetKey, DefaultSensorStatus, Definitions
 
 ROOT = Path(__file__).resolve().parents[1]
