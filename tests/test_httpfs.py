@@ -10,7 +10,7 @@ from typing import Any
 
 from index_support import csv_bytes, index_settings, ingest_bytes, liger_rows
 
-from pipelines.index.catalog import NAMESPACE, IndexCatalog, S3Access
+from pipelines.index.catalog import IndexCatalog, S3Access
 from pipelines.index.layout import IndexLayout
 from pipelines.index.local import open_index
 from pipelines.index.remote import EXTENSIONS, connect_remote, extension_path
@@ -53,6 +53,6 @@ def test_duckdb_reads_the_published_index_from_the_bucket(
     assert scanned and scanned[0] >= 4
     assert not layout.cache_dir.exists()
     # pyiceberg, through the catalog, reads the runs the views show.
-    table = IndexCatalog(index_settings, access).catalog.load_table((NAMESPACE, "run_segments"))
+    table = IndexCatalog(index_settings, access).table("run_segments")
     assert table.scan().to_arrow().num_rows == 400
     assert expected["runs"].startswith("400:")

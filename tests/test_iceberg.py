@@ -27,7 +27,6 @@ from pipelines.canonical import manifest_digest
 from pipelines.cli import main
 from pipelines.index.catalog import (
     COMPACT_ABOVE_FILES,
-    NAMESPACE,
     IndexCatalog,
     plan_compaction,
 )
@@ -89,7 +88,7 @@ def test_a_bare_duckdb_runs_what_kindex_connect_prints(
     assert seen["counts"] == expected and expected["runs"] == 2448
     assert seed_run_digests() <= set(seen["digests"])
     catalog = IndexCatalog.beside(s3_store, index_settings)
-    runs = catalog.catalog.load_table((NAMESPACE, "run_segments")).scan().to_arrow()
+    runs = catalog.table("run_segments").scan().to_arrow()
     assert runs.num_rows == 2448
     assert set(runs.column("run_digest").to_pylist()) == set(seen["digests"])
 

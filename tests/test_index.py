@@ -176,7 +176,8 @@ def test_a_second_file_adds_only_its_new_runs(s3_store: Any, index_settings: Any
     layout = IndexLayout.of(index_settings)
     segments = load_current(s3_store, index_settings).files["run_segments"]
     assert len(segments) == 2
-    assert all(s.startswith(layout.index_prefix + "kindex/run_segments/data/") for s in segments)
+    tables = f"{layout.index_prefix}{s3_store.bucket}/run_segments/data/"
+    assert all(s.startswith(tables) for s in segments)
     sizes = sorted(pq.read_table(io.BytesIO(s3_store.get_bytes(s))).num_rows for s in segments)
     assert sizes == [100, 200]
     assert query(

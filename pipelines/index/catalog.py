@@ -1,7 +1,8 @@
 """The index as Apache Iceberg tables in a warehouse in the bucket, behind a catalog.
 
-Each stored table of the index (tables.STORED_TABLES) is an Iceberg table in the namespace
-`kindex`, its files under `s3://<bucket>/<index prefix>`. One more table, `index_versions`, is
+Each stored table of the index (tables.STORED_TABLES) is an Iceberg table in the namespace named
+after the bucket (`kindex` by default: one catalog may hold the indexes of several buckets), its
+files under `s3://<bucket>/<index prefix><namespace>/`. One more table, `index_versions`, is
 the commit point: a publish commits its data tables one by one, then appends one row to
 `index_versions` naming the snapshot of each. Readers pin those snapshots, so they see one whole
 version, never half of one. A publisher that died between its commits left snapshots that no
@@ -40,7 +41,6 @@ from pipelines.storage.base import ObjectStore
 from pipelines.storage.credentials import S3Credentials, load_or_create_credentials
 from pipelines.storage.errors import StorageAccessDenied
 
-NAMESPACE = "kindex"
 CATALOG_NAME = "kindex"
 VERSIONS_TABLE = "index_versions"
 # Where a version's snapshot ids live in its commit's summary (read without a scan).
@@ -256,10 +256,14 @@ class IndexCatalog:
         endpoint_url = getattr(store, "endpoint_url", None)
         return cls(settings, s3_access(settings, endpoint_url, getattr(store, "credentials", None)))
 
+    @property
+    def namespace(self) -> str:
+        return self.settings.bucket
+
     def table(self, name: str, *, refresh: bool = False) -> Table:
         """A table of the index (NoSuchTableError before the first publish created it)."""
         if name not in self._tables or refresh:
-            self._tables[name] = self.catalog.load_table((NAMESPACE, name))
+            self._tables[name] = self.catalog.load_table((self.namespace, name))
         return self._tables[name]
 
     def has_table(self, name: str) -> bool:
@@ -277,10 +281,10 @@ class IndexCatalog:
 
     @retry(stop=stop_after_attempt(5), wait=wait_random_exponential(0.05, 1), reraise=True)
     def _create(self, name: str) -> Table:
-        self.catalog.create_namespace_if_not_exists(NAMESPACE)
+        self.catalog.create_namespace_if_not_exists(self.namespace)
         schema = VERSIONS_SCHEMA if name == VERSIONS_TABLE else iceberg_schema(STORED_TABLES[name])
         return self.catalog.create_table_if_not_exists(
-            (NAMESPACE, name), schema=schema, properties=TABLE_PROPERTIES
+            (self.namespace, name), schema=schema, properties=TABLE_PROPERTIES
         )
 
     # -- reading ---------------------------------------------------------------------------

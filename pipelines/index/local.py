@@ -11,6 +11,7 @@ to another directory rebuilds its views over the new paths, with nothing to down
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import secrets
 from collections.abc import Mapping, Sequence
@@ -32,7 +33,7 @@ EMPTY_VERSION = "empty"
 INTERNAL_SCHEMA = "kindex_internal"
 # Where a version's database lists the files its views read: the only files a reader may open.
 FILES_TABLE = f"{INTERNAL_SCHEMA}.files"
-# The cache directory the views' paths were built under.
+# The home and bucket whose cache the views' paths were built under.
 BUILT_TABLE = f"{INTERNAL_SCHEMA}.built"
 # Python objects are never tables: a typo in a table name gets DuckDB's "Did you mean ...?",
 # not a variable of the caller's frame.
@@ -149,7 +150,10 @@ def build_database(database: Path, layout: IndexLayout, files: Mapping[str, Sequ
         con.register("listed_files", rows)
         con.execute(f"INSERT INTO {FILES_TABLE} SELECT * FROM listed_files")
         con.unregister("listed_files")
-        con.execute(f"CREATE TABLE {BUILT_TABLE} AS SELECT ? AS cache_dir", [str(layout.cache_dir)])
+        con.execute(
+            f"CREATE TABLE {BUILT_TABLE} AS SELECT ? AS home, ? AS bucket",
+            [str(layout.home), layout.bucket],
+        )
     finally:
         con.close()
     os.replace(temporary, database)
@@ -177,17 +181,30 @@ def listed_files(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str, int]]:
     return [(str(t), str(k), int(s)) for t, k, s in rows]
 
 
+def built_layout(con: duckdb.DuckDBPyConnection, layout: IndexLayout) -> IndexLayout:
+    """The layout of the bucket a version's database was built for: a home several buckets
+    share keeps a cache folder for each."""
+    try:
+        row = con.execute(f"SELECT bucket FROM {BUILT_TABLE}").fetchone()
+    except (duckdb.BinderException, duckdb.CatalogException):  # built by an older kindex
+        return layout
+    return dataclasses.replace(layout, bucket=str(row[0])) if row else layout
+
+
 def rebuilt_if_moved(database: Path, layout: IndexLayout) -> None:
     """Rebuild a version's views over this home's cache when they were built under another
     directory (a home that was moved or copied)."""
     con = duckdb.connect(str(database), read_only=True, config=CONNECTION_CONFIG)
     try:
         try:
-            row = con.execute(f"SELECT cache_dir FROM {BUILT_TABLE}").fetchone()
-        except duckdb.CatalogException:  # built by an older kindex: left as it is
+            row = con.execute(f"SELECT home, bucket FROM {BUILT_TABLE}").fetchone()
+        except duckdb.BinderException:  # built by an older kindex: left as it is
             return
-        if row and row[0] == str(layout.cache_dir):
+        except duckdb.CatalogException:
             return
+        if row is None or row[0] == str(layout.home):
+            return
+        layout = built_layout(con, layout)
         files: dict[str, list[str]] = {name: [] for name in STORED_TABLES}
         for table, key, _ in listed_files(con):
             files[table].append(key)
@@ -264,9 +281,9 @@ def open_locked(
     """The local index, read-only, with its doors locked: DuckDB opens no file but those the
     views read (and `writable`, the target of an export), loads or installs no extension, and no
     statement can change that (`lock_configuration`)."""
-    layout = IndexLayout.of(settings)
     con = open_index(settings, database=database)
     try:
+        layout = built_layout(con, IndexLayout.of(settings))
         changed = changed_files(con, layout)
         if changed:
             path, size = changed[0]
