@@ -17,7 +17,7 @@ DIR_ENV = "KINDEX_FAULT_DIR"
 POLL_SECONDS = 0.02
 
 # Where the points are: record objects written, summary (the commit mark) not yet; and a new
-# index version's files and manifest written, `index/CURRENT` not yet replaced.
+# index version's tables committed, its `index_versions` row (the commit point) not yet.
 RECORD_FILES_WRITTEN = "record-files-written"
 INDEX_FILES_WRITTEN = "index-files-written"
 

@@ -12,8 +12,6 @@ from typing import Any
 
 DEFAULT_RECORDS_PREFIX = "records/"
 DEFAULT_INDEX_PREFIX = "index/"
-POINTER_NAME = "CURRENT"
-MANIFEST_NAME = "manifest.json"
 
 
 def _prefix(value: str) -> str:
@@ -40,16 +38,6 @@ class IndexLayout:
     def record_set_prefix(self, parser_version: str, snapshot_digest: str) -> str:
         return f"{self.records_prefix}{parser_version}/{snapshot_hex(snapshot_digest)}/"
 
-    @property
-    def pointer_key(self) -> str:
-        return f"{self.index_prefix}{POINTER_NAME}"
-
-    def version_prefix(self, version: str) -> str:
-        return f"{self.index_prefix}v/{version}/"
-
-    def manifest_key(self, version: str) -> str:
-        return self.version_prefix(version) + MANIFEST_NAME
-
     # local side
     @property
     def cache_dir(self) -> Path:
@@ -65,10 +53,6 @@ class IndexLayout:
     @property
     def local_db_dir(self) -> Path:
         return self.home / "index-db"
-
-    @property
-    def writer_lock(self) -> Path:
-        return self.home / "index.lock"
 
 
 def snapshot_hex(digest: str) -> str:
