@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import functools
 import io
-import os
 import secrets
 import sys
 import tempfile
@@ -26,7 +25,7 @@ from pipelines.incoming import incoming_key, put_incoming, upload_incoming
 from pipelines.index.faults import RECORD_FILES_WRITTEN, pause_point
 from pipelines.index.known import known_manifests
 from pipelines.index.layout import IndexLayout
-from pipelines.index.local import PARQUET_CONTENT_TYPE, put_file, write_atomically
+from pipelines.index.local import PARQUET_CONTENT_TYPE, cache_bytes, cache_file, put_file
 from pipelines.index.publish import IndexVersion, publish_index
 from pipelines.index.reads import ObjectRead
 from pipelines.index.record_objects import (
@@ -262,7 +261,7 @@ def write_record_set(
     }
     store.put(prefix + SUMMARY_FILE, orjson.dumps(summary), content_type="application/json")
     for key, data in written.items():  # named by the summary now: they never change
-        write_atomically(layout.cached_path(key), data)
+        cache_bytes(layout.cached_path(key), data)
     return records_from_summary(summary, snapshot.key, prefix, reused=False)
 
 
@@ -300,8 +299,7 @@ def _put_part(store: ObjectStore, key: str, part: Path, cached: Path) -> None:
     """PUT a part, then move its file into the cache: it is named by its write's attempt, which
     no other write makes, so nothing else writes that cache entry."""
     put_file(store, key, part)
-    cached.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(part, cached)
+    cache_file(part, cached)
 
 
 def records_from_summary(

@@ -106,26 +106,28 @@ def small_index(s3_store: Any, index_settings: Any) -> Any:
     return index_settings
 
 
-def published_files(settings: Any, store: Any) -> list[Path]:
+def published_files(settings: Any, store: Any) -> dict[str, list[Path]]:
+    """Each stored table's data files in the local cache."""
     layout = IndexLayout.of(settings)
     current = load_current(store, settings)
-    return [layout.cached_path(key) for keys in current.files.values() for key in keys]
+    return {name: [layout.cached_path(key) for key in keys] for name, keys in current.files.items()}
 
 
 @pytest.mark.slow
 def test_the_cache_of_published_files_cannot_be_overwritten(
     small_index: Any, s3_store: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    files = published_files(small_index, s3_store)
-    quarantine = next(p for p in files if "run_segments" in str(p))
+    by_table = published_files(small_index, s3_store)
+    files = [path for paths in by_table.values() for path in paths]
+    published_file = by_table["run_segments"][0]
     before = {p: p.read_bytes() for p in files}
     code, out, _ = query(capsys, "select count(*) as n from quarantine", "--format", "csv")
     assert code == 0
     rows = out.splitlines()[1]
     for sql in (
-        f"COPY (SELECT * FROM quarantine LIMIT 0) TO '{quarantine}' (FORMAT parquet)",
-        f"COPY (SELECT * FROM quarantine LIMIT 0) TO '{quarantine}' (USE_TMP_FILE false)",
-        f"EXPLAIN ANALYZE COPY (SELECT 1) TO '{quarantine}' (USE_TMP_FILE false)",
+        f"COPY (SELECT * FROM quarantine LIMIT 0) TO '{published_file}' (FORMAT parquet)",
+        f"COPY (SELECT * FROM quarantine LIMIT 0) TO '{published_file}' (USE_TMP_FILE false)",
+        f"EXPLAIN ANALYZE COPY (SELECT 1) TO '{published_file}' (USE_TMP_FILE false)",
     ):
         code, _, err = query(capsys, sql)
         assert code == 1 and ("read-only" in err or "explains only" in err), sql
@@ -134,9 +136,9 @@ def test_the_cache_of_published_files_cannot_be_overwritten(
     con = open_locked(small_index)
     try:
         with pytest.raises(duckdb.PermissionException):
-            con.execute(f"COPY (SELECT 1 AS a) TO '{quarantine}' (FORMAT parquet)")
+            con.execute(f"COPY (SELECT 1 AS a) TO '{published_file}' (FORMAT parquet)")
         with pytest.raises(duckdb.PermissionException):
-            con.execute(f"COPY (SELECT 1 AS a) TO '{quarantine.parent / 'new.parquet'}'")
+            con.execute(f"COPY (SELECT 1 AS a) TO '{published_file.parent / 'new.parquet'}'")
     finally:
         con.close()
     assert {p: p.read_bytes() for p in files} == before
@@ -182,7 +184,7 @@ def test_output_refuses_other_statements_and_the_home(
 def test_a_changed_cached_file_is_found_and_sync_fetches_it_again(
     small_index: Any, s3_store: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    segment = next(p for p in published_files(small_index, s3_store) if "run_segments" in str(p))
+    segment = published_files(small_index, s3_store)["run_segments"][0]
     published = segment.read_bytes()
     code, out, _ = query(capsys, "select count(*) as n from runs", "--format", "csv")
     assert code == 0

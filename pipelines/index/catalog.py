@@ -22,6 +22,9 @@ from __future__ import annotations
 
 import fcntl
 import json
+import secrets
+import shutil
+import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -30,12 +33,15 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.io.pyarrow import parquet_file_to_data_file
+from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 from tenacity import retry, stop_after_attempt, wait_random_exponential
 
-from pipelines.index.tables import SEQ_COLUMN, STORED_TABLES, UTC_US
+from pipelines.index.tables import STORED_TABLES, UTC_US
 from pipelines.settings import Settings
 from pipelines.storage.base import ObjectStore
 from pipelines.storage.credentials import S3Credentials, load_or_create_credentials
@@ -60,6 +66,7 @@ COMPACT_ABOVE_FILES = 8
 # Merging stops at a file more than this many times the size of what is merged so far: files
 # then grow geometrically, so their number stays logarithmic in the rows.
 COMPACT_SIZE_RATIO = 2
+UPLOAD_CHUNK_BYTES = 8 << 20
 
 VERSIONS_SCHEMA = pa.schema(
     [
@@ -161,14 +168,6 @@ def open_catalog(settings: Settings, access: S3Access | None = None) -> Catalog:
 def _load_catalog(properties: dict[str, str]) -> Catalog:
     # Two processes creating a new SQL catalog's tables at once: one of them may lose the race.
     return load_catalog(CATALOG_NAME, **properties)
-
-
-def iceberg_schema(schema: pa.Schema) -> pa.Schema:
-    """The Arrow schema a stored table is created with: Iceberg keeps microseconds."""
-    fields = [pa.field(f.name, UTC_US if pa.types.is_timestamp(f.type) else f.type) for f in schema]
-    if SEQ_COLUMN not in schema.names:
-        fields.append(pa.field(SEQ_COLUMN, pa.int64()))
-    return pa.schema(fields)
 
 
 @contextmanager
@@ -282,7 +281,7 @@ class IndexCatalog:
     @retry(stop=stop_after_attempt(5), wait=wait_random_exponential(0.05, 1), reraise=True)
     def _create(self, name: str) -> Table:
         self.catalog.create_namespace_if_not_exists(self.namespace)
-        schema = VERSIONS_SCHEMA if name == VERSIONS_TABLE else iceberg_schema(STORED_TABLES[name])
+        schema = VERSIONS_SCHEMA if name == VERSIONS_TABLE else STORED_TABLES[name]
         return self.catalog.create_table_if_not_exists(
             (self.namespace, name), schema=schema, properties=TABLE_PROPERTIES
         )
@@ -378,15 +377,22 @@ class IndexCatalog:
                 table.manage_snapshots().set_current_snapshot(snapshot_id=pinned).commit()
             self.table(name)
 
-    def append(self, name: str, rows: pa.RecordBatchReader | pa.Table, seq: int) -> None:
-        with_seq = _with_seq(rows, seq, iceberg_schema(STORED_TABLES[name]))
-        self.table(name).append(with_seq)
+    def upload(self, name: str, path: Path) -> str:
+        """Copy a local Parquet file into the data folder of the table `name`; its location."""
+        table = self.table(name)
+        location = f"{table.location()}/data/{secrets.token_hex(16)}.parquet"
+        with path.open("rb") as source, table.io.new_output(location).create() as target:
+            shutil.copyfileobj(source, target, UPLOAD_CHUNK_BYTES)
+        return location
 
-    def append_and_compact(
-        self, name: str, rows: pa.RecordBatchReader | pa.Table, seq: int
+    def add_files(
+        self, name: str, locations: list[str], properties: Mapping[str, str] | None = None
     ) -> None:
-        self.append(name, rows, seq)
-        self.compact(name)
+        """Add Parquet files already in the bucket to the table `name`, in one commit. Their
+        columns are the table's, by name (no field ids), timestamps in microseconds."""
+        self.table(name).add_files(
+            locations, snapshot_properties=dict(properties or {}), check_duplicate_files=False
+        )
 
     def compact(self, name: str) -> bool:
         """Merge the newest small files of a table into one (every row kept, in one
@@ -396,20 +402,26 @@ class IndexCatalog:
         summary = snapshot.summary if snapshot else None
         if summary is None or int(summary.get("total-data-files") or 0) <= COMPACT_ABOVE_FILES:
             return False
-        column = "seq" if name == VERSIONS_TABLE else SEQ_COLUMN
-        files = table.inspect.files()
-        sizes = files.column("file_size_in_bytes").to_pylist()
-        seqs = [m[column]["lower_bound"] for m in files.column("readable_metrics").to_pylist()]
-        since = plan_compaction(list(zip(seqs, sizes, strict=True)))
+        live = live_files(table)
+        since = plan_compaction([(seq, data_file.file_size_in_bytes) for seq, data_file in live])
         if since is None:
             return False
-        selected = f"{column} >= {int(since)}"
-        rows = table.scan(row_filter=selected).to_arrow()
+        merged = [data_file for seq, data_file in live if seq >= since]
+        with tempfile.TemporaryDirectory(prefix="kindex-compact-") as folder:
+            path = Path(folder) / "merged.parquet"
+            merge_files(table, [f.file_path for f in merged], path)
+            location = self.upload(name, path)
         # The version a commit point's head names stays named (see current()).
         kept = {
             k: v for k, v in summary.additional_properties.items() if k.startswith(SUMMARY_PREFIX)
         }
-        table.overwrite(rows, overwrite_filter=selected, snapshot_properties=kept)
+        with table.transaction() as transaction:
+            data_file = parquet_file_to_data_file(table.io, transaction.table_metadata, location)
+            update = transaction.update_snapshot(snapshot_properties=kept)
+            with update.overwrite() as rewrite:
+                for old in merged:
+                    rewrite.delete_data_file(old)
+                rewrite.append_data_file(data_file)
         return True
 
     def expire(self) -> None:
@@ -453,13 +465,16 @@ class IndexCatalog:
             ],
             schema=VERSIONS_SCHEMA,
         )
-        table = self.table(VERSIONS_TABLE)
-        table.append(row, snapshot_properties=version.summary())
+        with tempfile.TemporaryDirectory(prefix="kindex-version-") as folder:
+            path = Path(folder) / "version.parquet"
+            pq.write_table(row, path)
+            location = self.upload(VERSIONS_TABLE, path)
+        self.add_files(VERSIONS_TABLE, [location], version.summary())
 
 
 def plan_compaction(files: list[tuple[int, int]]) -> int | None:
-    """Given (lowest index_seq, size) of each data file, the index_seq from which the newest
-    files are merged: the newest file, and each older one while it is at most
+    """Given (data sequence number, size) of each data file, the sequence number from which the
+    newest files are merged: the newest file, and each older one while it is at most
     COMPACT_SIZE_RATIO times the size merged so far. None when that is a single file."""
     ordered = sorted(files, reverse=True)
     merged, count, since = 0, 0, None
@@ -470,23 +485,37 @@ def plan_compaction(files: list[tuple[int, int]]) -> int | None:
     return since if count > 1 else None
 
 
-def _with_seq(
-    rows: pa.RecordBatchReader | pa.Table, seq: int, schema: pa.Schema
-) -> pa.RecordBatchReader:
-    """The rows with their index_seq, in the table's column order and types, as a stream. Only
-    columns whose type differs are cast (strings stay as DuckDB gave them: no copy)."""
-    target = pa.schema([f.with_nullable(True) for f in schema])
-    batches = rows.to_batches() if isinstance(rows, pa.Table) else rows
+def live_files(table: Table) -> list[tuple[int, DataFile]]:
+    """The data files of the table's current snapshot with their data sequence numbers (the
+    commit that added their rows), oldest first."""
+    snapshot = table.current_snapshot()
+    if snapshot is None:
+        return []
+    entries = [
+        (entry.sequence_number or 0, entry.data_file)
+        for manifest in snapshot.manifests(table.io)
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True)
+    ]
+    return sorted(entries, key=lambda entry: entry[0])
 
-    def stream() -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            columns = []
-            for column in target:
-                if column.name == SEQ_COLUMN and SEQ_COLUMN not in batch.schema.names:
-                    columns.append(pa.repeat(pa.scalar(seq, pa.int64()), batch.num_rows))
-                    continue
-                values = batch.column(column.name)
-                columns.append(values if values.type == column.type else values.cast(column.type))
-            yield pa.RecordBatch.from_arrays(columns, schema=target)
 
-    return pa.RecordBatchReader.from_batches(target, stream())
+def merge_files(table: Table, locations: list[str], path: Path) -> None:
+    """The rows of the table's data files, in order, as one Parquet file at `path`: each file's
+    columns by name, in the table's order and types (a column a file lacks is NULL)."""
+    schema = pa.schema([pa.field(f.name, f.type) for f in table.schema().as_arrow()])
+    with pq.ParquetWriter(path, schema, compression="zstd") as writer:
+        for location in locations:
+            with table.io.new_input(location).open() as stream:
+                for batch in pq.ParquetFile(stream).iter_batches():
+                    writer.write_batch(_conformed(batch, schema))
+
+
+def _conformed(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    columns = []
+    for column in schema:
+        if column.name not in batch.schema.names:
+            columns.append(pa.nulls(batch.num_rows, column.type))
+            continue
+        values = batch.column(column.name)
+        columns.append(values if values.type == column.type else values.cast(column.type))
+    return pa.RecordBatch.from_arrays(columns, schema=schema)

@@ -81,19 +81,27 @@ def load_current(store: ObjectStore, settings: Settings) -> PublishedIndex:
     return published(catalog, catalog.current(), store.bucket)
 
 
-def write_atomically(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+def cache_file(source: Path, cached: Path) -> None:
+    """Move a file into the cache (`cached`: its path there, layout.cached_path). It holds an
+    object that never changes, so it is read-only."""
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    source.chmod(0o444)
+    os.replace(source, cached)
+
+
+def cache_bytes(cached: Path, data: bytes) -> None:
+    """Write an object's bytes into the cache, replacing whatever is there at once."""
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    temporary = cached.with_name(f".{cached.name}.{secrets.token_hex(4)}.tmp")
     temporary.write_bytes(data)
-    os.replace(temporary, path)
+    cache_file(temporary, cached)
 
 
 def fetch(store: ObjectStore, layout: IndexLayout, key: str) -> Path:
     """The local copy of an immutable object, downloaded once."""
     path = layout.cached_path(key)
     if not path.exists():
-        write_atomically(path, store.get_bytes(key))
-        path.chmod(0o444)  # a data file never changes
+        cache_bytes(path, store.get_bytes(key))
     return path
 
 
@@ -243,10 +251,7 @@ def sync_local(store: ObjectStore, settings: Settings) -> Path:
         con.close()
     for path, _ in changed:
         key = Path(path).relative_to(layout.cache_dir).as_posix()
-        with contextlib.suppress(FileNotFoundError):
-            os.chmod(path, 0o644)
-        write_atomically(Path(path), store.get_bytes(key))
-        Path(path).chmod(0o444)
+        cache_bytes(Path(path), store.get_bytes(key))
     return database
 
 

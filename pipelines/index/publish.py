@@ -24,11 +24,13 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import duckdb
 import orjson
 import pyarrow as pa
+import pyarrow.parquet as pq
 from pyiceberg.exceptions import CommitFailedException
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
@@ -41,10 +43,18 @@ from pipelines.index.catalog import (
 )
 from pipelines.index.faults import INDEX_FILES_WRITTEN, pause_point
 from pipelines.index.layout import IndexLayout
-from pipelines.index.local import PublishedIndex, fetch, install_local, published
+from pipelines.index.local import (
+    PublishedIndex,
+    cache_file,
+    fetch,
+    install_local,
+    object_key,
+    published,
+)
 from pipelines.index.reads import NEWEST_ORDER_SQL, ObjectRead
 from pipelines.index.record_objects import READS_DIR, SUMMARY_FILE
 from pipelines.index.tables import (
+    DUCKDB_TYPES,
     MANIFEST_SEGMENT_SCHEMA,
     RUN_SEGMENT_SCHEMA,
     SEQ_COLUMN,
@@ -52,13 +62,12 @@ from pipelines.index.tables import (
     STORED_TABLES,
     parquet_select,
     run_state_select,
+    sql_string,
 )
 from pipelines.settings import Settings
 from pipelines.storage.base import ObjectStore
 from pipelines.storage.errors import StorageUnreachable
 
-# Rows are handed to the Iceberg writer in batches of this many, never all at once.
-STREAM_BATCH_ROWS = 65_536
 # How the rows of the small tables are ordered in their files. Runs and lineage keep the order
 # of their record sets (a file's lines): sorting a million runs with their manifests would cost
 # more than writing them.
@@ -287,10 +296,10 @@ def build_version(
         "min({'at': taken_at, 'id': read_id}) AS first_seen FROM reads GROUP BY snapshot_digest"
     )
     several = len(pending) > 1
-    new_runs = add_new_records(
+    new_runs, whole_runs = add_new_records(
         con, "runs", "run_digest", pending_files["runs"], RUN_SEGMENT_SCHEMA, several
     )
-    new_manifests = add_new_records(
+    new_manifests, whole_manifests = add_new_records(
         con, "manifests", "digest", pending_files["manifests"], MANIFEST_SEGMENT_SCHEMA, several
     )
     for name in ("lineage", "quarantine"):
@@ -299,7 +308,7 @@ def build_version(
     recompute_run_state(con, {rs.snapshot_digest for rs in pending})
 
     seq = current.version.seq + 1
-    outputs = {  # the runs last: see below
+    outputs = {  # the largest last: the others upload while it is written
         "manifest_segments": "new_manifests",
         "lineage_files": "new_lineage",
         "quarantine_files": "new_quarantine",
@@ -307,26 +316,24 @@ def build_version(
         "snapshots": "new_reads_arrow",
         "run_segments": "new_runs",
     }
-    # The tables' commits are independent: all but the runs (which may be millions, streamed)
-    # are taken out of DuckDB first and committed on threads, so their S3 round trips overlap.
+    # A record set whose runs (or manifests) are all new holds them as the table does: its
+    # Parquet files join the table as they are. Any other new rows become one Parquet file
+    # that DuckDB writes into the local cache and that is uploaded. The commits are
+    # independent, so their S3 round trips overlap on threads.
+    whole = {  # table: (the record sets' files it is made of, whether all are new)
+        "run_segments": ("runs", whole_runs and new_runs > 0),
+        "manifest_segments": ("manifests", whole_manifests and new_manifests > 0),
+    }
     with ThreadPoolExecutor(max_workers=len(outputs)) as pool:
         commits = []
-        streamed: tuple[str, pa.RecordBatchReader] | None = None
-        for name, table in outputs.items():
-            count = con.execute(f"SELECT count(*) FROM {table}").fetchone()
-            if not (count and count[0]):
-                continue
-            columns = ", ".join(n for n in STORED_TABLES[name].names if n != SEQ_COLUMN)
-            order = f" ORDER BY {ROW_ORDER[name]}" if name in ROW_ORDER else ""
-            result = con.execute(f"SELECT {columns} FROM {table}{order}")
-            if name == "run_segments":
-                streamed = (name, result.to_arrow_reader(STREAM_BATCH_ROWS))
-                break  # the last one read: the reader holds the connection's result
-            commits.append(
-                pool.submit(catalog.append_and_compact, name, result.to_arrow_table(), seq)
-            )
-        if streamed is not None:
-            catalog.append_and_compact(*streamed, seq)
+        for name, rows in outputs.items():
+            files, all_new = whole.get(name, ("", False))
+            if all_new and table_files(pending_files[files], name):
+                keys = [key for rs in pending for key in rs.file_keys(files)]
+                locations = [f"s3://{layout.bucket}/{key}" for key in keys]
+                commits.append(pool.submit(add_and_compact, catalog, name, locations))
+            elif (path := write_data_file(con, layout, name, rows, seq)) is not None:
+                commits.append(pool.submit(commit_data_file, catalog, layout, name, path))
         for commit in commits:
             commit.result()
     counts = index_counts(con, current.version, new_runs, new_manifests, pending)
@@ -347,6 +354,55 @@ def build_version(
     return version, new_runs
 
 
+def write_data_file(
+    con: duckdb.DuckDBPyConnection, layout: IndexLayout, name: str, rows: str, seq: int
+) -> Path | None:
+    """The rows of the DuckDB relation `rows` as a new data file of the stored table `name`
+    (its columns in the table's order and types, each row with `seq`), or None when there are
+    none. Written to a temporary file beside the local cache."""
+    count = con.execute(f"SELECT count(*) FROM {rows}").fetchone()
+    if not (count and count[0]):
+        return None
+    columns = ", ".join(
+        f"{seq}::BIGINT AS {SEQ_COLUMN}"
+        if column.name == SEQ_COLUMN
+        else f'CAST("{column.name}" AS {DUCKDB_TYPES[column.type]}) AS "{column.name}"'
+        for column in STORED_TABLES[name]
+    )
+    order = f" ORDER BY {ROW_ORDER[name]}" if name in ROW_ORDER else ""
+    layout.cache_dir.mkdir(parents=True, exist_ok=True)
+    path = layout.cache_dir / f".new-{name}-{secrets.token_hex(8)}.parquet"
+    con.execute(
+        f"COPY (SELECT {columns} FROM {rows}{order}) TO {sql_string(str(path))} "
+        "(FORMAT parquet, COMPRESSION zstd)"
+    )
+    return path
+
+
+def table_files(paths: Sequence[str], name: str) -> bool:
+    """Whether these Parquet files (local copies) have the columns of the stored table `name`,
+    in its types: Iceberg would read a millisecond timestamp as microseconds (record sets
+    written by an older kindex)."""
+    expected = STORED_TABLES[name]
+    return all(
+        pq.read_schema(path).remove_metadata().equals(expected, check_metadata=False)
+        for path in paths
+    )
+
+
+def add_and_compact(catalog: IndexCatalog, name: str, locations: list[str]) -> None:
+    catalog.add_files(name, locations)
+    catalog.compact(name)
+
+
+def commit_data_file(catalog: IndexCatalog, layout: IndexLayout, name: str, path: Path) -> None:
+    """Add a data file written by write_data_file to its table, keep it in the local cache
+    under its object key (the version's database reads it there), and compact the table."""
+    location = catalog.upload(name, path)
+    cache_file(path, layout.cached_path(object_key(location, layout.bucket)))
+    add_and_compact(catalog, name, [location])
+
+
 def add_new_records(
     con: duckdb.DuckDBPyConnection,
     name: str,
@@ -354,12 +410,12 @@ def add_new_records(
     files: Sequence[str],
     schema: pa.Schema,
     several: bool,
-) -> int:
+) -> tuple[int, bool]:
     """new_<name>: the records of the pending sets the index lacks, once each (with the key
     where they were first seen, when the schema has a column for it). Known digests are found
     by probing the (large) old segments with the (small) candidate set, so the cost follows the
     new rows. `files`: the pending sets' files; `several`: whether they are of more than one set.
-    Returns how many are new."""
+    Returns how many are new, and whether they are every record of the one pending set."""
     keyed = "source_key" in schema.names
     stored = schema.remove(schema.get_field_index("source_key")) if keyed else schema
     columns = ", ".join(f"c.{f.name}" for f in stored) + (", f.source_key" if keyed else "")
@@ -391,7 +447,7 @@ def add_new_records(
                 WHERE {digest_column} NOT IN (SELECT {digest_column} FROM known_{name})"""
         )
     row = con.execute(f"SELECT count(*) FROM new_{name}").fetchone()
-    return int(row[0]) if row else 0
+    return (int(row[0]) if row else 0), not several and not (known and known[0])
 
 
 def recompute_run_state(con: duckdb.DuckDBPyConnection, new_snapshots: set[str]) -> None:

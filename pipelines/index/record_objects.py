@@ -49,7 +49,8 @@ RUN_PREVIEW_COLUMNS = [
 ]
 QUARANTINE_PREVIEW_COLUMNS = ["source_line", "reason", "detail"]
 
-UTC_MS = pa.timestamp("ms", tz="UTC")
+# Iceberg's unit: a record set's runs are data files of the index as they are.
+UTC_US = pa.timestamp("us", tz="UTC")
 
 # The supersession series of a run: the same case measured again (kernel, provider, mode, metric,
 # GPU, case key). Stored as a 64-bit hash so the index can find a series by scanning one column.
@@ -96,7 +97,7 @@ RUN_SCHEMA = pa.schema(
         ("metric", pa.string()),
         ("unit", pa.string()),
         ("status", pa.string()),
-        ("observed_at", UTC_MS),
+        ("observed_at", UTC_US),
         ("kernel", pa.string()),
         ("provider", pa.string()),
         ("mode", pa.string()),
@@ -362,8 +363,8 @@ def table_from_columns(columns: Mapping[str, list[Any]], schema: pa.Schema) -> p
     arrays = []
     for column in schema:
         values = columns[column.name]
-        if column.type == UTC_MS:
-            arrays.append(pa.array(values, pa.string()).cast(UTC_MS))
+        if column.type == UTC_US:
+            arrays.append(pa.array(values, pa.string()).cast(UTC_US))
         else:
             arrays.append(pa.array(values, column.type))
     return pa.Table.from_arrays(arrays, schema=schema)

@@ -21,10 +21,8 @@ from pipelines.index.record_objects import (
     MANIFEST_SCHEMA,
     QUARANTINE_SCHEMA,
     RUN_SCHEMA,
-    UTC_MS,
+    UTC_US,
 )
-
-UTC_US = pa.timestamp("us", tz="UTC")
 
 # A run or manifest segment holds its rows as a record set does (it may be one): where a record
 # was first seen is its snapshot's first read, joined in by the `runs` and `manifests` views, so
@@ -52,17 +50,17 @@ SNAPSHOT_SCHEMA = pa.schema(
         ("etag", pa.string()),
         ("version_id", pa.string()),
         ("size", pa.int64()),
-        ("last_modified", UTC_MS),
-        ("taken_at", UTC_MS),
+        ("last_modified", UTC_US),
+        ("taken_at", UTC_US),
         ("parser_version", pa.string()),
-        ("processed_at", UTC_MS),
+        ("processed_at", UTC_US),
         ("source", pa.string()),
         ("rows", pa.int64()),
         ("runs", pa.int64()),
         ("quarantined", pa.int64()),
         # The git commit a version was uploaded from, and its time (kindex put --git).
         ("commit", pa.string()),
-        ("committed_at", UTC_MS),
+        ("committed_at", UTC_US),
     ]
 )
 
@@ -96,7 +94,6 @@ DUCKDB_TYPES = {
     pa.int64(): "BIGINT",
     pa.float64(): "DOUBLE",
     pa.bool_(): "BOOLEAN",
-    UTC_MS: "TIMESTAMPTZ",
     UTC_US: "TIMESTAMPTZ",
 }
 

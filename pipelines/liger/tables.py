@@ -23,7 +23,7 @@ from pipelines.index.record_objects import (
     MEASURED_FIELDS,
     SCHEMAS,
     SERIES_FIELDS,
-    UTC_MS,
+    UTC_US,
     RecordSetBuilder,
 )
 from pipelines.liger.columnar import (
@@ -221,7 +221,7 @@ def _run_table(rows: _PlainRows) -> pa.Table:
         "status": rows.constant("passed", string),
         "observed_at": rows.by(
             runs.stamp_ids, [s.observed_at if s else None for s in runs.stamps], string
-        ).cast(UTC_MS),
+        ).cast(UTC_US),
         "median": pa.array(runs.values[rows.index, 0]),
         "p20": pa.array(runs.values[rows.index, 1]),
         "p80": pa.array(runs.values[rows.index, 2]),
