@@ -15,6 +15,7 @@ every row). Target: at most 50 files for a full scan of `runs` after 1,000 files
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import sys
 import tempfile
@@ -99,6 +100,7 @@ def main() -> int:
         return 0 if same else 1
     finally:
         server.stop()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

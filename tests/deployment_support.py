@@ -21,7 +21,9 @@ from typing import IO, Any
 
 HOST = "127.0.0.1"
 POLL_SECONDS = 0.5
-STOP_GRACE_SECONDS = 20.0
+# How long a process may take to stop on its signal: a code server lets a sensor tick it is
+# evaluating finish first, which takes a while on a loaded machine.
+STOP_GRACE_SECONDS = 60.0
 POSTGRES_DIRS = ("/usr/local/bin", "/usr/lib/postgresql/*/bin")
 UNPRIVILEGED_USERS = ("postgres", "nobody")  # initdb and postgres refuse to run as root
 

@@ -44,7 +44,7 @@ from tenacity import retry, stop_after_attempt, wait_random_exponential
 from pipelines.index.tables import STORED_TABLES, UTC_US
 from pipelines.settings import Settings
 from pipelines.storage.base import ObjectStore
-from pipelines.storage.credentials import S3Credentials, load_or_create_credentials
+from pipelines.storage.credentials import S3Credentials, configured_credentials
 from pipelines.storage.errors import StorageAccessDenied
 
 CATALOG_NAME = "kindex"
@@ -105,8 +105,7 @@ def s3_access(
     embedded server's generated identity, else boto3's credential chain. `endpoint_url`: where
     the store at hand reaches it (an embedded server may have moved to another port)."""
     endpoint_url = endpoint_url or settings.endpoint_url
-    if credentials is None and settings.embedded:
-        credentials = load_or_create_credentials(settings.credentials_path)
+    credentials = credentials or configured_credentials(settings)
     if credentials is not None:
         return S3Access(
             endpoint_url,

@@ -11,9 +11,11 @@ Iceberg tables (catalog.py):
   (kernel, provider, mode, metric, GPU, case) the new runs belong to, and the runs of the keys
   that were read again, are recomputed;
 - `snapshots`: one row per object version read.
-Every table is only appended to, so a version costs a commit per table it adds rows to. Then the
-small files of each table are merged, and one row of `index_versions` names the snapshot of
-every table: that append is the commit. Nothing is ever deleted: a superseded run stays a row,
+Every table is only appended to, so a version costs a commit per table it adds rows to. The
+runs and manifests of a record set that are all new join their tables as the record set's own
+Parquet files; other rows are written once, by DuckDB. Then the small files of each table are
+merged, and one row of `index_versions` names the snapshot of every table: that append is the
+commit. Nothing is ever deleted: a superseded run stays a row,
 and old versions stay readable for the retention (`--as-of`).
 """
 

@@ -12,6 +12,8 @@ import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pipelines.settings import Settings
+
 IDENTITY_NAME = "kindex"
 # SeaweedFS actions; Admin alone would do, the rest say what kindex uses.
 IDENTITY_ACTIONS = ("Admin", "Read", "Write", "List", "Tagging")
@@ -42,6 +44,12 @@ def load_or_create_credentials(path: Path) -> S3Credentials:
         _write_private(path, json.dumps(data).encode())
     data = json.loads(path.read_text(encoding="utf-8"))
     return S3Credentials(access_key=data["accessKey"], secret_key=data["secretKey"])
+
+
+def configured_credentials(settings: Settings) -> S3Credentials | None:
+    """The identity kindex gives its S3 clients: the embedded server's generated one, or None
+    for a configured endpoint (boto3's credential chain then provides one)."""
+    return load_or_create_credentials(settings.credentials_path) if settings.embedded else None
 
 
 def seaweedfs_identity_config(credentials: S3Credentials) -> bytes:

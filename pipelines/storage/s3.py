@@ -30,7 +30,7 @@ from tenacity import (
 
 from pipelines.settings import Settings
 from pipelines.storage.base import NoSuchKey, ObjectInfo
-from pipelines.storage.credentials import S3Credentials, load_or_create_credentials
+from pipelines.storage.credentials import S3Credentials, configured_credentials
 from pipelines.storage.embedded import ServerLease
 from pipelines.storage.errors import (
     EmbeddedS3Error,
@@ -128,16 +128,14 @@ class S3Store:
         """A store for the configured endpoint, or for the embedded server of `settings.home`
         (which must be running: see `store_session`). Credentials: boto3's chain for an
         endpoint, the generated identity for the embedded server."""
-        credentials = None
         if settings.embedded:
-            credentials = load_or_create_credentials(settings.credentials_path)
             options.setdefault("reconnect_seconds", EMBEDDED_RECONNECT_SECONDS)
         return cls(
             settings.bucket,
             endpoint_url=settings.endpoint_url,
             region=settings.s3_region,
             path_style=settings.s3_path_style,
-            credentials=credentials,
+            credentials=configured_credentials(settings),
             **options,
         )
 
