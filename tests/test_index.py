@@ -7,12 +7,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from index_support import (
     DATA,
     LIGER_CSV,
     csv_bytes,
+    drop_and_process,
     fingerprints,
     index_settings,
     ingest_bytes,
@@ -24,6 +26,7 @@ from pipelines.canonical import manifest_digest
 from pipelines.cli import main
 from pipelines.index.layout import IndexLayout
 from pipelines.index.local import load_current
+from pipelines.index.publish import publish_index
 from pipelines.index.tables import TABLES, VIEWS
 from pipelines.ingest import ingest_paths
 
@@ -227,3 +230,34 @@ def test_a_file_whose_records_fail_still_lands(
     with pytest.raises(RuntimeError, match="the normalizer broke"):
         ingest_paths([path], index_settings, progress=False, store=s3_store)
     assert s3_store.get_bytes(incoming_key(index_settings, path)) == path.read_bytes()
+
+
+def test_a_record_set_in_milliseconds_is_written_again_not_added_as_it_is(
+    s3_store: Any, index_settings: Any
+) -> None:
+    """A record set an older kindex wrote holds millisecond timestamps, which Iceberg would read
+    as microseconds (1000x off): its runs are written again, in the table's unit, not added as
+    they are."""
+    header, rows = liger_rows(range(2, 52))
+    data = csv_bytes(header, rows)
+    records = drop_and_process(s3_store, index_settings, "incoming/older.csv", data)
+    layout = IndexLayout.of(index_settings)
+    observed = []
+    for key in records.run_keys:
+        runs = pq.read_table(io.BytesIO(s3_store.get_bytes(key)))
+        at = runs.schema.get_field_index("observed_at")
+        observed += runs.column(at).to_pylist()
+        older = runs.set_column(
+            at, "observed_at", runs.column(at).cast(pa.timestamp("ms", tz="UTC"))
+        )
+        buffer = io.BytesIO()
+        pq.write_table(older, buffer)
+        s3_store.put_bytes(key, buffer.getvalue())
+        layout.cached_path(key).unlink()
+    publish_index(s3_store, index_settings)
+    segments = load_current(s3_store, index_settings).files["run_segments"]
+    tables = f"{layout.index_prefix}{s3_store.bucket}/run_segments/data/"
+    assert segments and all(s.startswith(tables) for s in segments), segments
+    assert query(index_settings, "SELECT min(observed_at), max(observed_at) FROM runs") == [
+        (min(observed), max(observed))
+    ]
