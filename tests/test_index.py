@@ -25,7 +25,7 @@ from index_support import (
 from pipelines.canonical import manifest_digest
 from pipelines.cli import main
 from pipelines.index.layout import IndexLayout
-from pipelines.index.local import load_current
+from pipelines.index.local import load_current, open_index
 from pipelines.index.publish import publish_index
 from pipelines.index.tables import TABLES, VIEWS
 from pipelines.ingest import ingest_paths
@@ -141,6 +141,34 @@ def test_views_answer_the_questions_people_ask(ingested: Any, index_settings: An
         "SELECT count(DISTINCT (operation_digest, workload_digest, protocol_digest,"
         " environment_digest, metric)), count(*) FROM runs",
     )
+
+
+def test_cohorts_do_not_depend_on_the_order_runs_are_scanned(
+    ingested: Any, index_settings: Any
+) -> None:
+    """Some cohorts hold runs of several kernels (benchmarks sharing one OperationSpec): the
+    cohort names the same one whichever order the files list the runs in (one publish of many
+    files, or many publishes, lay them out differently)."""
+    con = open_index(index_settings)
+    try:
+        assert con.execute(
+            "SELECT count(*) FROM (SELECT cohort_id FROM runs JOIN cohorts USING "
+            "(operation_digest, workload_digest, protocol_digest, environment_digest, metric) "
+            "GROUP BY cohort_id HAVING count(DISTINCT runs.kernel) > 1)"
+        ).fetchone() != (0,), "no cohort of several kernels: the test shows nothing"
+        definition = con.execute(
+            "SELECT sql FROM duckdb_views() WHERE view_name = 'cohorts'"
+        ).fetchone()
+        assert definition is not None
+        con.execute("SET threads = 1")  # a scan in the table's order
+        answers = []
+        for order in ("run_digest", "run_digest DESC"):
+            con.execute(f"CREATE OR REPLACE TEMP TABLE ordered AS FROM runs ORDER BY {order}")
+            select = definition[0].split(" AS ", 1)[1].replace("FROM runs", "FROM ordered")
+            answers.append(con.execute(f"{select.rstrip(';')} ORDER BY cohort_id").fetchall())
+    finally:
+        con.close()
+    assert answers[0] == answers[1]
 
 
 def test_query_command_prints_json_and_rejects_bad_sql(

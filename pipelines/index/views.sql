@@ -8,8 +8,9 @@ SELECT
     md5(concat_ws('|', operation_digest, workload_digest, protocol_digest, environment_digest, metric))
         AS cohort_id,
     operation_digest, workload_digest, protocol_digest, environment_digest, metric,
-    any_value(kernel) AS kernel, any_value(mode) AS mode, any_value(gpu) AS gpu,
-    any_value(case_key) AS case_key,
+    -- A cohort's runs may name several kernels (benchmarks that share one OperationSpec): min()
+    -- names one whatever order the files are scanned in.
+    min(kernel) AS kernel, min(mode) AS mode, min(gpu) AS gpu, min(case_key) AS case_key,
     count(*) AS runs,
     count(*) FILTER (WHERE superseded_by IS NULL) AS latest_runs,
     list_sort(list_distinct(list(provider))) AS providers
