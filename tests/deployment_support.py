@@ -64,6 +64,13 @@ def wait_for(
         time.sleep(interval)
 
 
+def command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:300]
+    except OSError:
+        return "?"
+
+
 def descendants(*pids: int) -> set[int]:
     """Every live process below `pids`, from one pass over /proc."""
     children: dict[int, list[int]] = {}
@@ -102,6 +109,8 @@ class Processes:
     children: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     seen: set[int] = field(default_factory=set)  # every descendant ever observed
     stopped: set[str] = field(default_factory=set)  # stopped on purpose: no longer checked
+    # What was still running below a child that had to be killed (pid: command line).
+    left_below: dict[str, dict[int, str]] = field(default_factory=dict)
     _logs: list[IO[bytes]] = field(default_factory=list)
 
     def start(
@@ -147,6 +156,7 @@ class Processes:
             try:
                 codes[name] = child.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
+                self.left_below[name] = {pid: command_line(pid) for pid in descendants(child.pid)}
                 child.kill()
                 child.wait()
                 codes[name] = None
