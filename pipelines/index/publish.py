@@ -15,8 +15,8 @@ Every table is only appended to, so a version costs a commit per table it adds r
 runs and manifests of a record set that are all new join their tables as the record set's own
 Parquet files; other rows are written once, by DuckDB. Then the small files of each table are
 merged, and one row of `index_versions` names the snapshot of every table: that append is the
-commit. Nothing is ever deleted: a superseded run stays a row,
-and old versions stay readable for the retention (`--as-of`).
+commit. Nothing is ever deleted: a superseded run stays a row, and old versions stay readable
+for the retention (`--as-of`).
 """
 
 from __future__ import annotations
