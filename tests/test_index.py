@@ -222,6 +222,64 @@ def test_a_second_file_adds_only_its_new_runs(s3_store: Any, index_settings: Any
     assert sources == [("incoming/first.csv",), ("incoming/second.csv",)]
 
 
+def stored_rows(store: Any, settings: Any, table: str) -> int:
+    keys = load_current(store, settings).files[table]
+    return sum(pq.read_metadata(io.BytesIO(store.get_bytes(key))).num_rows for key in keys)
+
+
+def test_lineage_files_hold_only_the_lineage_rows_that_runs_do_not(
+    s3_store: Any, index_settings: Any
+) -> None:
+    """A run's own row is its first lineage row: a file whose runs are all new stores no lineage
+    of its own, and a file that repeats runs stores the rows of those. The lineage view holds
+    every (file, line, run) all the same."""
+    header, rows = liger_rows(range(2, 302))
+    ingest_bytes(s3_store, index_settings, [("incoming/first.csv", csv_bytes(header, rows[:200]))])
+    assert stored_rows(s3_store, index_settings, "lineage_files") == 0
+    assert query(index_settings, "SELECT count(*) FROM lineage") == [(200,)]
+    ingest_bytes(s3_store, index_settings, [("incoming/second.csv", csv_bytes(header, rows))])
+    assert stored_rows(s3_store, index_settings, "lineage_files") == 200
+    assert query(
+        index_settings,
+        "SELECT source_key, count(*), count(DISTINCT run_digest), min(source_line), "
+        "max(source_line) FROM lineage GROUP BY ALL ORDER BY 1",
+    ) == [("incoming/first.csv", 200, 200, 2, 201), ("incoming/second.csv", 300, 300, 2, 301)]
+    # Both files' lines give the same runs, line for line.
+    assert query(
+        index_settings,
+        "SELECT count(*) FROM lineage a JOIN lineage b USING (source_line, run_digest) "
+        "WHERE a.source_key = 'incoming/first.csv' AND b.source_key = 'incoming/second.csv'",
+    ) == [(200,)]
+
+
+def test_an_index_of_another_layout_is_rebuilt_and_not_read_before(
+    s3_store: Any, index_settings: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An index written in another layout (an older kindex stored every lineage row) would be
+    read wrong by this one: readers refuse it in one line, and the next publish rebuilds it from
+    the record sets."""
+    from pipelines.index.catalog import LAYOUT, LAYOUT_PROPERTY, VERSIONS_TABLE, IndexCatalog
+    from pipelines.index.publish import unpublished_record_sets
+
+    header, rows = liger_rows(range(2, 102))
+    ingest_bytes(s3_store, index_settings, [("incoming/a.csv", csv_bytes(header, rows[:60]))])
+    catalog = IndexCatalog.beside(s3_store, index_settings)
+    versions = catalog.table(VERSIONS_TABLE)
+    with versions.transaction() as older:
+        older.remove_properties(LAYOUT_PROPERTY)
+    assert main(["query", "SELECT count(*) FROM lineage", "--sync"]) == 1
+    assert "another version of kindex" in capsys.readouterr().err
+    assert len(unpublished_record_sets(s3_store, index_settings)) == 1
+    ingest_bytes(s3_store, index_settings, [("incoming/b.csv", csv_bytes(header, rows[40:]))])
+    current = load_current(s3_store, index_settings)
+    assert current.version.seq == 1 and current.version.parent is None
+    assert catalog.table(VERSIONS_TABLE, refresh=True).properties[LAYOUT_PROPERTY] == LAYOUT
+    assert query(index_settings, "SELECT count(*), count(DISTINCT source_key) FROM runs") == [
+        (100, 2)
+    ]
+    assert query(index_settings, "SELECT count(*) FROM lineage") == [(120,)]
+
+
 def test_an_index_whose_catalog_is_lost_is_rebuilt_from_the_record_sets(
     s3_store: Any, index_settings: Any
 ) -> None:

@@ -27,7 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipelines.index.catalog import IndexCatalog, VersionNotFound, s3_access
+    from pipelines.index.catalog import IndexCatalog, IndexOutdated, VersionNotFound, s3_access
     from pipelines.index.remote import connect_statements
     from pipelines.settings import Settings
     from pipelines.storage.errors import StorageError
@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
             access = s3_access(settings, store.endpoint_url, store.credentials)
             version = IndexCatalog(settings, access).as_of(args.as_of) if args.as_of else None
             statements = connect_statements(settings, access, version)
-    except (StorageError, VersionNotFound) as error:
+    except (StorageError, VersionNotFound, IndexOutdated) as error:
         print(f"kindex connect: {error}", file=sys.stderr)
         return 1
     if settings.embedded:

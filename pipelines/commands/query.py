@@ -97,12 +97,12 @@ def run(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     database: Path | None = None
     if args.sync or args.as_of:
-        from pipelines.index.catalog import VersionNotFound
+        from pipelines.index.catalog import IndexOutdated, VersionNotFound
         from pipelines.storage.errors import StorageError
 
         try:
             database = fetch_version(settings, args.as_of, sync=args.sync)
-        except (StorageError, VersionNotFound) as error:
+        except (StorageError, VersionNotFound, IndexOutdated) as error:
             print(f"kindex query: {error}", file=sys.stderr)
             return 1
     target = args.output.expanduser().resolve() if args.output else None

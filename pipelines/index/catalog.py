@@ -54,7 +54,13 @@ VERSIONS_TABLE = "index_versions"
 SUMMARY_PREFIX = "kindex."
 # Snapshots past the retention are expired once every this many versions.
 EXPIRE_EVERY_VERSIONS = 8
+# What the tables hold, by the kindex that created them. 2: lineage_files holds only the lineage
+# rows that run_segments does not (tables.lineage_rows). An index of another layout is rebuilt
+# from the record sets by the next publish, and read by nobody before.
+LAYOUT_PROPERTY = SUMMARY_PREFIX + "layout"
+LAYOUT = "2"
 TABLE_PROPERTIES = {
+    LAYOUT_PROPERTY: LAYOUT,
     "write.parquet.compression-codec": "zstd",
     # A manifest is a long JSON text: bounds of its first bytes would prune nothing.
     "write.metadata.metrics.column.manifest": "none",
@@ -79,6 +85,10 @@ VERSIONS_SCHEMA = pa.schema(
         ("counts", pa.string()),  # JSON: table -> rows
     ]
 )
+
+
+class IndexOutdated(RuntimeError):
+    """The index was written by a kindex of another layout; the next publish rebuilds it."""
 
 
 class VersionNotFound(LookupError):
@@ -273,10 +283,30 @@ class IndexCatalog:
         return True
 
     def create_tables(self) -> None:
-        """Every table of the index, created where missing (by a publisher)."""
+        """Every table of the index, created where missing (by a publisher). An index of
+        another layout is dropped first, to be rebuilt from the record sets: its tables leave
+        the catalog, and their files stay in the bucket."""
+        if self.outdated():
+            for name in (*STORED_TABLES, VERSIONS_TABLE):
+                if self.has_table(name):
+                    self.catalog.drop_table((self.namespace, name))
+            self._tables.clear()
         for name in (*STORED_TABLES, VERSIONS_TABLE):
             if not self.has_table(name):
                 self._tables[name] = self._create(name)
+
+    def outdated(self) -> bool:
+        """Whether the index was written in another layout than this kindex's (LAYOUT)."""
+        if not self.has_table(VERSIONS_TABLE):
+            return False
+        return self.table(VERSIONS_TABLE).properties.get(LAYOUT_PROPERTY) != LAYOUT
+
+    def _readable(self) -> None:
+        if self.outdated():
+            raise IndexOutdated(
+                "the index was written by another version of kindex; the next publish (kindex "
+                "ingest, or the index asset) rebuilds it from the record sets"
+            )
 
     @retry(stop=stop_after_attempt(5), wait=wait_random_exponential(0.05, 1), reraise=True)
     def _create(self, name: str) -> Table:
@@ -292,6 +322,7 @@ class IndexCatalog:
         """The newest published version (an empty one before the first publish)."""
         if not self.has_table(VERSIONS_TABLE):
             return Version.empty()
+        self._readable()
         snapshot = self.table(VERSIONS_TABLE).current_snapshot()
         if snapshot is None:
             return Version.empty()
@@ -302,6 +333,7 @@ class IndexCatalog:
         """Every published version, oldest first."""
         if not self.has_table(VERSIONS_TABLE):
             return []
+        self._readable()
         rows = self.table(VERSIONS_TABLE).scan().to_arrow().to_pylist()
         return sorted(
             (

@@ -5,7 +5,9 @@ Iceberg tables (catalog.py):
 - `run_segments` and `manifest_segments`: the runs and manifests those record sets bring that
   the index does not hold yet (each distinct record once). Where a record was first seen is its
   snapshot's first read, which the `runs` and `manifests` views join in;
-- `lineage_files` and `quarantine_files`: the record sets' lineage and quarantine rows;
+- `lineage_files`: the record sets' lineage rows that `run_segments` does not hold (a run's
+  row there is its first lineage row: tables.lineage_rows);
+- `quarantine_files`: the record sets' quarantine rows;
 - `run_state_changes`: a row for each run whose superseded_by or retracted_in_source this
   version changes (a run's newest change is its state: the `run_state` view). Only the series
   (kernel, provider, mode, metric, GPU, case) the new runs belong to, and the runs of the keys
@@ -62,6 +64,8 @@ from pipelines.index.tables import (
     SEQ_COLUMN,
     SNAPSHOT_SCHEMA,
     STORED_TABLES,
+    empty_select,
+    lineage_rows,
     parquet_select,
     run_state_select,
     sql_string,
@@ -154,8 +158,10 @@ def unpublished_record_sets(store: ObjectStore, settings: Settings) -> list[str]
     of read objects it has not folded in: what the next publish would add."""
     layout = IndexLayout.of(settings)
     catalog = IndexCatalog.beside(store, settings)
+    # An index of another layout is rebuilt by the next publish: everything is to be added.
+    current = Version.empty() if catalog.outdated() else catalog.current()
     included_sets, included_reads = included(
-        store, layout, published(catalog, catalog.current(), store.bucket)
+        store, layout, published(catalog, current, store.bucket)
     )
     summaries, read_keys = list_record_sets(store, layout)
     return sorted(
@@ -307,12 +313,13 @@ def build_version(
     for name in ("lineage", "quarantine"):
         select = parquet_select(pending_files[name], STORED_TABLES[f"{name}_files"])
         con.execute(f"CREATE TEMP VIEW new_{name} AS {select}")
+    add_new_lineage(con, whole_runs and pending_files["lineage"] == pending_files["runs"])
     recompute_run_state(con, {rs.snapshot_digest for rs in pending})
 
     seq = current.version.seq + 1
     outputs = {  # the largest last: the others upload while it is written
         "manifest_segments": "new_manifests",
-        "lineage_files": "new_lineage",
+        "lineage_files": "new_lineage_files",
         "quarantine_files": "new_quarantine",
         "run_state_changes": "run_state_changes",
         "snapshots": "new_reads_arrow",
@@ -452,6 +459,21 @@ def add_new_records(
     return (int(row[0]) if row else 0), not several and not (known and known[0])
 
 
+def add_new_lineage(con: duckdb.DuckDBPyConnection, lineage_is_new_runs: bool) -> None:
+    """new_lineage_files: the pending lineage rows (new_lineage) that are not the row of a new
+    run (new_runs). `lineage_is_new_runs`: the one pending set's lineage is its runs, all new:
+    there are none, and nothing need be joined."""
+    if lineage_is_new_runs:
+        select = empty_select(STORED_TABLES["lineage_files"])
+    else:
+        columns = ", ".join(STORED_TABLES["lineage_files"].names)
+        select = (
+            f"SELECT l.* FROM new_lineage l ANTI JOIN (SELECT {columns} FROM new_runs) r "
+            f"USING ({columns})"
+        )
+    con.execute(f"CREATE TEMP VIEW new_lineage_files AS {select}")
+
+
 def recompute_run_state(con: duckdb.DuckDBPyConnection, new_snapshots: set[str]) -> None:
     """run_state for the new version: the old one, with the runs the new work can change redone.
     `new_snapshots`: the snapshots of the record sets being added (their lineage: new_lineage).
@@ -506,8 +528,9 @@ def recompute_run_state(con: duckdb.DuckDBPyConnection, new_snapshots: set[str])
     )
     touched = [r[0] for r in con.execute("SELECT snapshot_digest FROM touched").fetchall()]
     con.execute(
-        """CREATE TEMP VIEW all_lineage AS
-           SELECT run_digest, snapshot_digest FROM old_lineage_files
+        f"""CREATE TEMP VIEW all_lineage AS
+           SELECT run_digest, snapshot_digest
+           FROM ({lineage_rows("old_run_segments", "old_lineage_files")})
            UNION ALL SELECT run_digest, snapshot_digest FROM new_lineage"""
     )
     con.execute(

@@ -146,6 +146,15 @@ def parquet_select(locations: Sequence[str], schema: pa.Schema) -> str:
     return f"SELECT {', '.join(schema.names)} FROM read_parquet([{files}])"
 
 
+def lineage_rows(run_segments: str, lineage_files: str) -> str:
+    """Every lineage row (snapshot, parser version, line, run). A run's row in run_segments is
+    one of them, the first where the run was seen; lineage_files holds only the others (a run
+    seen again: in another file, by a later parser, or twice in one file), so a file whose runs
+    are all new writes no lineage of its own (publish.py)."""
+    columns = ", ".join(LINEAGE_SCHEMA.names)
+    return f"SELECT {columns} FROM {run_segments} UNION ALL SELECT {columns} FROM {lineage_files}"
+
+
 def run_state_select(changes: str) -> str:
     """The runs that are superseded or retracted, each by its newest change (a run whose newest
     change clears its state has none)."""
@@ -197,9 +206,9 @@ def view_statements(sources: Mapping[str, str]) -> list[str]:
            SELECT snapshot_digest,
                   arg_max(parser_version, coalesce(processed_at, taken_at)) AS parser_version
            FROM snapshots GROUP BY snapshot_digest""",
-        """CREATE OR REPLACE VIEW lineage AS
+        f"""CREATE OR REPLACE VIEW lineage AS
            SELECT l.snapshot_digest, f.source_key, l.source_line, l.run_digest
-           FROM lineage_files l
+           FROM ({lineage_rows("run_segments", "lineage_files")}) l
            SEMI JOIN current_record_sets c USING (snapshot_digest, parser_version)
            LEFT JOIN first_reads f USING (snapshot_digest)""",
         """CREATE OR REPLACE VIEW quarantine AS
