@@ -4,13 +4,20 @@ from dagster import Definitions, in_process_executor
 
 from assets.files import FILE_ASSETS
 from assets.index import index
+from assets.lost_runs import lost_runs_sensor
 from assets.reconcile import reconcile_sensor
 from assets.resources import KindexResource
 from assets.sensors import automation_sensor, incoming_files_sensor, index_catchup_sensor
 
 defs = Definitions(
     assets=[*FILE_ASSETS, index],
-    sensors=[incoming_files_sensor, index_catchup_sensor, reconcile_sensor, automation_sensor],
+    sensors=[
+        incoming_files_sensor,
+        index_catchup_sensor,
+        reconcile_sensor,
+        lost_runs_sensor,
+        automation_sensor,
+    ],
     resources={"kindex": KindexResource.from_env()},
     # One process per run, not per step: a run over many files is one Python process.
     executor=in_process_executor,

@@ -46,6 +46,7 @@ def test_definitions_load_and_validate() -> None:
         "incoming_files_sensor",
         "index_catchup_sensor",
         "reconcile_sensor",
+        "lost_runs_sensor",
         "kindex_automation",
     }
     for sensor in sensors.values():

@@ -22,15 +22,13 @@ from pipelines.commands.up import (
 
 
 def test_instance_yaml_is_accepted_by_dagster(tmp_path: Path) -> None:
-    from dagster import DagsterInstance
-
-    from assets.run_launcher import WatchedRunLauncher
+    from dagster import DagsterInstance, DefaultRunLauncher
 
     (tmp_path / "dagster.yaml").write_text(dagster_instance_yaml(tmp_path), encoding="utf-8")
     with DagsterInstance.from_config(str(tmp_path)) as instance:
         assert instance.run_coordinator.__class__.__name__ == "QueuedRunCoordinator"
-        assert isinstance(instance.run_launcher, WatchedRunLauncher)
-        assert instance.run_launcher.supports_check_run_worker_health
+        # The launcher lost_runs_sensor watches (assets/lost_runs.py).
+        assert type(instance.run_launcher) is DefaultRunLauncher
         assert instance.run_retries_enabled
         assert instance.run_retries_max_retries == MAX_RUN_RETRIES
         assert instance.run_monitoring_enabled
@@ -40,21 +38,30 @@ def test_instance_yaml_is_accepted_by_dagster(tmp_path: Path) -> None:
         assert config["pools"]["default_limit"] == 1
 
 
-def test_a_dead_run_worker_is_reported_failed(tmp_path: Path) -> None:
-    from dagster import DagsterInstance, DagsterRunStatus
+def test_a_run_whose_worker_died_is_reported_failed(tmp_path: Path) -> None:
+    from dagster import DagsterInstance, DagsterRunStatus, build_sensor_context
+
+    from assets.lost_runs import lost_runs, lost_runs_sensor
 
     (tmp_path / "dagster.yaml").write_text(dagster_instance_yaml(tmp_path), encoding="utf-8")
     with DagsterInstance.from_config(str(tmp_path)) as instance:
         run = instance.create_run_for_job(job_def=_noop_job(), status=DagsterRunStatus.STARTED)
-        launcher = instance.run_launcher
-        assert launcher.check_run_worker_health(run).status.value == "RUNNING"  # none recorded
+        finished = instance.create_run_for_job(job_def=_noop_job(), status=DagsterRunStatus.SUCCESS)
+        assert lost_runs(instance) == []  # no worker recorded yet: not started
         worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-        instance.report_engine_event(f"Started process for run (pid: {worker.pid}).", run)
-        assert launcher.check_run_worker_health(run).status.value == "RUNNING"
+        for each in (run, finished):
+            instance.report_engine_event(f"Started process for run (pid: {worker.pid}).", each)
+        assert lost_runs(instance) == []
         worker.kill()
         worker.wait()
-        result = launcher.check_run_worker_health(run)
-        assert result.status.value == "FAILED" and str(worker.pid) in str(result.msg)
+        assert [(r.run_id, pid) for r, pid in lost_runs(instance)] == [(run.run_id, worker.pid)]
+        skipped = lost_runs_sensor(build_sensor_context(instance=instance))
+        assert "1 lost runs failed" in str(skipped)
+        failed = instance.get_run_by_id(run.run_id)
+        assert failed is not None and failed.status == DagsterRunStatus.FAILURE
+        done = instance.get_run_by_id(finished.run_id)
+        assert done is not None and done.status == DagsterRunStatus.SUCCESS
+        assert lost_runs(instance) == []
 
 
 def _noop_job():  # type: ignore[no-untyped-def]

@@ -7,8 +7,8 @@ are handled here rather than left to the children: started from a shell with `&`
 processes ignore SIGINT and SIGTERM. If `kindex up` itself is killed, the kernel kills the
 webserver and the daemon (PR_SET_PDEATHSIG); the embedded S3 server, shared with other commands
 (`ServerLease`), stays and the next `kindex up` reuses it. Runs in flight finish in their own
-processes, or fail and are retried (`run_retries`; `run_monitoring` fails a run whose worker
-died, see assets/run_launcher.py).
+processes, or fail and are retried (`run_retries`; the `lost_runs_sensor` fails a run whose
+worker died, see assets/lost_runs.py).
 
 `kindex up` watches the embedded S3 server: if it dies, up says so and starts it again, and the
 sensors and runs reconnect by themselves; if it cannot, up stops everything, loudly.
@@ -88,7 +88,7 @@ def register(subparsers: Any) -> None:
 def dagster_instance_yaml(home: Path) -> str:
     """The local instance: SQLite storage under the kindex home, a queued run coordinator, a
     pool of one for the index writer (the only pool kindex declares), failed runs retried, and
-    runs whose worker died failed (and so retried) within seconds."""
+    runs that never started failed (assets/lost_runs.py fails those whose worker died)."""
     return f"""\
 # Written by `kindex up`; rewritten on every start.
 local_artifact_storage:
@@ -99,9 +99,6 @@ local_artifact_storage:
 run_coordinator:
   module: dagster.core.run_coordinator
   class: QueuedRunCoordinator
-run_launcher:
-  module: assets.run_launcher
-  class: WatchedRunLauncher
 concurrency:
   runs:
     max_concurrent_runs: {MAX_CONCURRENT_RUNS}
