@@ -111,6 +111,9 @@ class Processes:
     stopped: set[str] = field(default_factory=set)  # stopped on purpose: no longer checked
     # What was still running below a child that had to be killed (pid: command line).
     left_below: dict[str, dict[int, str]] = field(default_factory=dict)
+    # The end of the log of a child that had to be killed: every thread's stack, which Python's
+    # faulthandler (on in each child) writes there on SIGABRT.
+    stuck_logs: dict[str, str] = field(default_factory=dict)
     _logs: list[IO[bytes]] = field(default_factory=list)
 
     def start(
@@ -120,7 +123,7 @@ class Processes:
         self._logs.append(log)
         child = subprocess.Popen(
             argv,
-            env=dict(env),
+            env={**env, "PYTHONFAULTHANDLER": "1"},
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -157,8 +160,13 @@ class Processes:
                 codes[name] = child.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 self.left_below[name] = {pid: command_line(pid) for pid in descendants(child.pid)}
-                child.kill()
-                child.wait()
+                child.send_signal(signal.SIGABRT)  # where it is stuck goes to its log
+                try:
+                    child.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    child.kill()
+                    child.wait()
+                self.stuck_logs[name] = self.log(name)[-8000:]
                 codes[name] = None
         return codes
 

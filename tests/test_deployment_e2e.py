@@ -305,7 +305,11 @@ def test_deployment_end_to_end(
         steps = zip(marks, marks[1:], strict=False)
         print("\n" + ", ".join(f"{name} +{t - t0:.1f} s" for (_, t0), (name, t) in steps))
     # Each process stopped on its own signal (SIGTERM; SIGINT for PostgreSQL's fast shutdown).
-    assert all(code is not None for code in codes.values()), (codes, processes.left_below)
+    assert all(code is not None for code in codes.values()), (
+        codes,
+        processes.left_below,
+        processes.stuck_logs,
+    )
     assert codes["postgres"] == 0, processes.log("postgres")[-2000:]
     assert processes.left_running() == []
     assert all(port_is_free(port) for port in ports)
