@@ -101,6 +101,14 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
+def default_stop_signals() -> None:
+    """In a child, before it runs: SIGINT and SIGTERM as a supervisor (systemd, Kubernetes)
+    leaves them. A test run started from a shell with `&` ignores SIGINT, and Dagster's code
+    server gives SIGTERM the SIGINT handler it inherits: it would ignore SIGTERM too."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_DFL)
+
+
 @dataclass
 class Processes:
     """Named children, each the leader of its own session, with its output in a log file."""
@@ -128,6 +136,7 @@ class Processes:
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=default_stop_signals,
             **options,
         )
         self.children[name] = child
