@@ -22,7 +22,7 @@ from liger_support import DATA, HEADER, RECORD_ORDER
 
 from pipelines.curation import CURATION_DIR_VARIABLE, CURATION_FILES, curation_dir, load
 from pipelines.liger.columnar import normalized_batches, write_json_lines
-from pipelines.liger.normalize import Normalizer, normalize_bytes
+from pipelines.liger.normalize import normalize_bytes, shared_normalizer
 from pipelines.manifests import schema_errors
 
 SAMPLE = DATA / "liger" / "corpus_sample.csv"
@@ -287,10 +287,12 @@ def test_a_metric_unit_is_one_line_of_protocols_yaml(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A unit no one curated is quarantined; added to protocols.yaml's `units`, its rows are
-    runs in the stored unit (ns), with the row's own numbers named after its unit."""
+    runs in the stored unit (ns), with the row's own numbers named after its unit. The shared
+    normalizer every file uses follows the edit: the edited curation gets its own."""
     config = _config({"M": 4096, "dtype": "torch.bfloat16", "eps": 1e-6})
     row = _row(kernel_name="rms_norm", x_name="H", x_value="1024", metric_unit="us", **config)
     (before,) = _outcomes(row)
+    unedited = shared_normalizer()
     assert (before.status, before.reason) == ("quarantined", "unknown_metric")
     for name in CURATION_FILES:
         text = curation_dir().joinpath(name).read_text(encoding="utf-8")
@@ -298,8 +300,25 @@ def test_a_metric_unit_is_one_line_of_protocols_yaml(
             text = text.replace("speed: {ms: 1000000}", "speed: {ms: 1000000, us: 1000}")
         (tmp_path / name).write_text(text, encoding="utf-8")
     monkeypatch.setenv(CURATION_DIR_VARIABLE, str(tmp_path))
-    (after,) = list(normalize_bytes(f"{HEADER}\n{row}\n".encode(), Normalizer(load())))
+    (after,) = _outcomes(row)
     assert after.status == "ok"
+    assert shared_normalizer() is not unedited
+    assert shared_normalizer().curation.fingerprint == load().fingerprint
     spec = after.records[0].manifest["spec"]
     assert spec["timing"]["latencyNs"]["median"] == 500
     assert spec["sourceNative"]["metrics"] == {"us_50": 0.5, "us_20": 0.4, "us_80": 0.6}
+
+
+def test_files_share_one_normalizer_and_its_caches() -> None:
+    """Every file a process reads uses the same normalizer while the curation stays: a series
+    or workload the first file built (its run template, its records) is the one the next file
+    uses, not built again."""
+    config = _config({"M": 4096, "dtype": "torch.bfloat16", "eps": 1e-6})
+    row = _row(kernel_name="rms_norm", x_name="H", x_value="1024", **config)
+    data = "\n".join([HEADER, row, ""]).encode()
+    (first,) = [batch.runs for batch in normalized_batches(io.BytesIO(data))]
+    (second,) = [batch.runs for batch in normalized_batches(io.BytesIO(data))]
+    assert first is not None and second is not None
+    assert shared_normalizer() is shared_normalizer()
+    assert second.series[0] is first.series[0]
+    assert second.workloads[0] is first.workloads[0]

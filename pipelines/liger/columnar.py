@@ -40,6 +40,7 @@ from pipelines.liger.normalize import (
     duplicate_outcome,
     json_string,
     read_record,
+    shared_normalizer,
     version_json,
 )
 from pipelines.liger.read import CsvRecord, LigerCsv, RecordColumns, open_liger_csv
@@ -634,7 +635,7 @@ def _batches(
     csv_file: LigerCsv, normalizer: Normalizer | None, rows: int
 ) -> Iterator[tuple[Batch, list[CsvRecord]]]:
     layout = Layout.of(csv_file.columns)
-    normalizer = normalizer or Normalizer()
+    normalizer = normalizer or shared_normalizer()
     seen = SeenKeys()
     while records := list(islice(csv_file.records, rows)):
         batch = normalize_batch(records, layout, normalizer)

@@ -401,6 +401,23 @@ class Normalizer:
         )
 
 
+_SHARED_LIMIT = 4
+_shared: dict[str, Normalizer] = {}
+
+
+def shared_normalizer() -> Normalizer:
+    """The normalizer of the curation as the files say now, one per curation this process has
+    met: its caches (run templates, workload families, shared records) then serve every file
+    the process reads, not just one. An edited curation gets a normalizer of its own."""
+    curation = load()
+    normalizer = _shared.get(curation.fingerprint)
+    if normalizer is None:
+        if len(_shared) >= _SHARED_LIMIT:
+            _shared.pop(next(iter(_shared)))
+        normalizer = _shared.setdefault(curation.fingerprint, Normalizer(curation))
+    return normalizer
+
+
 @dataclass(frozen=True)
 class Series:
     """A kernel × provider × pass × GPU × metric: the shared part of its runs.

@@ -72,7 +72,7 @@ from pipelines.liger.columnar import (
     utf8_slices,
     write_json_lines_to,
 )
-from pipelines.liger.normalize import Layout, Normalizer
+from pipelines.liger.normalize import Layout, Normalizer, shared_normalizer
 from pipelines.liger.read import (
     CsvRecord,
     RecordColumns,
@@ -526,7 +526,7 @@ def _relay(
     counts: Counter[str],
     parts: PartWriters | None,
 ) -> None:
-    normalizer = Normalizer()
+    normalizer = shared_normalizer()
     seen = SeenKeys()
     for index in range(w, len(segments), count):
         segment = segments[index]
