@@ -150,7 +150,10 @@ class LigerCsvSource:
         if snapshot_digest is None:
             return None
         rows, tables = record_tables(io.BytesIO(data), snapshot_digest, result.parser_version)
-        return RecordSetContent(rows, tables)
+        # A run twice in one file has one externalId twice, and the second is quarantined: each
+        # run's lineage row is its own, which the runs object holds (one object fewer to write).
+        lineage_in_runs = tables["lineage"].num_rows == tables["runs"].num_rows
+        return RecordSetContent(rows, tables, lineage_in_runs=lineage_in_runs)
 
 
 class Unrecognized(RecordsOfOutcomes):

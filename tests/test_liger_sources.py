@@ -7,6 +7,7 @@ from pathlib import Path
 
 from liger_support import LIGER_CSV
 
+from pipelines.index.record_objects import LINEAGE_SCHEMA
 from pipelines.liger.rules import Reason
 from pipelines.sources import SOURCES, LigerCsvSource, Unrecognized, normalize_object
 
@@ -40,3 +41,15 @@ def test_reasons_are_one_table_of_codes() -> None:
     assert all(f"`{code}`" in readme for code in codes), sorted(
         c for c in codes if f"`{c}`" not in readme
     )
+
+
+def test_a_small_csv_record_set_keeps_its_lineage_in_its_runs(tmp_path: Path) -> None:
+    """Read in batches (not on every core), a Liger CSV's record set writes no lineage object:
+    every run's lineage row is its own, the runs object's lineage columns."""
+    data = LIGER_CSV.read_bytes()
+    result = normalize_object("incoming/a.csv", data)
+    content = result.reader.record_set(result, data, lambda: "sha256:" + "0" * 64, tmp_path, False)
+    assert content is not None and content.lineage_in_runs
+    runs, lineage = content.tables["runs"], content.tables["lineage"]
+    assert content.row_count("lineage") == runs.num_rows == lineage.num_rows > 0
+    assert runs.select(LINEAGE_SCHEMA.names).equals(lineage)
