@@ -9,7 +9,6 @@ A test stops the ingest at an exact step with the pause points of pipelines/inde
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import io
 import os
@@ -164,6 +163,11 @@ def resume(point: str, fault_dir: Path) -> None:
     (fault_dir / f"{point}.resume").touch()
 
 
+def _refused(error: OSError) -> bool:
+    """Arrow's S3 client could not reach the server (killed, not yet restarted)."""
+    return "NETWORK_CONNECTION" in str(error) or "Could not connect" in str(error)
+
+
 @dataclass
 class IndexWatcher:
     """Polls, until stopped, what a reader sees: the bucket's current version (every file it
@@ -192,9 +196,13 @@ class IndexWatcher:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            # The server is down for a while in one test: nothing to read then.
-            with contextlib.suppress(StorageError):
+            try:
                 self._read_bucket()
+            except StorageError:  # the server is down for a while in one test: nothing to read
+                pass
+            except OSError as error:  # pyiceberg reads the metadata through Arrow's S3 client
+                if not _refused(error):  # a file a version names is missing, or unreadable
+                    self.partial.append(f"bucket unreadable: {error}")
             self._read_local()
             self._stop.wait(0.05)
 
