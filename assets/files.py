@@ -50,7 +50,7 @@ from pipelines.ingest import (
 )
 from pipelines.reconcile import snapshots_of_versions
 from pipelines.sensor_cursor import ObjectVersionRef, parse_partition_key
-from pipelines.snapshots import Snapshot, VersionChanged, take_snapshot
+from pipelines.snapshots import Snapshot, TakenSnapshot, VersionChanged, read_and_keep
 
 T = TypeVar("T")
 
@@ -156,6 +156,11 @@ def _snapshot_or_error(
 ) -> Snapshot | NoSnapshot:
     if known is not None:
         return known
+    taken = _taken_or_error(kindex, partition_key)
+    return taken.snapshot if isinstance(taken, TakenSnapshot) else taken
+
+
+def _taken_or_error(kindex: KindexResource, partition_key: str) -> TakenSnapshot | NoSnapshot:
     try:
         return take_partition_snapshot(kindex, partition_key)
     except VersionGone as gone:
@@ -168,7 +173,7 @@ def describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
-def take_partition_snapshot(kindex: KindexResource, partition_key: str) -> Snapshot:
+def take_partition_snapshot(kindex: KindexResource, partition_key: str) -> TakenSnapshot:
     ref = parse_partition_key(partition_key)
     info = kindex.store.head(ref.key)
     if info is None or not ref.matches(info.etag):
@@ -177,7 +182,7 @@ def take_partition_snapshot(kindex: KindexResource, partition_key: str) -> Snaps
             "(deleted or overwritten before it was read); a newer version has its own partition"
         )
     try:
-        return take_snapshot(kindex.store, kindex.settings, ref.key, etag=info.etag)
+        return read_and_keep(kindex.store, kindex.settings, ref.key, etag=info.etag)
     except VersionChanged as changed:
         raise VersionGone(str(changed)) from changed
 
@@ -293,18 +298,20 @@ def process_partition(
     sensors' runs are of this step alone (each asset of a run costs a planned event per file),
     and a retry of this step covers both."""
     outcome = FileOutcome(partition_key)
+    taken: TakenSnapshot | None = None
     if snap is None:
-        taken = _snapshot_or_error(kindex, partition_key, None)
-        outcome.snapshot_taken = taken
-        if isinstance(taken, NoSnapshot):
-            if taken.gone:
-                outcome.gone = taken.reason
+        attempt = _taken_or_error(kindex, partition_key)
+        if isinstance(attempt, NoSnapshot):
+            outcome.snapshot_taken = attempt
+            if attempt.gone:
+                outcome.gone = attempt.reason
             else:
-                outcome.error = taken.reason
+                outcome.error = attempt.reason
             return outcome
-        snap = taken
+        taken = attempt
+        snap = outcome.snapshot_taken = taken.snapshot
     try:
-        result = process_snapshot(kindex.store, kindex.settings, snap)
+        result = process_snapshot(kindex.store, kindex.settings, snap, taken)
     except Exception as error:  # this file's alone; the others go on
         outcome.error = describe(error)
         return outcome

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from tqdm import tqdm
@@ -25,7 +25,7 @@ from pipelines.incoming import incoming_key, put_incoming, upload_incoming
 from pipelines.index.faults import RECORD_FILES_WRITTEN, pause_point
 from pipelines.index.known import known_manifests
 from pipelines.index.layout import IndexLayout
-from pipelines.index.local import PARQUET_CONTENT_TYPE, cache_bytes, cache_file, put_file
+from pipelines.index.local import PARQUET_CONTENT_TYPE, cache_bytes, cache_file, fetch, put_file
 from pipelines.index.publish import IndexVersion, publish_index
 from pipelines.index.reads import ObjectRead
 from pipelines.index.record_objects import (
@@ -43,6 +43,9 @@ from pipelines.liger.relay import worth_relay
 from pipelines.sources import normalize_object
 from pipelines.sources import record_set_content as record_set_of_source
 from pipelines.storage.base import ObjectStore
+
+if TYPE_CHECKING:
+    from pipelines.snapshots import TakenSnapshot
 
 
 @dataclass(slots=True)
@@ -125,12 +128,22 @@ class PreparedRecords:
     content: RecordSetContent | None
 
 
-def process_snapshot(store: ObjectStore, settings: Any, snapshot: Any) -> SnapshotRecords:
-    """Normalize a snapshot's bytes and write its record objects (once per parser version)."""
-    data = snapshot_data(store, settings, snapshot)
+def process_snapshot(
+    store: ObjectStore, settings: Any, snapshot: Any, taken: TakenSnapshot | None = None
+) -> SnapshotRecords:
+    """Normalize a snapshot's bytes and write its record objects (once per parser version).
+    `taken`: the snapshot as this process just took it. Its bytes are not read again; if it
+    kept them first, no record set of them can exist yet, and none is looked for."""
+    data = snapshot_data(store, settings, snapshot) if taken is None else taken.data
     with parts_folder(settings) as parts_dir:
         prepared = prepare_records(
-            store, settings, snapshot.key, snapshot.digest, data, parts_dir=parts_dir
+            store,
+            settings,
+            snapshot.key,
+            snapshot.digest,
+            data,
+            parts_dir=parts_dir,
+            maybe_written=taken is None or not taken.kept_now,
         )
         return write_records(store, settings, snapshot, prepared)
 
@@ -154,12 +167,14 @@ def prepare_records(
     once_started: Callable[[], None] = lambda: None,
     *,
     parts_dir: Path,
+    maybe_written: bool = True,
 ) -> PreparedRecords:
     """The records of the bytes of an object read at `key`, unless their record set exists.
     `digest`: the bytes' content digest, or a function computing it, which is called only once
     the work runs on every core (hashing then overlaps it). `once_started`: called once the
     work runs on every core (or at once). `parts_dir`: where the work on every core writes
-    Parquet parts (parts_folder)."""
+    Parquet parts (parts_folder). `maybe_written`: False when the bytes were kept just now, so
+    their record set cannot exist."""
     layout = IndexLayout.of(settings)
     result = normalize_object(key, data, known_digest=known_manifests(store, settings))
     digest_of = digest if callable(digest) else lambda: digest
@@ -169,7 +184,8 @@ def prepare_records(
 
     def digest_unless_written() -> str | None:
         once_started()
-        return digest_of() if store.head(prefix() + SUMMARY_FILE) is None else None
+        written = maybe_written and store.head(prefix() + SUMMARY_FILE) is not None
+        return None if written else digest_of()
 
     content = record_set_content(result, data, digest_unless_written, parts_dir)
     return PreparedRecords(result.parser_version, result.source, prefix(), content)
@@ -185,7 +201,7 @@ def write_records(
     layout = IndexLayout.of(settings)
     prefix = prepared.prefix
     if prepared.content is None:
-        summary = orjson.loads(store.get_bytes(prefix + SUMMARY_FILE))
+        summary = orjson.loads(fetch(store, layout, prefix + SUMMARY_FILE).read_bytes())
         records = records_from_summary(summary, snapshot.key, prefix, reused=True)
     else:
         records = write_record_set(
@@ -198,9 +214,9 @@ def write_records(
             prepared.content,
         )
     read = object_read(snapshot, layout.bucket, prepared.parser_version, prepared.source)
-    store.put(
-        f"{prefix}{READS_DIR}/{read.read_id}.json", read.to_json(), content_type="application/json"
-    )
+    read_key, read_json = f"{prefix}{READS_DIR}/{read.read_id}.json", read.to_json()
+    store.put(read_key, read_json, content_type="application/json")
+    cache_bytes(layout.cached_path(read_key), read_json)  # the publish that follows reads it
     return records
 
 
@@ -259,7 +275,10 @@ def write_record_set(
         "quarantine_preview": preview(quarantine, QUARANTINE_PREVIEW_COLUMNS),
         "written_at": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
     }
-    store.put(prefix + SUMMARY_FILE, orjson.dumps(summary), content_type="application/json")
+    written[prefix + SUMMARY_FILE] = orjson.dumps(summary)
+    store.put(
+        prefix + SUMMARY_FILE, written[prefix + SUMMARY_FILE], content_type="application/json"
+    )
     for key, data in written.items():  # named by the summary now: they never change
         cache_bytes(layout.cached_path(key), data)
     return records_from_summary(summary, snapshot.key, prefix, reused=False)

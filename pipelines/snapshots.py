@@ -128,11 +128,29 @@ def read_record_key(settings: Settings, key: str, digest: str) -> str:
 # -- taking and reading ------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class TakenSnapshot:
+    """A snapshot as `read_and_keep` took it, with the bytes it read."""
+
+    snapshot: Snapshot
+    data: bytes
+    # No snapshot held these bytes before: nothing was ever recorded or derived from them (a
+    # read record or a record set is written only once its snapshot is kept).
+    kept_now: bool
+
+
 def take_snapshot(
     store: ObjectStore, settings: Settings, key: str, etag: str | None = None
 ) -> Snapshot:
     """Read the object at `key` once, keep its bytes under their digest (written only if
     absent) and record the read. With `etag`, refuse a version other than that one."""
+    return read_and_keep(store, settings, key, etag).snapshot
+
+
+def read_and_keep(
+    store: ObjectStore, settings: Settings, key: str, etag: str | None = None
+) -> TakenSnapshot:
+    """take_snapshot, keeping the bytes read for the caller to parse."""
     data, info = store.get_object(key)
     if etag is not None and info.etag != etag.strip('"'):
         raise VersionChanged(
@@ -152,22 +170,24 @@ def snapshot_written(
     info = store.head(written.key)
     if info is None or info.etag != written.etag:
         return take_snapshot(store, settings, written.key, etag=written.etag)
-    return _keep(store, settings, info, data, digest)
+    return _keep(store, settings, info, data, digest).snapshot
 
 
 def _keep(
     store: ObjectStore, settings: Settings, info: ObjectInfo, data: bytes, digest: str
-) -> Snapshot:
+) -> TakenSnapshot:
     """Keep `data` (the version `info` of its key, hashing to `digest`) and record the read."""
     key = info.key
     raw_key = snapshot_key(settings, digest)
+    kept_now = store.head(raw_key) is None
     # Copied on the server while the key still holds the bytes just read (its ETag), which
     # spares sending them back; uploaded from here when the key changed since.
-    if store.head(raw_key) is None and not store.copy_unchanged(
+    if kept_now and not store.copy_unchanged(
         key, raw_key, etag=info.etag, size=len(data), content_type=SNAPSHOT_CONTENT_TYPE
     ):
         store.put(raw_key, data, content_type=SNAPSHOT_CONTENT_TYPE)
-    return _record_read(store, settings, info, digest)
+    snapshot = _record_read(store, settings, info, digest, first_read=kept_now)
+    return TakenSnapshot(snapshot, data, kept_now)
 
 
 def _record_read(
@@ -176,12 +196,14 @@ def _record_read(
     info: ObjectInfo,
     digest: str,
     from_listing: bool = False,
+    first_read: bool = False,
 ) -> Snapshot:
     """Record that `info` (a version of its key, with metadata as a HEAD or GET gives it) was
-    read and holds the snapshot `digest`, unless its read record says so already."""
+    read and holds the snapshot `digest`, unless its read record says so already.
+    `first_read`: the snapshot was kept just now, so no read of it was recorded before."""
     commit = SourceCommit.from_metadata(info.metadata)
     record_key = read_record_key(settings, info.key, digest)
-    previous = _load_read(store, record_key)
+    previous = None if first_read else _load_read(store, record_key)
     snapshot = Snapshot(
         digest=digest,
         bucket=store.bucket,

@@ -13,6 +13,7 @@ from pipelines.index.local import open_index
 from pipelines.index.publish import publish_index
 from pipelines.index.tables import table_fingerprints
 from pipelines.ingest import IngestSummary, process_snapshot
+from pipelines.storage.s3 import S3Store
 
 DATA = Path(__file__).parent / "data"
 LIGER_CSV = DATA / "liger" / "all_benchmark_data.csv"
@@ -72,3 +73,18 @@ def fingerprints(settings: Any) -> dict[str, str]:
         return table_fingerprints(con)
     finally:
         con.close()
+
+
+def s3_requests(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    """Every request kindex's S3 stores send from now on, as (action, key): each still goes to
+    the real server."""
+    sent: list[tuple[str, str]] = []
+    real = S3Store._call
+
+    def recorded(store: S3Store, action: str, key: str, operation: Any) -> Any:
+        sent.append((action, key))
+        return real(store, action, key, operation)
+
+    monkeypatch.setattr(S3Store, "_call", recorded)
+    return sent
+

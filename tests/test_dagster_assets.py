@@ -16,7 +16,7 @@ from dagster_support import (
     latest_metadata,
     materialize_index,
 )
-from index_support import LIGER_CSV, query
+from index_support import LIGER_CSV, query, s3_requests
 
 from pipelines.cli import main as kindex
 from pipelines.settings import Settings
@@ -96,3 +96,32 @@ def test_index_materializes_with_no_files(s3_store: Any, instance: DagsterInstan
 
     assert query(Settings.from_env(), "select count(*) from runs") == [(0,)]
     assert instance.get_latest_materialization_event(AssetKey("index")) is not None
+
+
+def test_new_bytes_are_processed_without_looking_up_what_cannot_exist_yet(
+    s3_store: Any, instance: DagsterInstance, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file whose bytes no snapshot held: its step keeps them and writes their records without
+    reading them back, or asking for a read record or a record set of them (neither can exist
+    before the snapshot). The same bytes under another key are looked up, and reused."""
+    data = LIGER_CSV.read_bytes()
+    s3_store.put_bytes("incoming/first.csv", data)
+    driver = SensorDriver(instance)
+    sent = s3_requests(monkeypatch)
+
+    assert execute(instance, (driver.tick().run_requests or [])[0]).success
+
+    snapshot = next(key for action, key in sent if action == "copy")
+    summary = next(key for action, key in sent if key.endswith("/summary.json"))
+    assert ("get", snapshot) not in sent  # the bytes the step read are the bytes it parsed
+    assert not [key for action, key in sent if action == "get" and "/reads/" in key]
+    assert ("head", summary) not in sent and ("put", summary) in sent
+    sent.clear()
+    s3_store.put_bytes("incoming/second.csv", data)
+
+    assert execute(instance, (driver.tick().run_requests or [])[0]).success
+
+    assert ("head", summary) in sent and ("put", summary) not in sent
+    assert not [key for action, key in sent if action == "copy"]
+    second = latest_metadata(instance, "records", driver.partition_keys()[-1])
+    assert second["runs"] == LIGER_RUNS and second["source_key"] == "incoming/second.csv"

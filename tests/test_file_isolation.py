@@ -45,11 +45,11 @@ def fail_for(monkeypatch: pytest.MonkeyPatch, key: str, times: int | None = None
     real = assets.files.process_snapshot
     calls: list[str] = []
 
-    def flaky(store: Any, settings: Any, snap: Any) -> SnapshotRecords:
+    def flaky(store: Any, settings: Any, snap: Any, taken: Any = None) -> SnapshotRecords:
         if snap.key == key and (times is None or len(calls) < times):
             calls.append(snap.key)
             raise ConnectionError(f"injected fault reading {key}")
-        return real(store, settings, snap)
+        return real(store, settings, snap, taken)
 
     monkeypatch.setattr(assets.files, "process_snapshot", flaky)
     return calls

@@ -20,6 +20,7 @@ from index_support import (
     ingest_bytes,
     liger_rows,
     query,
+    s3_requests,
 )
 
 from pipelines.canonical import manifest_digest
@@ -29,6 +30,7 @@ from pipelines.index.local import load_current, open_index
 from pipelines.index.publish import publish_index
 from pipelines.index.tables import TABLES, VIEWS
 from pipelines.ingest import ingest_paths
+from pipelines.settings import Settings
 
 __all__ = ["index_settings"]
 
@@ -295,6 +297,32 @@ def test_an_index_whose_catalog_is_lost_is_rebuilt_from_the_record_sets(
     assert query(index_settings, "SELECT count(*), count(DISTINCT source_key) FROM runs") == [
         (100, 2)
     ]
+
+
+def test_a_publish_reads_what_its_home_wrote_from_its_cache(
+    s3_store: Any, index_settings: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The summaries and read objects a home wrote are read back from its cache, not the bucket;
+    another home (another host) fetches them from the bucket and builds the same index."""
+    header, rows = liger_rows(range(2, 62))
+    for name, part in [("a", rows[:20]), ("b", rows[20:40]), ("c", rows[40:])]:
+        drop_and_process(s3_store, index_settings, f"incoming/{name}.csv", csv_bytes(header, part))
+    sent = s3_requests(monkeypatch)
+
+    publish_index(s3_store, index_settings)
+
+    record_objects = [k for a, k in sent if a == "get" and k.startswith("records/")]
+    assert record_objects == []
+    monkeypatch.setenv("KINDEX_HOME", str(tmp_path / "other-host"))
+    other = Settings.from_env()
+    sent.clear()
+
+    publish_index(s3_store, other)
+
+    fetched = sorted(k for a, k in sent if a == "get" and k.startswith("records/"))
+    assert len([k for k in fetched if k.endswith("/summary.json")]) == 3
+    assert len([k for k in fetched if "/reads/" in k]) == 3
+    assert fingerprints(other) == fingerprints(index_settings)
 
 
 def test_a_file_whose_records_fail_still_lands(

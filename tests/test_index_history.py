@@ -11,6 +11,7 @@ import pytest
 from index_support import csv_bytes, index_settings, ingest_bytes, liger_rows, query
 
 from pipelines.cli import main
+from pipelines.index.layout import IndexLayout
 from pipelines.index.publish import publish_index
 from pipelines.index.reads import ObjectRead
 from pipelines.ingest import process_snapshot
@@ -309,7 +310,9 @@ def test_the_first_publish_after_the_upgrade_mends_a_home_left_wrong(
     first_a = ObjectRead.from_json(s3_store.get_bytes(read_object))
     second_a = replace(first_a, last_modified=b_read.last_modified + timedelta(seconds=5))
     s3_store.put_bytes(read_object, second_a.to_json())  # what the old code did, in place
-    (Path(index_settings.home) / "catalog.db").unlink()  # the old format's home: no catalog
+    # The old format's home: no catalog, and no read objects in its cache.
+    (Path(index_settings.home) / "catalog.db").unlink()
+    IndexLayout.of(index_settings).cached_path(read_object).unlink()
     assert retracted(index_settings) == {at("C", T1), at("D", T1)}
 
     publish_index(s3_store, index_settings)

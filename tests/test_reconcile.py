@@ -98,10 +98,10 @@ def test_the_sensor_requests_what_fell_through_and_backs_off_from_a_failing_file
     s3_store.put_bytes("incoming/doomed.csv", one_row_csv(1))
     real = assets.files.process_snapshot
 
-    def doomed(store: Any, settings: Any, snap: Any) -> Any:
+    def doomed(store: Any, settings: Any, snap: Any, taken: Any = None) -> Any:
         if snap.key == "incoming/doomed.csv":
             raise RuntimeError("this file fails every time")
-        return real(store, settings, snap)
+        return real(store, settings, snap, taken)
 
     monkeypatch.setattr(assets.files, "process_snapshot", doomed)
 

@@ -11,6 +11,7 @@ import ast
 import hashlib
 import operator
 import os
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
@@ -318,9 +319,15 @@ def _gpus(document: Mapping[str, Any]) -> dict[str, Gpu]:
     return gpus
 
 
+_PARSING = threading.Lock()
+
+
 def load() -> Curation:
-    """The curation as the files say now; parsed once per distinct content."""
-    return _parse(_read_files(curation_dir()))
+    """The curation as the files say now; parsed once per distinct content, also when many
+    threads start at once (a run's files are processed on several)."""
+    contents = _read_files(curation_dir())
+    with _PARSING:
+        return _parse(contents)
 
 
 @cache

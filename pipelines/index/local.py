@@ -15,6 +15,7 @@ import dataclasses
 import os
 import secrets
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from pipelines.settings import Settings
 from pipelines.storage.base import ObjectStore
 
 KEEP_LOCAL_DATABASES = 4
+FETCH_THREADS = 8
 PARQUET_CONTENT_TYPE = "application/vnd.apache.parquet"
 EMPTY_VERSION = "empty"
 INTERNAL_SCHEMA = "kindex_internal"
@@ -105,6 +107,16 @@ def fetch(store: ObjectStore, layout: IndexLayout, key: str) -> Path:
     return path
 
 
+def fetch_all(store: ObjectStore, layout: IndexLayout, keys: Sequence[str]) -> list[Path]:
+    """The local copies of immutable objects (`fetch`), in order; those not cached yet are
+    downloaded several at once (each waits on the network more than on this process)."""
+    missing = [key for key in dict.fromkeys(keys) if not layout.cached_path(key).exists()]
+    if len(missing) > 1:
+        with ThreadPoolExecutor(FETCH_THREADS, thread_name_prefix="kindex-fetch") as pool:
+            list(pool.map(lambda key: fetch(store, layout, key), missing))
+    return [fetch(store, layout, key) for key in keys]
+
+
 def put_file(store: ObjectStore, key: str, path: Path) -> None:
     store.put(key, path.read_bytes(), content_type=PARQUET_CONTENT_TYPE)
 
@@ -117,9 +129,7 @@ def install_version(store: ObjectStore, layout: IndexLayout, index: PublishedInd
     """The database of this version, built (its files downloaded) when it is not yet."""
     database = version_database(layout, index.id)
     if not database.exists():
-        for keys in index.files.values():
-            for key in keys:
-                fetch(store, layout, key)
+        fetch_all(store, layout, [key for keys in index.files.values() for key in keys])
         build_database(database, layout, index.files)
     return database
 

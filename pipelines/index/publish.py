@@ -50,7 +50,7 @@ from pipelines.index.layout import IndexLayout
 from pipelines.index.local import (
     PublishedIndex,
     cache_file,
-    fetch,
+    fetch_all,
     install_local,
     object_key,
     published,
@@ -136,7 +136,7 @@ def included(
     store: ObjectStore, layout: IndexLayout, index: PublishedIndex
 ) -> tuple[set[str], set[str]]:
     """The record set prefixes and read object keys a version holds (from its snapshots)."""
-    paths = [str(fetch(store, layout, key)) for key in index.files["snapshots"]]
+    paths = list(map(str, fetch_all(store, layout, index.files["snapshots"])))
     con = duckdb.connect()
     try:
         rows = con.execute(
@@ -203,9 +203,9 @@ def _publish(store: ObjectStore, settings: Settings) -> IndexVersion:
     summaries, read_keys = list_record_sets(store, layout)
     # A record set counts once it has a read too: a process killed between the summary and
     # the read object leaves a set whose runs have no source key yet (its rerun adds it).
-    pending_sets = [
-        RecordSet(prefix, orjson.loads(store.get_bytes(key)))
-        for prefix, key in sorted(summaries.items())
+    pending_prefixes = [
+        prefix
+        for prefix in sorted(summaries)
         if prefix not in included_sets and prefix in read_keys
     ]
     pending_read_keys = sorted(
@@ -215,17 +215,25 @@ def _publish(store: ObjectStore, settings: Settings) -> IndexVersion:
         for key in keys
         if key not in included_reads
     )
-    if not pending_sets and not pending_read_keys:
+    if not pending_prefixes and not pending_read_keys:
         install_local(store, layout, current)
         return IndexVersion(
             version.version, version.parent, published=False, counts=dict(version.counts)
         )
-    reads = [ObjectRead.from_json(store.get_bytes(k)) for k in pending_read_keys]
-    summaries_by_prefix = {rs.prefix: rs.summary for rs in pending_sets}
-    for prefix in {
-        k.rsplit("reads/", 1)[0] for k in pending_read_keys
-    } - summaries_by_prefix.keys():
-        summaries_by_prefix[prefix] = orjson.loads(store.get_bytes(summaries[prefix]))
+    # Every summary the new reads need too (a new read of a set already in the index).
+    summary_prefixes = sorted(
+        {*pending_prefixes, *(k.rsplit("reads/", 1)[0] for k in pending_read_keys)}
+    )
+    summary_paths = fetch_all(store, layout, [summaries[p] for p in summary_prefixes])
+    summaries_by_prefix = {
+        prefix: orjson.loads(path.read_bytes())
+        for prefix, path in zip(summary_prefixes, summary_paths, strict=True)
+    }
+    pending_sets = [RecordSet(prefix, summaries_by_prefix[prefix]) for prefix in pending_prefixes]
+    reads = [
+        ObjectRead.from_json(path.read_bytes())
+        for path in fetch_all(store, layout, pending_read_keys)
+    ]
     new_version, new_runs = build_version(
         store, layout, catalog, current, pending_sets, reads, summaries_by_prefix
     )
@@ -282,10 +290,12 @@ def build_version(
     """Compute the new rows from the current version plus the pending record sets, commit them
     table by table, and then the version naming those commits. Returns it and its new runs."""
     local = {
-        name: [str(fetch(store, layout, k)) for k in keys] for name, keys in current.files.items()
+        name: list(map(str, fetch_all(store, layout, keys))) for name, keys in current.files.items()
     }
     pending_files = {
-        name: [str(fetch(store, layout, key)) for rs in pending for key in rs.file_keys(name)]
+        name: list(
+            map(str, fetch_all(store, layout, [k for rs in pending for k in rs.file_keys(name)]))
+        )
         for name in ("runs", "manifests", "lineage", "quarantine")
     }
     con = duckdb.connect()
