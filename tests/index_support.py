@@ -87,4 +87,3 @@ def s3_requests(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
 
     monkeypatch.setattr(S3Store, "_call", recorded)
     return sent
-
