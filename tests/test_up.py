@@ -13,6 +13,7 @@ import pytest
 
 from pipelines.cli import main
 from pipelines.commands.up import (
+    DEQUEUE_INTERVAL_SECONDS,
     MAX_CONCURRENT_RUNS,
     MAX_RUN_RETRIES,
     dagster_instance_yaml,
@@ -27,6 +28,7 @@ def test_instance_yaml_is_accepted_by_dagster(tmp_path: Path) -> None:
     (tmp_path / "dagster.yaml").write_text(dagster_instance_yaml(tmp_path), encoding="utf-8")
     with DagsterInstance.from_config(str(tmp_path)) as instance:
         assert instance.run_coordinator.__class__.__name__ == "QueuedRunCoordinator"
+        assert instance.run_coordinator.dequeue_interval_seconds == DEQUEUE_INTERVAL_SECONDS
         # The launcher lost_runs_sensor watches (assets/lost_runs.py).
         assert type(instance.run_launcher) is DefaultRunLauncher
         assert instance.run_retries_enabled

@@ -47,6 +47,9 @@ MAX_CONCURRENT_RUNS = 2
 # A run that failed (its worker killed, S3 gone for a while) is run again, up to this often.
 MAX_RUN_RETRIES = 3
 RUN_MONITORING_POLL_SECONDS = 5
+# How often the daemon starts queued runs (Dagster's default is every 5 s): a file dropped waits
+# for a sensor tick and then this, before its run even starts.
+DEQUEUE_INTERVAL_SECONDS = 1
 # An S3 server that dies this often within S3_RESTART_WINDOW_SECONDS is not restarted again.
 MAX_S3_RESTARTS = 5
 S3_RESTART_WINDOW_SECONDS = 600.0
@@ -99,6 +102,8 @@ local_artifact_storage:
 run_coordinator:
   module: dagster.core.run_coordinator
   class: QueuedRunCoordinator
+  config:
+    dequeue_interval_seconds: {DEQUEUE_INTERVAL_SECONDS}
 concurrency:
   runs:
     max_concurrent_runs: {MAX_CONCURRENT_RUNS}
