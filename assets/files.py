@@ -128,8 +128,8 @@ def snapshot_event(partition_key: str, taken: Snapshot | NoSnapshot) -> AssetMat
 
 def each_file(work: Callable[[str], T], partition_keys: Sequence[str]) -> Iterator[tuple[str, T]]:
     """`work` over each partition on a few threads, yielded here as each one finishes: a file
-    costs about a dozen small S3 requests, which wait on the network, not the CPU. `work` must not raise:
-    every file is done whatever happens to the others."""
+    costs about a dozen small S3 requests, which wait on the network, not the CPU. `work` must
+    not raise: every file is done whatever happens to the others."""
     if len(partition_keys) <= 1:
         yield from ((key, work(key)) for key in partition_keys)
         return
