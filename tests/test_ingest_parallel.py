@@ -114,13 +114,26 @@ def test_an_ingest_through_the_parallel_path_gives_the_same_index(
 
 
 @pytest.mark.parametrize("in_memory", [False, True])
-def test_tables_from_a_forkserver_when_other_threads_run(tmp_path: Path, in_memory: bool) -> None:
+def test_tables_from_a_forkserver_when_other_threads_run(
+    tmp_path: Path, in_memory: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Inside a Dagster run other threads are alive, and workers must not be forked from
     them: they come from a forkserver (which cannot share this process's memory: bytes held
-    here reach it as a temporary file), and the tables are the same."""
+    here reach it as a temporary file, in shared memory), and the tables are the same."""
     data = messy_csv()
     path = tmp_path / "file.csv"
     path.write_bytes(data)
+    shared = tmp_path / "shm"
+    shared.mkdir()
+    monkeypatch.setattr(relay, "SHARED_MEMORY", shared)
+    made: list[tuple[str | None, str | None]] = []
+    real_temporary_directory = relay.tempfile.TemporaryDirectory
+
+    def temporary_directory(**kwargs: Any) -> Any:
+        made.append((kwargs.get("prefix"), kwargs.get("dir")))
+        return real_temporary_directory(**kwargs)
+
+    monkeypatch.setattr(relay.tempfile, "TemporaryDirectory", temporary_directory)
     done = threading.Event()
     other = threading.Thread(target=done.wait, name="like-a-dagster-thread")
     other.start()
@@ -134,6 +147,7 @@ def test_tables_from_a_forkserver_when_other_threads_run(tmp_path: Path, in_memo
     assert rows == serial_rows
     for name, table in serial.items():
         assert tables[name].equals(table), name
+    assert (("kindex-ingest-", str(shared)) in made) == in_memory
 
 
 def test_tables_spool_to_shared_memory_only_when_it_has_room(

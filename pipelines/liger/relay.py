@@ -207,14 +207,16 @@ def record_set_file(
 
     Forked workers read bytes where this process holds them (a fork shares its memory, copied
     only on write); workers from a forkserver (this process runs threads) need a file, so the
-    bytes are written to a temporary one first."""
+    bytes are written to a temporary one first (in shared memory where it has room)."""
     context = worker_context(__name__)
     if isinstance(csv, Path):
         source, size = Input(FileInput(csv), context), csv.stat().st_size
     elif isinstance(context, multiprocessing.context.ForkContext):
         source, size = Input(lambda: io.BytesIO(csv), context), len(csv)  # shares, copies nothing
     else:
-        with tempfile.TemporaryDirectory(prefix="kindex-ingest-") as workdir:
+        with tempfile.TemporaryDirectory(
+            prefix="kindex-ingest-", dir=_spool_dir(len(csv))
+        ) as workdir:
             path = Path(workdir) / "snapshot.csv"
             path.write_bytes(csv)
             return record_set_file(
@@ -253,7 +255,8 @@ SHARED_MEMORY = Path("/dev/shm")
 
 
 def _spool_dir(needed: int) -> str | None:
-    """Where to spool: shared memory when it has room (writing there is ~3x cheaper than to a
+    """Where to write `needed` bytes of temporary files (spooled tables, or the bytes workers from
+    a forkserver read): shared memory when it has room (writing there is ~3x cheaper than to a
     disk's page cache: no journal, no writeback), else the temporary directory."""
     try:
         roomy = SHARED_MEMORY.is_dir() and shutil.disk_usage(SHARED_MEMORY).free >= needed
