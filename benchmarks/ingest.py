@@ -108,7 +108,7 @@ def timed_ingest(paths: list[Path], settings: Any, store: Any) -> tuple[float, A
 def ingest_in_fresh_process(path: Path, home: Path) -> tuple[float, int, int]:
     """Seconds, rows and indexed runs of one ingest of `path` into `home`, in a new process."""
     command = [sys.executable, __file__, "--ingest-into", str(home), str(path)]
-    result = subprocess.run(command, check=True, capture_output=True, text=True)
+    result = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True)  # stderr shows
     measured = json.loads(result.stdout.splitlines()[-1])
     return measured["seconds"], measured["rows"], measured["runs"]
 
