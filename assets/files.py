@@ -48,9 +48,9 @@ from pipelines.ingest import (
     schema_sample,
     schema_verdict,
 )
-from pipelines.reconcile import snapshots_of_versions
-from pipelines.sensor_cursor import ObjectVersionRef, parse_partition_key
-from pipelines.snapshots import Snapshot, TakenSnapshot, VersionChanged, read_and_keep
+from pipelines.intake.reconcile import snapshots_of_versions
+from pipelines.intake.sensor_cursor import ObjectVersionRef, parse_partition_key
+from pipelines.intake.snapshots import Snapshot, TakenSnapshot, VersionChanged, read_and_keep
 
 T = TypeVar("T")
 

@@ -73,7 +73,7 @@ def index(context: AssetExecutionContext, kindex: KindexResource) -> Materialize
 
 
 def missing_versions_check(kindex: KindexResource) -> AssetCheckResult:
-    from pipelines.reconcile import reconcile
+    from pipelines.intake.reconcile import reconcile
 
     found = reconcile(kindex.store, kindex.settings)
     examples = [m.info.key for m in found.missing[:10]]

@@ -1,6 +1,6 @@
 """The reconcile sensor: nothing dropped falls through unseen.
 
-Each tick judges the bucket (pipelines/reconcile.py): every object version under `incoming/`
+Each tick judges the bucket (pipelines/intake/reconcile.py): every object version under `incoming/`
 must have a snapshot and a record set of the current parser. Versions that lack them are
 requested again as partition runs (few runs: contiguous ranges of the partition order), each
 version with its own backoff, so a file that fails every time is retried less and less often
@@ -32,8 +32,8 @@ from assets.files import FILE_ASSETS, RECORDS_KEY
 from assets.partitions import INCOMING_FILES
 from assets.resources import KindexResource
 from assets.sensors import MAX_FILES_PER_RUN, run_requests_for, runs_in_flight
-from pipelines.reconcile import reconcile
-from pipelines.sensor_cursor import partition_key_for
+from pipelines.intake.reconcile import reconcile
+from pipelines.intake.sensor_cursor import partition_key_for
 
 RECONCILE_INTERVAL_SECONDS = 60
 clock = time.time  # the sensor's notion of now (tests move it)

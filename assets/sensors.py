@@ -22,8 +22,8 @@ from assets.files import FILE_ASSETS, RECORDS_KEY
 from assets.index import INDEX_KEY
 from assets.partitions import INCOMING_FILES
 from assets.resources import KindexResource
-from pipelines.sensor_cursor import TickPlan, plan_tick
-from pipelines.snapshots import record_reread
+from pipelines.intake.sensor_cursor import TickPlan, plan_tick
+from pipelines.intake.snapshots import record_reread
 
 # One tick never lists more new versions than this into runs; the rest wait for the next tick.
 MAX_FILES_PER_TICK = 1000

@@ -3,7 +3,7 @@
 Starts `kindex up` (embedded SeaweedFS, Dagster webserver and daemon) in a fresh home, uploads
 N small Liger CSVs (20 rows each, distinct runs) at once, plus a 999-byte key, a binary file and
 a text file that is no format, and waits until every object version has a record set of the
-current parser (pipelines/reconcile.py: the missing count is 0) and the index holds them all.
+current parser (pipelines/intake/reconcile.py: the missing count is 0) and the index holds them all.
 Then `kindex ingest` of the same small files in another fresh home, in-process. Prints the time
 from the drop to the last file, files/s, the peak memory of `kindex up`'s processes, and the
 ratio to in-process ingest; checks that both indexes hold the same runs (count and fingerprint:
@@ -139,7 +139,7 @@ def drop_burst(up: Any, paths: list[Path], odd: dict[str, bytes]) -> BurstResult
     until nothing is missing and the index holds every file's record set."""
     from test_up_e2e import descendants
 
-    from pipelines.reconcile import reconcile
+    from pipelines.intake.reconcile import reconcile
     from pipelines.settings import Settings
     from pipelines.storage.s3 import store_session
 

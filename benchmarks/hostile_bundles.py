@@ -21,7 +21,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from bundle_support import FIXTURE, billion_laughs, over_size, ten_thousand_deep  # noqa: E402
 
-from pipelines.bundles.normalize import normalize_bundle_bytes  # noqa: E402
+from pipelines.sources.bundles.normalize import normalize_bundle_bytes  # noqa: E402
 
 
 def measure(data: bytes, repeat: int) -> tuple[float, float, str]:

@@ -118,9 +118,9 @@ def ingest_here(home: Path, path: Path) -> None:
     imported first, then one timed ingest, printed as JSON."""
     import pyiceberg.catalog.sql  # noqa: F401  (loaded by the first publish's catalog)
 
-    import pipelines.bundles.sniff  # noqa: F401
     import pipelines.index.publish  # noqa: F401
-    import pipelines.snapshots  # noqa: F401
+    import pipelines.intake.snapshots  # noqa: F401
+    import pipelines.sources.bundles.sniff  # noqa: F401
 
     with kindex_instance(home) as (settings, store):
         elapsed, summary = timed_ingest([path], settings, store)

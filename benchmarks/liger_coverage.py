@@ -29,8 +29,8 @@ from pathlib import Path
 
 import orjson
 
-from pipelines.liger.columnar import normalized_batches, write_json_lines
-from pipelines.manifests import schema_errors
+from pipelines.records.manifests import schema_errors
+from pipelines.sources.liger.columnar import normalized_batches, write_json_lines
 
 KINDS = {
     "BenchmarkRun": "run",

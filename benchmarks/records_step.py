@@ -58,7 +58,7 @@ def records_step_seconds(path: Path, store: Any) -> float:
 
     import definitions
     from assets.files import records, snapshot
-    from pipelines.sensor_cursor import partition_key_for
+    from pipelines.intake.sensor_cursor import partition_key_for
 
     info = store.put_bytes("incoming/" + path.name, path.read_bytes())
     partition = partition_key_for(info)

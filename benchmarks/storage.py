@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from pipelines.intake.snapshots import read_snapshot, take_snapshot
 from pipelines.settings import Settings
-from pipelines.snapshots import read_snapshot, take_snapshot
 from pipelines.storage.embedded import EmbeddedS3, start_on_free_ports
 from pipelines.storage.s3 import S3Store
 

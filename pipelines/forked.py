@@ -1,4 +1,5 @@
-"""Worker processes of the parallel paths (pipelines/liger/relay.py: `kindex normalize` and the
+"""Worker processes of the parallel paths (pipelines/sources/liger/relay.py: `kindex normalize` and
+the
 record tables of an ingest): how they start, what they reset first, and how they are stopped."""
 
 from __future__ import annotations

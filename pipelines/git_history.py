@@ -1,6 +1,7 @@
 """A committed file's history into the bucket: every committed version of one file, oldest
 first, uploaded as versions of one key, each carrying its commit and commit time as object
-metadata (pipelines/incoming.py). `kindex ingest --git` processes each version in-process right
+metadata (pipelines/intake/incoming.py). `kindex ingest --git` processes each version in-process
+right
 after uploading it; `kindex put --git` leaves that to the sensor and waits for each version to
 be read before it uploads the next (a key holds one version at a time).
 
@@ -21,10 +22,10 @@ from typing import Any
 
 from tqdm import tqdm
 
-from pipelines.incoming import SourceCommit, check_incoming_key, put_incoming
 from pipelines.index.publish import publish_index
 from pipelines.ingest import IngestSummary, SnapshotRecords, process_snapshot
-from pipelines.snapshots import Snapshot, content_digest, read_record_key, snapshot_written
+from pipelines.intake.incoming import SourceCommit, check_incoming_key, put_incoming
+from pipelines.intake.snapshots import Snapshot, content_digest, read_record_key, snapshot_written
 from pipelines.storage.base import NoSuchKey, ObjectInfo, ObjectStore
 
 GIT_TIMEOUT_SECONDS = 120

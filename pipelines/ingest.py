@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from tqdm import tqdm
 
-from pipelines.incoming import incoming_key, put_incoming, upload_incoming
 from pipelines.index.faults import RECORD_FILES_WRITTEN, pause_point
 from pipelines.index.known import known_manifests
 from pipelines.index.layout import IndexLayout
@@ -39,13 +38,14 @@ from pipelines.index.record_objects import (
     preview,
     value_counts,
 )
-from pipelines.liger.relay import worth_relay
+from pipelines.intake.incoming import incoming_key, put_incoming, upload_incoming
 from pipelines.sources import normalize_object
 from pipelines.sources import record_set_content as record_set_of_source
+from pipelines.sources.liger.relay import worth_relay
 from pipelines.storage.base import ObjectStore
 
 if TYPE_CHECKING:
-    from pipelines.snapshots import TakenSnapshot
+    from pipelines.intake.snapshots import TakenSnapshot
 
 
 @dataclass(slots=True)
@@ -94,7 +94,7 @@ SINGLE_PUT_LIMIT = 5 * 1024**3  # the largest object S3 takes in one PutObject
 
 
 def snapshot_data(store: ObjectStore, settings: Any, snapshot: Any) -> bytes:
-    from pipelines.snapshots import read_snapshot
+    from pipelines.intake.snapshots import read_snapshot
 
     return read_snapshot(store, settings, snapshot)
 
@@ -226,7 +226,7 @@ def record_set_content(
     digest_unless_written: Callable[[], str | None],
     parts_dir: Path,
 ) -> RecordSetContent | None:
-    """The record set of one normalized object, built by its source (pipelines/sources.py),
+    """The record set of one normalized object, built by its source (pipelines/sources/__init__.py),
     unless `digest_unless_written`, called once the work runs, gives None."""
     return record_set_of_source(
         result, data, digest_unless_written, parts_dir, parallel=worth_relay(len(data))
@@ -350,7 +350,7 @@ def ingest_file(store: ObjectStore, settings: Any, path: Path) -> SnapshotRecord
     still holds the version written). The upload runs while the records are built, and the
     records are written only once the snapshot is taken. A larger file streams up first and is
     read back."""
-    from pipelines.snapshots import content_digest, take_snapshot
+    from pipelines.intake.snapshots import content_digest, take_snapshot
 
     if path.stat().st_size > SINGLE_PUT_LIMIT:
         info = upload_incoming(store, settings, path)
@@ -387,7 +387,7 @@ def ingest_file(store: ObjectStore, settings: Any, path: Path) -> SnapshotRecord
 def _upload_and_snapshot(
     store: ObjectStore, settings: Any, path: Path, data: bytes, digest: Callable[[], str]
 ) -> Any:
-    from pipelines.snapshots import snapshot_written
+    from pipelines.intake.snapshots import snapshot_written
 
     written = put_incoming(store, settings, path, data)
     return snapshot_written(store, settings, written, data, digest())
@@ -471,9 +471,9 @@ def schema_sample(manifests: Any) -> list[str]:
 def schema_verdict(manifests: Sequence[str], limit: int = 10) -> SchemaVerdict:
     """Validate manifests (JSON texts) against their kernelindex schemas with a compiled
     validator (jsonschema-rs, the same JSON Schema 2020-12 verdicts as `jsonschema`); the
-    failures' messages come from `pipelines.manifests.schema_errors`."""
+    failures' messages come from `pipelines.records.manifests.schema_errors`."""
     from pipelines import API_VERSION
-    from pipelines.manifests import schema_errors
+    from pipelines.records.manifests import schema_errors
 
     stride = max(1, -(-len(manifests) // SCHEMA_CHECKED_RUNS))
     chosen = manifests[::stride]
@@ -504,9 +504,10 @@ def _fast_validator(kind: str) -> Any:
 
     import jsonschema_rs
 
-    from pipelines.manifests import SCHEMA_FILES
+    from pipelines.records.manifests import SCHEMA_FILES
 
     if kind not in SCHEMA_FILES:
         return None
-    text = resources.files("pipelines.schemas").joinpath(SCHEMA_FILES[kind]).read_text("utf-8")
+    schemas = resources.files("pipelines.records.schemas")
+    text = schemas.joinpath(SCHEMA_FILES[kind]).read_text("utf-8")
     return jsonschema_rs.validator_for(json.loads(text))

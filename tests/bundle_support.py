@@ -10,7 +10,7 @@ from typing import Any
 
 from ruamel.yaml import YAML
 
-from pipelines.bundles.reader import DEFAULT_MAX_BYTES, read_documents
+from pipelines.sources.bundles.reader import DEFAULT_MAX_BYTES, read_documents
 
 DATA = Path(__file__).parent / "data" / "kernelindex"
 FIXTURE = DATA / "submissions" / "example-fixture.yaml"

@@ -46,7 +46,7 @@ def csv_bytes(header: list[str], rows: list[list[str]]) -> bytes:
 
 def drop_and_process(store: Any, settings: Any, key: str, data: bytes) -> Any:
     """Put bytes at a key, snapshot that object version and write its record objects."""
-    from pipelines.snapshots import take_snapshot
+    from pipelines.intake.snapshots import take_snapshot
 
     info = store.put_bytes(key, data)
     snapshot = take_snapshot(store, settings, key, etag=info.etag)

@@ -11,7 +11,8 @@ from functools import lru_cache
 from typing import Any
 
 from pipelines.curation import Curation
-from pipelines.liger.normalize import (
+from pipelines.records import Record, RowOutcome, RunFacts
+from pipelines.sources.liger.normalize import (
     NAME_LIMIT,
     Layout,
     Normalizer,
@@ -24,8 +25,7 @@ from pipelines.liger.normalize import (
     joined_slug,
     read_record,
 )
-from pipelines.liger.read import CsvRecord, open_liger_csv
-from pipelines.records import Record, RowOutcome, RunFacts
+from pipelines.sources.liger.read import CsvRecord, open_liger_csv
 
 
 class ReferenceNormalizer(Normalizer):

@@ -21,9 +21,9 @@ from bundle_support import (
 )
 from index_support import fingerprints, index_settings, query
 
-from pipelines.bundles import reasons
 from pipelines.index.local import open_index
 from pipelines.ingest import IngestSummary, ingest_paths
+from pipelines.sources.bundles import reasons
 from pipelines.worker import BundleWriter, manifest
 
 __all__ = ["index_settings"]

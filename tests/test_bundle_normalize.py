@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 from bundle_support import ten_run_bundle
 
-from pipelines.bundles import reasons
-from pipelines.bundles.canonicalize import AmbiguousDuration, canonicalize, duration_ns
-from pipelines.bundles.normalize import PARSER_VERSION, normalize_bundle_bytes
-from pipelines.bundles.reader import read_documents
-from pipelines.bundles.validate import check_manifest
-from pipelines.canonical import manifest_digest
+from pipelines.records.canonical import manifest_digest
 from pipelines.sources import normalize_object
+from pipelines.sources.bundles import reasons
+from pipelines.sources.bundles.canonicalize import AmbiguousDuration, canonicalize, duration_ns
+from pipelines.sources.bundles.normalize import PARSER_VERSION, normalize_bundle_bytes
+from pipelines.sources.bundles.reader import read_documents
+from pipelines.sources.bundles.validate import check_manifest
 
 DATA = Path(__file__).parent / "data" / "kernelindex"
 FIXTURE = DATA / "submissions" / "example-fixture.yaml"

@@ -7,9 +7,9 @@ import tracemalloc
 
 import pytest
 
-from pipelines.bundles import reasons
-from pipelines.bundles.normalize import normalize_bundle_bytes
-from pipelines.bundles.reader import ReadError, ReadLimits, read_documents
+from pipelines.sources.bundles import reasons
+from pipelines.sources.bundles.normalize import normalize_bundle_bytes
+from pipelines.sources.bundles.reader import ReadError, ReadLimits, read_documents
 
 
 def one(text: str | bytes):

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from liger_support import RECORD_ORDER, vectors
 
-from pipelines.canonical import (
+from pipelines.records.canonical import (
     canonical_json,
     canonical_json_reference,
     identity_json,

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from pipelines.liger.relay import PARALLEL_MIN_BYTES
+from pipelines.sources.liger.relay import PARALLEL_MIN_BYTES
 
 KINDEX = str(Path(sys.executable).with_name("kindex"))
 LIGER_CSV = Path(__file__).parent / "data" / "liger" / "all_benchmark_data.csv"

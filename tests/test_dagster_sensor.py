@@ -21,7 +21,7 @@ from dagster_support import (
 from index_support import csv_bytes, liger_rows, query
 
 from assets.sensors import MAX_FILES_PER_RUN
-from pipelines.sensor_cursor import partition_key_for
+from pipelines.intake.sensor_cursor import partition_key_for
 from pipelines.settings import Settings
 
 MANY_FILES = 1000

@@ -20,10 +20,10 @@ from index_support import index_settings, query
 
 from pipelines.cli import main
 from pipelines.git_history import GitHistoryError, file_history
-from pipelines.incoming import SourceCommit, put_incoming
 from pipelines.index.publish import publish_index
 from pipelines.ingest import process_snapshot
-from pipelines.snapshots import content_digest, list_reads, snapshot_written, take_snapshot
+from pipelines.intake.incoming import SourceCommit, put_incoming
+from pipelines.intake.snapshots import content_digest, list_reads, snapshot_written, take_snapshot
 
 __all__ = ["index_settings"]  # the fixture, imported for pytest
 

@@ -23,7 +23,6 @@ from index_support import (
     query,
 )
 
-from pipelines.canonical import manifest_digest
 from pipelines.cli import main
 from pipelines.index.catalog import (
     COMPACT_ABOVE_FILES,
@@ -34,6 +33,7 @@ from pipelines.index.local import load_current
 from pipelines.index.remote import connect_remote
 from pipelines.index.tables import TABLES, VIEWS
 from pipelines.ingest import ingest_paths
+from pipelines.records.canonical import manifest_digest
 
 __all__ = ["index_settings"]
 

@@ -23,13 +23,13 @@ from index_support import (
     s3_requests,
 )
 
-from pipelines.canonical import manifest_digest
 from pipelines.cli import main
 from pipelines.index.layout import IndexLayout
 from pipelines.index.local import load_current, open_index
 from pipelines.index.publish import publish_index
 from pipelines.index.tables import TABLES, VIEWS
 from pipelines.ingest import ingest_paths
+from pipelines.records.canonical import manifest_digest
 from pipelines.settings import Settings
 
 __all__ = ["index_settings"]
@@ -331,7 +331,7 @@ def test_a_file_whose_records_fail_still_lands(
     """The upload runs beside the normalizer: when building the records fails, the file is in
     the bucket all the same, and the error is the normalizer's."""
     from pipelines import ingest as ingest_module
-    from pipelines.incoming import incoming_key
+    from pipelines.intake.incoming import incoming_key
 
     header, rows = liger_rows(range(2, 12))
     path = tmp_path / "breaks.csv"

@@ -15,8 +15,13 @@ from pipelines.index.layout import IndexLayout
 from pipelines.index.publish import publish_index
 from pipelines.index.reads import ObjectRead
 from pipelines.ingest import process_snapshot
-from pipelines.sensor_cursor import TickPlan, parse_partition_key, partition_key_for, plan_tick
-from pipelines.snapshots import (
+from pipelines.intake.sensor_cursor import (
+    TickPlan,
+    parse_partition_key,
+    partition_key_for,
+    plan_tick,
+)
+from pipelines.intake.snapshots import (
     latest_read_per_key,
     list_reads,
     load_snapshot,

@@ -1,4 +1,5 @@
-"""The record tables built on every core (pipelines/liger/relay.py) are exactly the row path's,
+"""The record tables built on every core (pipelines/sources/liger/relay.py) are exactly the row
+path's,
 duplicates and bad rows included, and an ingest through them gives the same index."""
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from index_support import (
 from pipelines import forked
 from pipelines import ingest as ingest_module
 from pipelines.index.record_objects import LINEAGE_SCHEMA, PartFacts, RecordSetBuilder
-from pipelines.liger import relay
-from pipelines.liger.normalize import PARSER_VERSION, normalize_bytes
+from pipelines.sources.liger import relay
+from pipelines.sources.liger.normalize import PARSER_VERSION, normalize_bytes
 
 __all__ = ["index_settings"]
 DIGEST = "sha256:" + "ab" * 32
@@ -138,7 +139,8 @@ def test_tables_from_a_forkserver_when_other_threads_run(
     other = threading.Thread(target=done.wait, name="like-a-dagster-thread")
     other.start()
     try:
-        assert forked.worker_context("pipelines.liger.relay").get_start_method() == "forkserver"
+        context = forked.worker_context("pipelines.sources.liger.relay")
+        assert context.get_start_method() == "forkserver"
         rows, tables = relay_tables(path, 2, in_memory)
     finally:
         done.set()

@@ -8,11 +8,17 @@ import io
 import pytest
 from liger_support import HEADER, csv_lines
 
-from pipelines.liger.columnar import Batch, normalize_batch, normalized_batches
-from pipelines.liger.normalize import FIELD_LIMIT, Layout, Normalizer, NotLigerCsv, normalize_bytes
-from pipelines.liger.read import record_columns
 from pipelines.records import RowOutcome
 from pipelines.sources import normalize_object
+from pipelines.sources.liger.columnar import Batch, normalize_batch, normalized_batches
+from pipelines.sources.liger.normalize import (
+    FIELD_LIMIT,
+    Layout,
+    Normalizer,
+    NotLigerCsv,
+    normalize_bytes,
+)
+from pipelines.sources.liger.read import record_columns
 
 GOOD = csv_lines([2212])[0]  # the B200 jsd seed row
 GOOD_FIELDS = next(csv.reader([GOOD]))

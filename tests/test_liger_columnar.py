@@ -1,4 +1,5 @@
-"""The batched, column-by-column Liger normalizer (pipelines/liger/columnar.py) writes exactly the
+"""The batched, column-by-column Liger normalizer (pipelines/sources/liger/columnar.py) writes
+exactly the
 bytes the row-by-row oracle writes (`RowOutcome.json_line` of each of tests/liger_oracle.py's
 `row_outcomes`): on the shared CSV, on the bad-CSV corpus and on generated files mixing good rows
 with damaged ones."""
@@ -20,7 +21,8 @@ from liger_oracle import row_outcomes
 from liger_support import HEADER, LIGER_CSV, csv_lines
 from test_liger_bad_inputs import GOOD_FIELDS, row_with
 
-from pipelines.liger.columnar import (
+from pipelines.intake.seen_keys import SeenKeys
+from pipelines.sources.liger.columnar import (
     ARROW_FLOAT_TEXT,
     _encode,
     _fill,
@@ -28,9 +30,8 @@ from pipelines.liger.columnar import (
     normalized_batches,
     write_json_lines,
 )
-from pipelines.liger.normalize import Normalizer, json_string
-from pipelines.liger.rules import _stamp, stamps
-from pipelines.seen_keys import SeenKeys
+from pipelines.sources.liger.normalize import Normalizer, json_string
+from pipelines.sources.liger.rules import _stamp, stamps
 
 NORMALIZER = Normalizer()
 

@@ -21,9 +21,9 @@ import pytest
 from liger_support import DATA, HEADER, RECORD_ORDER
 
 from pipelines.curation import CURATION_DIR_VARIABLE, CURATION_FILES, curation_dir, load
-from pipelines.liger.columnar import normalized_batches, write_json_lines
-from pipelines.liger.normalize import normalize_bytes, shared_normalizer
-from pipelines.manifests import schema_errors
+from pipelines.records.manifests import schema_errors
+from pipelines.sources.liger.columnar import normalized_batches, write_json_lines
+from pipelines.sources.liger.normalize import normalize_bytes, shared_normalizer
 
 SAMPLE = DATA / "liger" / "corpus_sample.csv"
 REFERENCE = DATA / "vectors" / "corpus_sample.reference.jsonl"

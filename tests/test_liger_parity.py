@@ -12,8 +12,8 @@ from pathlib import Path
 from jsonschema import Draft202012Validator
 from liger_support import LIGER_CSV, RECORD_ORDER, SCHEMAS, seed, vectors
 
-from pipelines.liger.normalize import normalize_bytes
 from pipelines.records import RowOutcome
+from pipelines.sources.liger.normalize import normalize_bytes
 
 SCHEMA_FILE = {
     "OperationSpec": "operation-spec",

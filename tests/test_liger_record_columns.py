@@ -13,10 +13,14 @@ from liger_support import HEADER, LIGER_CSV, csv_lines
 from test_liger_bad_inputs import row_with
 from test_liger_columnar import DAMAGES, generated_examples, row_path
 
-from pipelines.liger.columnar import normalize_batch, quarantine_duplicates, write_json_lines
-from pipelines.liger.normalize import Layout, Normalizer
-from pipelines.liger.read import open_liger_csv, record_columns, segment_records
-from pipelines.seen_keys import SeenKeys
+from pipelines.intake.seen_keys import SeenKeys
+from pipelines.sources.liger.columnar import (
+    normalize_batch,
+    quarantine_duplicates,
+    write_json_lines,
+)
+from pipelines.sources.liger.normalize import Layout, Normalizer
+from pipelines.sources.liger.read import open_liger_csv, record_columns, segment_records
 
 NORMALIZER = Normalizer()
 

@@ -1,4 +1,5 @@
-"""`kindex normalize` on every core (pipelines/liger/relay.py) writes the serial path's bytes, in
+"""`kindex normalize` on every core (pipelines/sources/liger/relay.py) writes the serial path's
+bytes, in
 input order: segments cut inside quoted fields, duplicates across segments, damaged rows; and
 its counts are the serial path's."""
 
@@ -14,8 +15,8 @@ import pytest
 from liger_support import HEADER, LIGER_CSV, csv_lines
 from test_liger_bad_inputs import GOOD_FIELDS, row_with
 
-from pipelines.liger.columnar import count_outcomes, normalized_batches, write_json_lines
-from pipelines.liger.relay import normalize_file
+from pipelines.sources.liger.columnar import count_outcomes, normalized_batches, write_json_lines
+from pipelines.sources.liger.relay import normalize_file
 
 
 def serial(path: Path) -> tuple[bytes, Counter[str]]:

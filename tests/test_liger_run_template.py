@@ -1,4 +1,5 @@
-"""Liger runs are written by filling a per-series template (pipelines/liger/normalize.py); they
+"""Liger runs are written by filling a per-series template (pipelines/sources/liger/normalize.py);
+they
 must equal, digest and manifest, the runs built as dicts and canonicalized by the reference
 RFC 8785 serializer: on every row of the shared CSV and on generated rows."""
 
@@ -15,8 +16,8 @@ from hypothesis import strategies as st
 from liger_oracle import ReferenceNormalizer
 from liger_support import LIGER_CSV
 
-from pipelines.liger.normalize import Normalizer, RowRejected, split_identity
 from pipelines.records import Record
+from pipelines.sources.liger.normalize import Normalizer, RowRejected, split_identity
 
 TEMPLATED = Normalizer()
 REFERENCE = ReferenceNormalizer()

@@ -1,4 +1,5 @@
-"""Every source implements one interface (pipelines/sources.py) and the source of an object is
+"""Every source implements one interface (pipelines/sources/__init__.py) and the source of an
+object is
 chosen there only: by content, first match wins, an object none recognizes is one outcome."""
 
 from __future__ import annotations
@@ -8,8 +9,8 @@ from pathlib import Path
 from liger_support import LIGER_CSV
 
 from pipelines.index.record_objects import LINEAGE_SCHEMA
-from pipelines.liger.rules import Reason
 from pipelines.sources import SOURCES, LigerCsvSource, Unrecognized, normalize_object
+from pipelines.sources.liger.rules import Reason
 
 
 def test_each_source_recognizes_its_own_bytes_and_no_other() -> None:

@@ -1,4 +1,5 @@
-"""The batched record tables (pipelines/liger/tables.py) equal the row path's: every outcome of
+"""The batched record tables (pipelines/sources/liger/tables.py) equal the row path's: every
+outcome of
 `normalize_bytes` fed to RecordSetBuilder in order, table for table and row for row. On the
 shared CSV, on repeated rows, and on generated files mixing good rows with damaged ones."""
 
@@ -12,9 +13,9 @@ from liger_support import HEADER, LIGER_CSV, csv_lines
 from test_liger_columnar import batch_sizes, generated_examples, generated_files
 
 from pipelines.index.record_objects import RecordSetBuilder
-from pipelines.liger.columnar import normalized_batches
-from pipelines.liger.normalize import PARSER_VERSION, Normalizer, normalize_bytes
-from pipelines.liger.tables import batch_tables, record_tables
+from pipelines.sources.liger.columnar import normalized_batches
+from pipelines.sources.liger.normalize import PARSER_VERSION, Normalizer, normalize_bytes
+from pipelines.sources.liger.tables import batch_tables, record_tables
 
 NORMALIZER = Normalizer()
 DIGEST = "sha256:" + "cd" * 32

@@ -23,10 +23,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from liger_support import LIGER_CSV
 
-from pipelines.canonical import MAX_SAFE_INTEGER, canonical_json_reference, identity
-from pipelines.canonical import digest_of_canonical as sha256_digest
 from pipelines.curation import Binding, Curation, Expression, Kernel
-from pipelines.liger.normalize import Normalizer, RowRejected, Workload, json_string
+from pipelines.records.canonical import MAX_SAFE_INTEGER, canonical_json_reference, identity
+from pipelines.records.canonical import digest_of_canonical as sha256_digest
+from pipelines.sources.liger.normalize import Normalizer, RowRejected, Workload, json_string
 
 NORMALIZER = Normalizer()
 CURATION = NORMALIZER.curation

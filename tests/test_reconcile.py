@@ -1,4 +1,4 @@
-"""Nothing falls through unseen: the bucket-state invariant (pipelines/reconcile.py) and the
+"""Nothing falls through unseen: the bucket-state invariant (pipelines/intake/reconcile.py) and the
 reconcile sensor that requests missing versions again with backoff, on real S3 and Dagster;
 and the snapshot lookup that replaced a Dagster query bounded at 10,000 records."""
 
@@ -19,10 +19,10 @@ import assets.files
 import assets.reconcile
 from assets.reconcile import reconcile_sensor
 from assets.resources import KindexResource
-from pipelines.reconcile import reconcile, snapshots_of_versions
-from pipelines.sensor_cursor import ObjectVersionRef
+from pipelines.intake.reconcile import reconcile, snapshots_of_versions
+from pipelines.intake.sensor_cursor import ObjectVersionRef
+from pipelines.intake.snapshots import take_snapshot
 from pipelines.settings import Settings
-from pipelines.snapshots import take_snapshot
 
 S3_KEY_LIMIT = 1024
 

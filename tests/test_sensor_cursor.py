@@ -8,14 +8,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipelines.sensor_cursor import (
+from pipelines.intake.sensor_cursor import (
     ListingCursor,
     advance,
     parse_partition_key,
     partition_key_for,
     plan_tick,
 )
-from pipelines.snapshots import Reread
+from pipelines.intake.snapshots import Reread
 from pipelines.storage.base import ObjectInfo
 
 T0 = datetime(2026, 5, 27, 17, 14, 30, tzinfo=UTC)

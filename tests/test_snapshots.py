@@ -9,9 +9,8 @@ from typing import Any
 
 import pytest
 
-from pipelines.incoming import SourceCommit
-from pipelines.settings import Settings
-from pipelines.snapshots import (
+from pipelines.intake.incoming import SourceCommit
+from pipelines.intake.snapshots import (
     Reread,
     Snapshot,
     SnapshotCorrupt,
@@ -30,6 +29,7 @@ from pipelines.snapshots import (
     snapshot_written,
     take_snapshot,
 )
+from pipelines.settings import Settings
 from pipelines.storage.s3 import S3Store
 
 

@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 from index_support import index_settings, query
 
-from pipelines.bundles.normalize import normalize_bundle_bytes
-from pipelines.bundles.reader import read_documents
-from pipelines.bundles.validate import check_manifest
 from pipelines.index.publish import publish_index
 from pipelines.ingest import process_snapshot
-from pipelines.snapshots import take_snapshot
+from pipelines.intake.snapshots import take_snapshot
 from pipelines.sources import normalize_object
+from pipelines.sources.bundles.normalize import normalize_bundle_bytes
+from pipelines.sources.bundles.reader import read_documents
+from pipelines.sources.bundles.validate import check_manifest
 from pipelines.worker import BundleWriter, InvalidBundle, capture_environment, summarize_ns
 from pipelines.worker.environment import parse_nvidia_smi, sm_architecture
 from pipelines.worker.stats import median_rank_interval

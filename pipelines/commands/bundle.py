@@ -16,9 +16,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from pipelines.bundles import reasons
-from pipelines.bundles.normalize import never_known, normalize_bundle_bytes
-from pipelines.bundles.sniff import looks_like_bundle
+from pipelines.sources.bundles import reasons
+from pipelines.sources.bundles.normalize import never_known, normalize_bundle_bytes
+from pipelines.sources.bundles.sniff import looks_like_bundle
 
 # Whole-text verdicts that say the text is no bundle at all, rather than a bundle with faults.
 UNREADABLE_AS_BUNDLE = frozenset(
@@ -46,7 +46,7 @@ def what_it_is(path: Path, data: bytes) -> str | None:
     """None for what the pipeline reads as a bundle; else what the file is instead."""
     if looks_like_bundle(path.name, data):
         return None
-    from pipelines.liger.read import NotLigerCsv, open_liger_csv
+    from pipelines.sources.liger.read import NotLigerCsv, open_liger_csv
 
     try:
         open_liger_csv(io.BytesIO(data))

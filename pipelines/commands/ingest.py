@@ -74,7 +74,7 @@ def no_run_message(f: SnapshotRecords) -> str:
 def ingest_git(args: argparse.Namespace, settings: Settings) -> int:
     """`--git REPO PATH`: the file's history, version by version, in-process."""
     from pipelines.git_history import GitHistoryError, file_history, history_key, ingest_history
-    from pipelines.incoming import IncomingKeyError
+    from pipelines.intake.incoming import IncomingKeyError
     from pipelines.storage.errors import StorageError
     from pipelines.storage.s3 import store_session
 

@@ -17,9 +17,9 @@ from typing import Any, BinaryIO
 from tqdm import tqdm
 
 from pipelines.forked import collect_garbage_rarely
-from pipelines.liger.columnar import count_outcomes, normalized_batches, write_json_lines
-from pipelines.liger.normalize import NotLigerCsv
-from pipelines.liger.relay import normalize_file, worth_relay
+from pipelines.sources.liger.columnar import count_outcomes, normalized_batches, write_json_lines
+from pipelines.sources.liger.normalize import NotLigerCsv
+from pipelines.sources.liger.relay import normalize_file, worth_relay
 
 PUMP_CHUNK = 1 << 20
 # tqdm's monitor thread would make the relay fork its workers from a forkserver (forked.py).

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pipelines.incoming import IncomingKeyError, check_incoming_key, upload_incoming
+from pipelines.intake.incoming import IncomingKeyError, check_incoming_key, upload_incoming
 from pipelines.storage.base import ObjectInfo
 
 if TYPE_CHECKING:

@@ -307,7 +307,8 @@ REFERENCES = {
 
 def _referenced(outcome: RowOutcome) -> dict[str, str] | None:
     """A Liger run's references, from the records that come with it: its manifest was written
-    from a template (pipelines/liger/normalize.py) with exactly these, and parsing it back for
+    from a template (pipelines/sources/liger/normalize.py) with exactly these, and parsing it back
+    for
     four digests would cost more than building it did."""
     if outcome.facts is None or outcome.facts.origin != "reported":
         return None
@@ -325,7 +326,8 @@ def run_series_key(readable: Mapping[str, Any], spec: Mapping[str, Any]) -> int:
 
 
 def measured_columns(facts: RunFacts | None) -> dict[str, Any]:
-    """The MEASURED_FIELDS of a run, from `RunFacts.extra` (see pipelines/bundles/facts.py)."""
+    """The MEASURED_FIELDS of a run, from `RunFacts.extra` (see
+    pipelines/sources/bundles/facts.py)."""
     extra: dict[str, Any] = facts.extra if facts else {}
     software = extra.get("software") or {}
     framework = software.get("framework") or {}

@@ -6,7 +6,8 @@
     writer.upload(store)                      # -> incoming/worker-bundles/<sha256>.yaml
 
 Manifests are plain dicts (`manifest(kind, name, spec)` builds one). The writer canonicalizes them
-the way the reader does, computes every digest with pipelines.canonical, and refuses to write a
+the way the reader does, computes every digest with pipelines.records.canonical, and refuses to
+write a
 bundle that kindex would not accept in full.
 """
 
@@ -24,10 +25,10 @@ from typing import Any, Literal
 from ruamel.yaml import YAML
 
 from pipelines import API_VERSION
-from pipelines.bundles.canonicalize import canonicalize
-from pipelines.bundles.normalize import KnownDigest, never_known, normalize_bundle_bytes
-from pipelines.canonical import manifest_digest
 from pipelines.records import RowOutcome
+from pipelines.records.canonical import manifest_digest
+from pipelines.sources.bundles.canonicalize import canonicalize
+from pipelines.sources.bundles.normalize import KnownDigest, never_known, normalize_bundle_bytes
 from pipelines.storage.base import ObjectInfo, ObjectStore
 from pipelines.worker.stats import summarize_ns
 

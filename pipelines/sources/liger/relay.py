@@ -1,7 +1,8 @@
 """A large Liger CSV normalized on every core, its outcomes still in input order.
 
 The file's data lines are cut into segments of about SEGMENT_BYTES at line ends. Worker w of N
-(processes: pipelines/forked.py) normalizes segments w, w+N, w+2N… (pipelines/liger/columnar.py),
+(processes: pipelines/forked.py) normalizes segments w, w+N, w+2N…
+(pipelines/sources/liger/columnar.py),
 reading them from the file itself (or, forked from an ingest, from the bytes it holds): with
 Arrow's CSV parser when every line of the segment is a plain RFC 4180 record
 (read.record_columns), else with the streaming reader. Then a token goes
@@ -15,7 +16,8 @@ round the ring of workers in segment order; whoever holds it:
 
 For `kindex normalize`, nothing but the token crosses processes: the lines go straight from each
 worker to the output (their parts built before the token came). For an ingest, each worker
-builds its segments' record tables (pipelines/liger/tables.py): it encodes the runs itself into
+builds its segments' record tables (pipelines/sources/liger/tables.py): it encodes the runs itself
+into
 Parquet parts of the record set (whose lineage is those parts' columns), and writes the
 manifests and quarantine rows as Arrow IPC files, which the parent maps and merges in segment
 order.
@@ -62,7 +64,8 @@ from pipelines.index.record_objects import (
     RecordSetContent,
     parquet_options,
 )
-from pipelines.liger.columnar import (
+from pipelines.intake.seen_keys import SeenKeys, digests_of
+from pipelines.sources.liger.columnar import (
     Batch,
     count_outcomes,
     external_ids,
@@ -72,16 +75,15 @@ from pipelines.liger.columnar import (
     utf8_slices,
     write_json_lines_to,
 )
-from pipelines.liger.normalize import Layout, Normalizer, shared_normalizer
-from pipelines.liger.read import (
+from pipelines.sources.liger.normalize import Layout, Normalizer, shared_normalizer
+from pipelines.sources.liger.read import (
     CsvRecord,
     RecordColumns,
     open_liger_csv,
     record_columns,
     segment_records,
 )
-from pipelines.liger.tables import NAMES, BatchTables, FileTables, batch_tables
-from pipelines.seen_keys import SeenKeys, digests_of
+from pipelines.sources.liger.tables import NAMES, BatchTables, FileTables, batch_tables
 
 SEGMENT_BYTES = 4 << 20  # ~16,000 Liger rows: per-batch costs fade, memory stays ~100 MB per worker
 PARALLEL_MIN_BYTES = 8 << 20  # below this, forking costs more than it saves

@@ -9,11 +9,11 @@ from typing import Any
 from jsonschema.exceptions import ValidationError
 
 from pipelines import API_VERSION
-from pipelines.bundles import reasons
-from pipelines.bundles.canonicalize import Problem, canonicalize
-from pipelines.bundles.reader import escape_pointer_token
-from pipelines.canonical import manifest_digest
-from pipelines.manifests import SCHEMA_FILES, validator
+from pipelines.records.canonical import manifest_digest
+from pipelines.records.manifests import SCHEMA_FILES, validator
+from pipelines.sources.bundles import reasons
+from pipelines.sources.bundles.canonicalize import Problem, canonicalize
+from pipelines.sources.bundles.reader import escape_pointer_token
 
 DIGEST_PATTERN = "^sha256:[0-9a-f]{64}$"
 

@@ -42,7 +42,7 @@ def validator(kind: str) -> Draft202012Validator:
         raise UnknownKind(
             f"unknown kind {kind!r}; expected one of {', '.join(SCHEMA_FILES)}"
         ) from None
-    text = resources.files("pipelines.schemas").joinpath(name).read_text(encoding="utf-8")
+    text = resources.files("pipelines.records.schemas").joinpath(name).read_text(encoding="utf-8")
     schema = json.loads(text)
     Draft202012Validator.check_schema(schema)
     return Draft202012Validator(schema)

@@ -21,9 +21,15 @@ from dataclasses import dataclass, field
 from pipelines.index.layout import IndexLayout
 from pipelines.index.reads import read_id
 from pipelines.index.record_objects import READS_DIR, SUMMARY_FILE
-from pipelines.sensor_cursor import ObjectVersionRef
+from pipelines.intake.sensor_cursor import ObjectVersionRef
+from pipelines.intake.snapshots import (
+    Snapshot,
+    list_reads,
+    load_reads,
+    read_record_key,
+    reads_prefix,
+)
 from pipelines.settings import Settings
-from pipelines.snapshots import Snapshot, list_reads, load_reads, read_record_key, reads_prefix
 from pipelines.storage.base import ObjectInfo, ObjectStore
 
 LOOKUP_THREADS = 8

@@ -28,8 +28,8 @@ from typing import Any
 
 import orjson
 
-from pipelines.incoming import SourceCommit
 from pipelines.index.reads import newest_order
+from pipelines.intake.incoming import SourceCommit
 from pipelines.settings import Settings
 from pipelines.storage.base import NoSuchKey, ObjectInfo, ObjectStore
 

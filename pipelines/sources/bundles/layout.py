@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipelines.bundles import reasons
-from pipelines.bundles.reader import Defect, Document, escape_pointer_token
+from pipelines.sources.bundles import reasons
+from pipelines.sources.bundles.reader import Defect, Document, escape_pointer_token
 
 # Bundle section -> the kind its manifests must have.
 SECTIONS: dict[str, str] = {

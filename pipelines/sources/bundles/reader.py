@@ -30,7 +30,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml import events as ev
 from ruamel.yaml.error import YAMLError
 
-from pipelines.bundles import reasons
+from pipelines.sources.bundles import reasons
 
 DEFAULT_MAX_BYTES = 16 * 1024 * 1024
 DEFAULT_MAX_DEPTH = 64

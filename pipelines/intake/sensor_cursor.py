@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from urllib.parse import unquote
 
-from pipelines.snapshots import Reread
+from pipelines.intake.snapshots import Reread
 from pipelines.storage.base import ObjectInfo
 
 # 2: a version is (key, ETag, LastModified). A version 1 cursor (pairs, no time) is read as no
@@ -162,7 +162,7 @@ def plan_tick(
 ) -> TickPlan:
     """Compare a listing with the cursor. A new version gets a partition, unless one with its
     name exists (the key held these bytes before): then `reread` records that upload as a new
-    read of the bytes kept then (pipelines.snapshots.record_reread) and says what is left."""
+    read of the bytes kept then (pipelines.intake.snapshots.record_reread) and says what is left."""
     step = advance(ListingCursor.from_json(cursor_json), listing, limit=limit)
     new: list[str] = []
     again: dict[str, ObjectInfo] = {}

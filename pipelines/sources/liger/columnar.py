@@ -1,7 +1,8 @@
 """Step 3: a batch of Liger CSV records normalized column by column: the only way runs are made.
 
 Python runs once per distinct series, workload, timestamp and version of a batch, and Arrow's
-C++ kernels do the per-row work: checking the numbers, rounding (pipelines/liger/rules.py), and
+C++ kernels do the per-row work: checking the numbers, rounding (pipelines/sources/liger/rules.py),
+and
 splicing each run's canonical JSON from its series' template. Only hashing stays a per-row Python
 call. A batch comes as CsvRecords or, from whole lines Arrow parsed, as columns
 (read.RecordColumns).
@@ -30,8 +31,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.canonical import number_text
-from pipelines.liger.normalize import (
+from pipelines.intake.seen_keys import SeenKeys, digests_of
+from pipelines.records import Record, RowOutcome, RunFacts
+from pipelines.records.canonical import number_text
+from pipelines.sources.liger.normalize import (
     Layout,
     Normalizer,
     RowRead,
@@ -43,8 +46,8 @@ from pipelines.liger.normalize import (
     shared_normalizer,
     version_json,
 )
-from pipelines.liger.read import CsvRecord, LigerCsv, RecordColumns, open_liger_csv
-from pipelines.liger.rules import (
+from pipelines.sources.liger.read import CsvRecord, LigerCsv, RecordColumns, open_liger_csv
+from pipelines.sources.liger.rules import (
     FIELD_LIMIT,
     NAME_LIMIT,
     RowRejected,
@@ -54,8 +57,6 @@ from pipelines.liger.rules import (
     stamps,
     stored_values,
 )
-from pipelines.records import Record, RowOutcome, RunFacts
-from pipelines.seen_keys import SeenKeys, digests_of
 
 # Where Arrow's float formatting is ECMAScript's (tests/test_liger_columnar.py); numbers outside
 # it are formatted by canonical.number_text.

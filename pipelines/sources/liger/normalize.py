@@ -6,8 +6,10 @@ which the importer skips, become runs under a memory protocol (see docs/memory-r
 other row becomes a quarantine outcome with a stable reason code; no row is dropped unseen.
 
 This module holds the shared manifests (Normalizer), a series' run template (Series) and the
-workloads; what each text means is pipelines/liger/rules.py, and runs are assembled column-wise
-by pipelines/liger/columnar.py. A row's path: read.py -> columnar.normalize_batch -> tables.py.
+workloads; what each text means is pipelines/sources/liger/rules.py, and runs are assembled
+column-wise
+by pipelines/sources/liger/columnar.py. A row's path: read.py -> columnar.normalize_batch ->
+tables.py.
 """
 
 from __future__ import annotations
@@ -23,13 +25,6 @@ import numpy as np
 import orjson
 
 from pipelines import API_VERSION
-from pipelines.canonical import (
-    MAX_SAFE_INTEGER,
-    canonical_json_reference,
-    digest_of_canonical,
-    identity,
-    manifest_digest,
-)
 from pipelines.curation import (
     MODEL_PREFIX,
     Binding,
@@ -39,8 +34,16 @@ from pipelines.curation import (
     Kernel,
     load,
 )
-from pipelines.liger.read import COLUMNS, CsvRecord, NotLigerCsv
-from pipelines.liger.rules import (
+from pipelines.records import Record, RowOutcome, RunFacts
+from pipelines.records.canonical import (
+    MAX_SAFE_INTEGER,
+    canonical_json_reference,
+    digest_of_canonical,
+    identity,
+    manifest_digest,
+)
+from pipelines.sources.liger.read import COLUMNS, CsvRecord, NotLigerCsv
+from pipelines.sources.liger.rules import (
     FIELD_LIMIT,
     LABEL,
     NAME_LIMIT,
@@ -76,7 +79,6 @@ from pipelines.liger.rules import (
     stored_values,
     workload_title,
 )
-from pipelines.records import Record, RowOutcome, RunFacts
 
 PARSER_VERSION = "liger-csv/1"  # the code's version; see parser_version() for the full one
 
@@ -336,7 +338,7 @@ class Normalizer:
         return self.records(self.read_fields(fields))
 
     def read_fields(self, fields: tuple[str, ...]) -> RowRead:
-        """What a row's texts say, each by its rule (pipelines/liger/rules.py), or the
+        """What a row's texts say, each by its rule (pipelines/sources/liger/rules.py), or the
         RowRejected of the first that fails."""
         (kernel, provider, mode, metric, unit, x_name, x_value, median, p20, p80,
          config, gpu, timestamp, version) = fields  # fmt: skip
@@ -370,7 +372,7 @@ class Normalizer:
     def run(self, row: RowRead) -> tuple[Record, RunFacts]:
         """A row's run: a batch of one (tests/liger_oracle.py builds it the plain way and holds
         the two equal)."""
-        from pipelines.liger.columnar import assemble_run  # it builds on this module
+        from pipelines.sources.liger.columnar import assemble_run  # it builds on this module
 
         return assemble_run(row)
 
@@ -424,7 +426,8 @@ class Series:
 
     A run's canonical JSON differs from its series' other runs only in a few values, so it is
     written by filling the holes of a template the reference serializer made once per series
-    (`run_template`), column-wise for a batch (pipelines/liger/columnar.py). tests/liger_oracle.py
+    (`run_template`), column-wise for a batch (pipelines/sources/liger/columnar.py).
+    tests/liger_oracle.py
     builds the same record the plain way; the tests prove the two equal byte for byte.
     """
 
@@ -680,7 +683,7 @@ class CaseTemplate:
     Its canonical JSON and its manifest JSON are byte pieces the reference serializer and orjson
     wrote once, spliced around orjson's sorted dumps of a workload's axes and tensors. Those
     dumps are RFC 8785's bytes when every key is ASCII and every integer within ±(2**53-1)
-    (pipelines/canonical.py): `of` checks the names once; sizes and scalars past 2**53-1 are
+    (pipelines/records/canonical.py): `of` checks the names once; sizes and scalars past 2**53-1 are
     rejected before (`_axis_value`, `_scalar`)."""
 
     kernel: Kernel
@@ -903,7 +906,8 @@ def duplicate_outcome(line: int, raw: str, external_id: str) -> RowOutcome:
 
 def read_record(record: CsvRecord, layout: Layout, normalizer: Normalizer) -> RowOutcome | RowRead:
     """What one record says, judged alone (duplicates across the file are the caller's rule),
-    or its quarantine: how a batch reads a row its columns cannot (pipelines/liger/columnar.py)."""
+    or its quarantine: how a batch reads a row its columns cannot
+    (pipelines/sources/liger/columnar.py)."""
     fields = record.fields
     if fields is None or record.error is not None:
         reason = (record.error or "unparseable_row").split(":", 1)[0]
@@ -928,11 +932,11 @@ def normalize_lines(
     lines: Iterable[bytes], normalizer: Normalizer | None = None
 ) -> Iterator[RowOutcome]:
     """Normalize a Liger CSV given as binary lines (e.g. a file opened "rb"): streams, in
-    batches (pipelines/liger/columnar.py), one outcome per row.
+    batches (pipelines/sources/liger/columnar.py), one outcome per row.
 
     Raises NotLigerCsv before yielding anything when the header is not Liger's.
     """
-    from pipelines.liger.columnar import normalized_outcomes  # it builds on this module
+    from pipelines.sources.liger.columnar import normalized_outcomes  # it builds on this module
 
     return normalized_outcomes(lines, normalizer)
 

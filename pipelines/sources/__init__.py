@@ -91,17 +91,17 @@ class WorkerBundle(RecordsOfOutcomes):
     name = "worker-bundle"
 
     def recognize(self, key: str, data: bytes) -> str | None:
-        from pipelines.bundles.sniff import looks_like_bundle
+        from pipelines.sources.bundles.sniff import looks_like_bundle
 
         return None if looks_like_bundle(key, data) else "not a worker bundle"
 
     def parser_version(self) -> str:
-        from pipelines.bundles.normalize import PARSER_VERSION
+        from pipelines.sources.bundles.normalize import PARSER_VERSION
 
         return PARSER_VERSION
 
     def outcomes(self, data: bytes, known_digest: KnownDigest) -> Iterator[RowOutcome]:
-        from pipelines.bundles.normalize import normalize_bundle_bytes
+        from pipelines.sources.bundles.normalize import normalize_bundle_bytes
 
         return normalize_bundle_bytes(data, known_digest)
 
@@ -110,7 +110,7 @@ class LigerCsvSource:
     name = "liger-csv"
 
     def recognize(self, key: str, data: bytes) -> str | None:
-        from pipelines.liger.read import NotLigerCsv, open_liger_csv
+        from pipelines.sources.liger.read import NotLigerCsv, open_liger_csv
 
         try:
             open_liger_csv(io.BytesIO(data))
@@ -119,12 +119,12 @@ class LigerCsvSource:
         return None
 
     def parser_version(self) -> str:
-        from pipelines.liger.normalize import parser_version
+        from pipelines.sources.liger.normalize import parser_version
 
         return parser_version()
 
     def outcomes(self, data: bytes, known_digest: KnownDigest) -> Iterator[RowOutcome]:
-        from pipelines.liger.normalize import normalize_bytes
+        from pipelines.sources.liger.normalize import normalize_bytes
 
         return normalize_bytes(data)
 
@@ -136,11 +136,12 @@ class LigerCsvSource:
         parts_dir: Path,
         parallel: bool,
     ) -> RecordSetContent | None:
-        """A large file on every core (pipelines/liger/relay.py), a small one in batches here;
+        """A large file on every core (pipelines/sources/liger/relay.py), a small one in batches
+        here;
         neither goes row by row."""
         from pipelines.index.record_objects import RecordSetContent
-        from pipelines.liger.relay import record_set_file
-        from pipelines.liger.tables import record_tables
+        from pipelines.sources.liger.relay import record_set_file
+        from pipelines.sources.liger.tables import record_tables
 
         if parallel:
             return record_set_file(
@@ -210,7 +211,7 @@ def record_set_content(
 ) -> RecordSetContent | None:
     """The record set of one normalized object, by its source, unless `digest_unless_written`,
     called once the work runs, gives None: then nothing is built. `parallel`: worth every
-    core (pipelines/liger/relay.worth_relay), where the source can use them."""
+    core (pipelines/sources/liger/relay.worth_relay), where the source can use them."""
     return result.reader.record_set(result, data, digest_unless_written, parts_dir, parallel)
 
 

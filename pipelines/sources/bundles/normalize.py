@@ -1,6 +1,7 @@
 """GPU-worker result bundles -> records, with partial acceptance.
 
-Every manifest is checked on its own (pipelines.bundles.validate); digests a run, workload or
+Every manifest is checked on its own (pipelines.sources.bundles.validate); digests a run, workload
+or
 implementation names must be the digest of a valid manifest of the right kind in the bundle, or
 known to the index (`known_digest`). What is wrong is quarantined with a reason and a JSON pointer
 into the bundle; the valid rest yields one ok outcome per run (the BenchmarkRun first, then every
@@ -15,13 +16,24 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from pipelines.bundles import reasons
-from pipelines.bundles.canonicalize import Problem
-from pipelines.bundles.facts import run_facts
-from pipelines.bundles.layout import Entry, lay_out
-from pipelines.bundles.reader import DEFAULT_LIMITS, Defect, ReadError, ReadLimits, read_documents
-from pipelines.bundles.validate import CheckedManifest, check_manifest, describe, main_problem
 from pipelines.records import Record, RowOutcome
+from pipelines.sources.bundles import reasons
+from pipelines.sources.bundles.canonicalize import Problem
+from pipelines.sources.bundles.facts import run_facts
+from pipelines.sources.bundles.layout import Entry, lay_out
+from pipelines.sources.bundles.reader import (
+    DEFAULT_LIMITS,
+    Defect,
+    ReadError,
+    ReadLimits,
+    read_documents,
+)
+from pipelines.sources.bundles.validate import (
+    CheckedManifest,
+    check_manifest,
+    describe,
+    main_problem,
+)
 
 PARSER_VERSION = "kindex-bundle/1"
 RAW_LIMIT = 4096  # characters of raw text kept with a quarantine row

@@ -143,7 +143,7 @@ class RowOutcome:
 
     def json_line(self) -> bytes:
         """`as_json()` as one line of JSON, reusing each shared record's serialized form
-        (pipelines/liger/columnar.py writes the same bytes for its runs)."""
+        (pipelines/sources/liger/columnar.py writes the same bytes for its runs)."""
         document = {
             "source_line": self.source_line,
             "status": self.status,

@@ -5,7 +5,8 @@ rounding, the unit and scale of a metric); timestamps; a provider's role; the ex
 names of a run; and how the x value, the config and the kernel name bind a kernel's axes.
 
 Where a rule has a column-wise form (numbers, timestamps), that form is the rule a batch applies
-(pipelines/liger/columnar.py); the scalar form beside it is what it calls for the odd texts the
+(pipelines/sources/liger/columnar.py); the scalar form beside it is what it calls for the odd texts
+the
 column-wise check leaves, and what a lone odd row's path uses. Curated knowledge (units, roles,
 kernels) is read from `pipelines/curation`, never restated here.
 """
@@ -26,8 +27,8 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.canonical import MAX_SAFE_INTEGER
 from pipelines.curation import Binding, Curation, ExpressionError, Kernel
+from pipelines.records.canonical import MAX_SAFE_INTEGER
 
 SOURCE = "liger-kernel-bench"  # sourceNative.source of every run
 NAME_LIMIT = 100  # metadata.name length the reference importer cuts at
@@ -41,7 +42,7 @@ class Reason(StrEnum):
     """Every reason a Liger row is quarantined for (README lists them for users)."""
 
     WRONG_COLUMN_COUNT = "wrong_column_count"  # not as many fields as the header
-    BAD_ENCODING = "bad_encoding"  # not UTF-8 (pipelines/liger/read.py)
+    BAD_ENCODING = "bad_encoding"  # not UTF-8 (pipelines/sources/liger/read.py)
     UNPARSEABLE_ROW = "unparseable_row"  # CSV that does not parse (read.py)
     FIELD_TOO_LARGE = "field_too_large"  # a field over FIELD_LIMIT characters
     UNKNOWN_KERNEL = "unknown_kernel"  # kernel not in kernels.yaml

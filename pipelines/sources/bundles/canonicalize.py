@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from pipelines.bundles import reasons
+from pipelines.sources.bundles import reasons
 
 MAX_SAFE_INTEGER = 2**53 - 1
 # The schemas' own pattern for a duration string (JSON Schema `\d` is ASCII in practice).

@@ -1,7 +1,8 @@
 """Step 5, batched: a batch's record tables (runs, manifests, quarantine, lineage), equal to
 feeding its outcomes to RecordSetBuilder in input order (tests/test_liger_tables.py).
 
-Plain runs (pipelines/liger/columnar.py) become table columns straight from the batch: Python
+Plain runs (pipelines/sources/liger/columnar.py) become table columns straight from the batch:
+Python
 runs once per distinct series and workload, Arrow does the rest. Every other row goes through
 RecordSetBuilder as before. Both parts carry each table row's place in the batch (the row's
 position, then the record's slot in that row), are merged in input order, and a run or manifest
@@ -26,14 +27,14 @@ from pipelines.index.record_objects import (
     UTC_US,
     RecordSetBuilder,
 )
-from pipelines.liger.columnar import (
+from pipelines.records import Record, RowOutcome
+from pipelines.sources.liger.columnar import (
     BATCH_ROWS,
     Batch,
     PlainRuns,
     normalized_batches,
 )
-from pipelines.liger.normalize import Normalizer, Series, Workload
-from pipelines.records import Record, RowOutcome
+from pipelines.sources.liger.normalize import Normalizer, Series, Workload
 
 NAMES = ("runs", "manifests", "quarantine", "lineage")
 # A plain row's records after its run, in RowOutcome.records order: operation, project,
