@@ -10,7 +10,7 @@ import secrets
 import sys
 import tempfile
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -39,9 +39,7 @@ from pipelines.index.record_objects import (
     value_counts,
 )
 from pipelines.intake.incoming import incoming_key, put_incoming, upload_incoming
-from pipelines.sources import normalize_object
-from pipelines.sources import record_set_content as record_set_of_source
-from pipelines.sources.liger.relay import worth_relay
+from pipelines.sources import Source, SourceContext, source_of
 from pipelines.storage.base import ObjectStore
 
 if TYPE_CHECKING:
@@ -162,33 +160,25 @@ def prepare_records(
     store: ObjectStore,
     settings: Any,
     key: str,
-    digest: str | Callable[[], str],
+    digest: str,
     data: bytes,
-    once_started: Callable[[], None] = lambda: None,
     *,
     parts_dir: Path,
     maybe_written: bool = True,
 ) -> PreparedRecords:
     """The records of the bytes of an object read at `key`, unless their record set exists.
-    `digest`: the bytes' content digest, or a function computing it, which is called only once
-    the work runs on every core (hashing then overlaps it). `once_started`: called once the
-    work runs on every core (or at once). `parts_dir`: where the work on every core writes
-    Parquet parts (parts_folder). `maybe_written`: False when the bytes were kept just now, so
-    their record set cannot exist."""
+    `digest`: the bytes' content digest. `parts_dir`: where the source may spool Parquet parts
+    (parts_folder). `maybe_written`: False when the bytes were kept just now, so their record
+    set cannot exist."""
     layout = IndexLayout.of(settings)
-    result = normalize_object(key, data, known_digest=known_manifests(store, settings))
-    digest_of = digest if callable(digest) else lambda: digest
-
-    def prefix() -> str:
-        return layout.record_set_prefix(result.parser_version, digest_of())
-
-    def digest_unless_written() -> str | None:
-        once_started()
-        written = maybe_written and store.head(prefix() + SUMMARY_FILE) is not None
-        return None if written else digest_of()
-
-    content = record_set_content(result, data, digest_unless_written, parts_dir)
-    return PreparedRecords(result.parser_version, result.source, prefix(), content)
+    source = source_of(key, data)
+    parser_version = source.parser_version()
+    prefix = layout.record_set_prefix(parser_version, digest)
+    content = None
+    if not (maybe_written and store.head(prefix + SUMMARY_FILE) is not None):
+        context = SourceContext(known_digest=known_manifests(store, settings))
+        content = record_set_content(source, data, digest, context, parts_dir)
+    return PreparedRecords(parser_version, source.name, prefix, content)
 
 
 def write_records(
@@ -221,16 +211,10 @@ def write_records(
 
 
 def record_set_content(
-    result: Any,
-    data: bytes,
-    digest_unless_written: Callable[[], str | None],
-    parts_dir: Path,
-) -> RecordSetContent | None:
-    """The record set of one normalized object, built by its source (pipelines/sources/__init__.py),
-    unless `digest_unless_written`, called once the work runs, gives None."""
-    return record_set_of_source(
-        result, data, digest_unless_written, parts_dir, parallel=worth_relay(len(data))
-    )
+    source: Source, data: bytes, digest: str, context: SourceContext, parts_dir: Path
+) -> RecordSetContent:
+    """The record set of one object's bytes, built by its source (pipelines/sources/)."""
+    return source.record_set(data, digest, context, parts_dir)
 
 
 def write_record_set(
@@ -358,39 +342,29 @@ def ingest_file(store: ObjectStore, settings: Any, path: Path) -> SnapshotRecord
             store, settings, take_snapshot(store, settings, info.key, info.etag)
         )
     data = path.read_bytes()
+    digest = content_digest(data)
     with (
         parts_folder(settings) as parts_dir,
         ThreadPoolExecutor(max_workers=1, thread_name_prefix="kindex-upload") as pool,
     ):
-        upload: list[Future[Any]] = []
-
-        key = incoming_key(settings, path)
-        # Hashed once the records' work runs on every core, beside it (or by the upload, first).
-        digest = functools.cache(functools.partial(content_digest, data))
-
-        def start_upload() -> None:
-            if not upload:
-                upload.append(
-                    pool.submit(_upload_and_snapshot, store, settings, path, data, digest)
-                )
-
+        # The file lands whatever becomes of its records; it uploads while they are built.
+        upload = pool.submit(_upload_and_snapshot, store, settings, path, data, digest)
         try:
             prepared = prepare_records(
-                store, settings, key, digest, data, start_upload, parts_dir=parts_dir
+                store, settings, incoming_key(settings, path), digest, data, parts_dir=parts_dir
             )
         finally:
-            start_upload()  # the file lands even when its records could not be built
-        snapshot = upload[0].result()
+            snapshot = upload.result()
         return write_records(store, settings, snapshot, prepared)
 
 
 def _upload_and_snapshot(
-    store: ObjectStore, settings: Any, path: Path, data: bytes, digest: Callable[[], str]
+    store: ObjectStore, settings: Any, path: Path, data: bytes, digest: str
 ) -> Any:
     from pipelines.intake.snapshots import snapshot_written
 
     written = put_incoming(store, settings, path, data)
-    return snapshot_written(store, settings, written, data, digest())
+    return snapshot_written(store, settings, written, data, digest)
 
 
 def ingest_paths(

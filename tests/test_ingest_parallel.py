@@ -108,7 +108,7 @@ def test_an_ingest_through_the_parallel_path_gives_the_same_index(
         records_prefix="parallel-records/",
         index_prefix="parallel-index/",
     )
-    monkeypatch.setattr(ingest_module, "worth_relay", lambda size: True)
+    monkeypatch.setattr(relay, "PARALLEL_MIN_BYTES", 0)
     monkeypatch.setattr(relay, "SEGMENT_BYTES", 50_000)
     ingest_bytes(s3_store, parallel_settings, [("incoming/messy.csv", data)])
     assert fingerprints(parallel_settings) == serial
@@ -186,7 +186,7 @@ def test_a_digest_function_runs_once_the_workers_do_and_none_stops_them(tmp_path
 def test_reingesting_a_file_through_the_parallel_path_builds_nothing(
     s3_store: Any, index_settings: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setattr(ingest_module, "worth_relay", lambda size: True)
+    monkeypatch.setattr(relay, "PARALLEL_MIN_BYTES", 0)
     monkeypatch.setattr(relay, "SEGMENT_BYTES", 50_000)
     path = tmp_path / "messy.csv"
     path.write_bytes(messy_csv())

@@ -9,7 +9,14 @@ from pathlib import Path
 from liger_support import LIGER_CSV
 
 from pipelines.index.record_objects import LINEAGE_SCHEMA
-from pipelines.sources import SOURCES, LigerCsvSource, Unrecognized, normalize_object
+from pipelines.sources import (
+    SOURCES,
+    LigerCsvSource,
+    SourceContext,
+    Unrecognized,
+    normalize_object,
+    source_of,
+)
 from pipelines.sources.liger.rules import Reason
 
 
@@ -48,9 +55,9 @@ def test_a_small_csv_record_set_keeps_its_lineage_in_its_runs(tmp_path: Path) ->
     """Read in batches (not on every core), a Liger CSV's record set writes no lineage object:
     every run's lineage row is its own, the runs object's lineage columns."""
     data = LIGER_CSV.read_bytes()
-    result = normalize_object("incoming/a.csv", data)
-    content = result.reader.record_set(result, data, lambda: "sha256:" + "0" * 64, tmp_path, False)
-    assert content is not None and content.lineage_in_runs
+    source = source_of("incoming/a.csv", data)
+    content = source.record_set(data, "sha256:" + "0" * 64, SourceContext(), tmp_path)
+    assert content.lineage_in_runs
     runs, lineage = content.tables["runs"], content.tables["lineage"]
     assert content.row_count("lineage") == runs.num_rows == lineage.num_rows > 0
     assert runs.select(LINEAGE_SCHEMA.names).equals(lineage)

@@ -1,14 +1,16 @@
-"""Which source a dropped object is, recognized by content, and its records: chosen here only.
+"""The source interface, and the one place a dropped object's source is chosen, by content.
 
-Every source (a Liger CSV, a worker bundle) is a `Source`: it recognizes its bytes, names its
-parser version, and gives an object's outcomes (one per row or entry) and its record tables.
-`normalize_object` picks the first source that recognizes the bytes; an object none recognizes
-is one quarantined outcome. `record_set_content` builds the picked source's record tables.
+Every source (a Liger CSV, a worker bundle) is a folder beside this file and a `Source` here:
+it recognizes its bytes, names its parser version, and gives an object's outcomes (one per row
+or entry, for a dry run) and its record tables. A source is pure: bytes and a context in,
+tables out; storage is the caller's. `source_of` picks the first source that recognizes the
+bytes; an object none recognizes is read as `Unrecognized`, one quarantined outcome.
 """
 
 from __future__ import annotations
 
 import io
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,8 +22,19 @@ if TYPE_CHECKING:
     from pipelines.index.record_objects import RecordSetContent
 
 KnownDigest = Callable[[str], bool]
-# Called once the work runs: the snapshot's digest, or None when its record set exists already.
-DigestUnlessWritten = Callable[[], "str | None"]
+
+
+def _never_known(digest: str) -> bool:
+    return False
+
+
+@dataclass(frozen=True, slots=True)
+class SourceContext:
+    """What a source may look up beyond the bytes it reads. `known_digest(d)`: whether the index
+    already holds a manifest with digest `d` (a worker bundle may name such manifests without
+    carrying them)."""
+
+    known_digest: KnownDigest = _never_known
 
 
 class Source(Protocol):
@@ -33,58 +46,52 @@ class Source(Protocol):
 
     def parser_version(self) -> str: ...
 
-    def outcomes(self, data: bytes, known_digest: KnownDigest) -> Iterator[RowOutcome]:
-        """One outcome per row or entry, in order."""
+    def outcomes(self, data: bytes, context: SourceContext) -> Iterator[RowOutcome]:
+        """One outcome per row or entry, in order (`kindex normalize`, a dry run)."""
         ...
 
     def record_set(
-        self,
-        result: SourceResult,
-        data: bytes,
-        digest_unless_written: DigestUnlessWritten,
-        parts_dir: Path,
-        parallel: bool,
-    ) -> RecordSetContent | None:
-        """The object's record tables; None when `digest_unless_written` says they exist.
-        `parallel`: the object is large enough to be worth every core, if the source can."""
+        self, data: bytes, snapshot_digest: str, context: SourceContext, parts_dir: Path
+    ) -> RecordSetContent:
+        """The object's record tables. `parts_dir`: an empty folder where the source may spool
+        large tables as Parquet parts (RecordSetContent.parts), kept until they are written."""
         ...
 
 
 @dataclass(slots=True)
 class SourceResult:
-    source: str  # "liger-csv" | "worker-bundle" | "unrecognized"
+    source: str  # the Source's name, or "unrecognized"
     parser_version: str
     outcomes: Iterator[RowOutcome]
     reader: Source
 
 
 def record_set_of_outcomes(
-    result: SourceResult, digest_unless_written: DigestUnlessWritten
-) -> RecordSetContent | None:
+    outcomes: Iterator[RowOutcome], snapshot_digest: str, parser_version: str
+) -> RecordSetContent:
     """Record tables built outcome by outcome (any source can)."""
     from pipelines.index.record_objects import RecordSetBuilder, RecordSetContent
 
-    snapshot_digest = digest_unless_written()
-    if snapshot_digest is None:
-        return None
-    builder = RecordSetBuilder(snapshot_digest, result.parser_version)
-    for outcome in result.outcomes:
+    builder = RecordSetBuilder(snapshot_digest, parser_version)
+    for outcome in outcomes:
         builder.add(outcome)
     return RecordSetContent(builder.rows, builder.tables())
 
 
-class RecordsOfOutcomes:
+class RecordsOfOutcomes(ABC):
     """A source whose record tables are built outcome by outcome."""
 
+    @abstractmethod
+    def parser_version(self) -> str: ...
+
+    @abstractmethod
+    def outcomes(self, data: bytes, context: SourceContext) -> Iterator[RowOutcome]: ...
+
     def record_set(
-        self,
-        result: SourceResult,
-        data: bytes,
-        digest_unless_written: DigestUnlessWritten,
-        parts_dir: Path,
-        parallel: bool,
-    ) -> RecordSetContent | None:
-        return record_set_of_outcomes(result, digest_unless_written)
+        self, data: bytes, snapshot_digest: str, context: SourceContext, parts_dir: Path
+    ) -> RecordSetContent:
+        outcomes = self.outcomes(data, context)
+        return record_set_of_outcomes(outcomes, snapshot_digest, self.parser_version())
 
 
 class WorkerBundle(RecordsOfOutcomes):
@@ -100,10 +107,10 @@ class WorkerBundle(RecordsOfOutcomes):
 
         return PARSER_VERSION
 
-    def outcomes(self, data: bytes, known_digest: KnownDigest) -> Iterator[RowOutcome]:
+    def outcomes(self, data: bytes, context: SourceContext) -> Iterator[RowOutcome]:
         from pipelines.sources.bundles.normalize import normalize_bundle_bytes
 
-        return normalize_bundle_bytes(data, known_digest)
+        return normalize_bundle_bytes(data, context.known_digest)
 
 
 class LigerCsvSource:
@@ -123,34 +130,26 @@ class LigerCsvSource:
 
         return parser_version()
 
-    def outcomes(self, data: bytes, known_digest: KnownDigest) -> Iterator[RowOutcome]:
+    def outcomes(self, data: bytes, context: SourceContext) -> Iterator[RowOutcome]:
         from pipelines.sources.liger.normalize import normalize_bytes
 
         return normalize_bytes(data)
 
     def record_set(
-        self,
-        result: SourceResult,
-        data: bytes,
-        digest_unless_written: DigestUnlessWritten,
-        parts_dir: Path,
-        parallel: bool,
-    ) -> RecordSetContent | None:
-        """A large file on every core (pipelines/sources/liger/relay.py), a small one in batches
-        here;
-        neither goes row by row."""
+        self, data: bytes, snapshot_digest: str, context: SourceContext, parts_dir: Path
+    ) -> RecordSetContent:
+        """A large file on every core (pipelines/sources/liger/relay.py), a small one in
+        batches here; neither goes row by row."""
         from pipelines.index.record_objects import RecordSetContent
-        from pipelines.sources.liger.relay import record_set_file
+        from pipelines.sources.liger.relay import record_set_file, worth_relay
         from pipelines.sources.liger.tables import record_tables
 
-        if parallel:
-            return record_set_file(
-                data, digest_unless_written, result.parser_version, parts_dir=parts_dir
-            )
-        snapshot_digest = digest_unless_written()
-        if snapshot_digest is None:
-            return None
-        rows, tables = record_tables(io.BytesIO(data), snapshot_digest, result.parser_version)
+        parser_version = self.parser_version()
+        if worth_relay(len(data)):
+            content = record_set_file(data, snapshot_digest, parser_version, parts_dir=parts_dir)
+            assert content is not None  # a digest, not a function that may give None
+            return content
+        rows, tables = record_tables(io.BytesIO(data), snapshot_digest, parser_version)
         # A run twice in one file has one externalId twice, and the second is quarantined: each
         # run's lineage row is its own, which the runs object holds (one object fewer to write).
         lineage_in_runs = tables["lineage"].num_rows == tables["runs"].num_rows
@@ -171,7 +170,7 @@ class Unrecognized(RecordsOfOutcomes):
     def parser_version(self) -> str:
         return LigerCsvSource().parser_version()
 
-    def outcomes(self, data: bytes, known_digest: KnownDigest) -> Iterator[RowOutcome]:
+    def outcomes(self, data: bytes, context: SourceContext) -> Iterator[RowOutcome]:
         return iter([unrecognized(data, self.why)])
 
 
@@ -179,44 +178,29 @@ class Unrecognized(RecordsOfOutcomes):
 SOURCES: tuple[Source, ...] = (WorkerBundle(), LigerCsvSource())
 
 
-def normalize_object(
-    key: str, data: bytes, *, known_digest: KnownDigest | None = None
-) -> SourceResult:
-    """Normalize the bytes of one object version. Never raises on bad content: a file that no
-    source recognizes yields a single quarantined outcome that says why.
-
-    `known_digest(d)` tells whether the index already holds a manifest with digest `d`; a worker
-    bundle may name such manifests without carrying them."""
+def source_of(key: str, data: bytes) -> Source:
+    """The first source that recognizes the bytes of one object version; an object none
+    recognizes is read as Unrecognized, which says why."""
     whys = []
     for source in SOURCES:
         why = source.recognize(key, data)
         if why is None:
-            return read_as(source, data, known_digest)
+            return source
         whys.append(why)
-    return read_as(Unrecognized(whys[-1]), data, known_digest)
+    return Unrecognized(whys[-1])
 
 
-def read_as(source: Source, data: bytes, known_digest: KnownDigest | None = None) -> SourceResult:
-    outcomes = source.outcomes(data, known_digest or _never_known)
+def normalize_object(
+    key: str, data: bytes, *, context: SourceContext | None = None
+) -> SourceResult:
+    """The outcomes of one object version's bytes, by its source. Never raises on bad content:
+    a file that no source recognizes yields a single quarantined outcome that says why."""
+    return read_as(source_of(key, data), data, context)
+
+
+def read_as(source: Source, data: bytes, context: SourceContext | None = None) -> SourceResult:
+    outcomes = source.outcomes(data, context or SourceContext())
     return SourceResult(source.name, source.parser_version(), outcomes, source)
-
-
-def record_set_content(
-    result: SourceResult,
-    data: bytes,
-    digest_unless_written: DigestUnlessWritten,
-    parts_dir: Path,
-    *,
-    parallel: bool,
-) -> RecordSetContent | None:
-    """The record set of one normalized object, by its source, unless `digest_unless_written`,
-    called once the work runs, gives None: then nothing is built. `parallel`: worth every
-    core (pipelines/sources/liger/relay.worth_relay), where the source can use them."""
-    return result.reader.record_set(result, data, digest_unless_written, parts_dir, parallel)
-
-
-def _never_known(digest: str) -> bool:
-    return False
 
 
 RAW_PREVIEW_BYTES = 4096
