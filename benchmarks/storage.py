@@ -3,7 +3,7 @@
 Prints: server start and stop times; S3Store.put_bytes (PUT + HEAD for LastModified) against a
 bare boto3 put_object; listing; take_snapshot of a large object against a bare GET + PUT of it.
 
-    .venv/bin/python benchmarks/storage.py [--objects 300] [--megabytes 64]
+    .venv/bin/python benchmarks/storage.py [--objects 300] [--megabytes 64] [--write-docs]
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+from report import Figure, add_write_docs, write_figures
 
 from pipelines.intake.snapshots import read_snapshot, take_snapshot
 from pipelines.settings import Settings
@@ -59,6 +61,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--objects", type=int, default=300)
     parser.add_argument("--megabytes", type=int, default=64)
+    add_write_docs(parser)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="kindex-bench-") as tmp:
         home = Path(tmp)
@@ -90,6 +93,19 @@ def main() -> None:
         f"read_snapshot {snap_mbs:.0f} MB/s (ratio {snap_mbs / bare_mbs:.2f}; adds a HEAD, "
         "the read record, a GET of the copy and two sha256)"
     )
+    if args.write_docs:
+        write_figures(
+            [
+                Figure(
+                    "storage: S3Store.put_bytes vs bare boto3 put_object (small objects)",
+                    f"{our_puts / bare_puts:.2f}x ({our_puts:.0f} vs {bare_puts:.0f}/s)",
+                ),
+                Figure(
+                    f"storage: take_snapshot + read_snapshot vs GET+PUT ({args.megabytes} MiB)",
+                    f"{snap_mbs / bare_mbs:.2f}x ({snap_mbs:.0f} vs {bare_mbs:.0f} MB/s)",
+                ),
+            ]
+        )
 
 
 if __name__ == "__main__":
