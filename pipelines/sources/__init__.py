@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import io
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -37,6 +37,14 @@ class SourceContext:
     known_digest: KnownDigest = _never_known
 
 
+@dataclass(frozen=True, slots=True)
+class SourceObject:
+    """The bytes of one object version, and their content digest (its snapshot's)."""
+
+    snapshot_digest: str
+    data: bytes
+
+
 class Source(Protocol):
     name: str  # as record sets and reads name their source
 
@@ -55,6 +63,13 @@ class Source(Protocol):
     ) -> RecordSetContent:
         """The object's record tables. `parts_dir`: an empty folder where the source may spool
         large tables as Parquet parts (RecordSetContent.parts), kept until they are written."""
+        ...
+
+    def record_sets(
+        self, objects: Sequence[SourceObject], context: SourceContext, parts_dir: Path
+    ) -> list[RecordSetContent]:
+        """The record tables of several objects of this source, in their order: a batch of
+        small files pays the source's fixed cost once."""
         ...
 
 
@@ -92,6 +107,11 @@ class RecordsOfOutcomes(ABC):
     ) -> RecordSetContent:
         outcomes = self.outcomes(data, context)
         return record_set_of_outcomes(outcomes, snapshot_digest, self.parser_version())
+
+    def record_sets(
+        self, objects: Sequence[SourceObject], context: SourceContext, parts_dir: Path
+    ) -> list[RecordSetContent]:
+        return [self.record_set(o.data, o.snapshot_digest, context, parts_dir) for o in objects]
 
 
 class WorkerBundle(RecordsOfOutcomes):
@@ -154,6 +174,11 @@ class LigerCsvSource:
         # run's lineage row is its own, which the runs object holds (one object fewer to write).
         lineage_in_runs = tables["lineage"].num_rows == tables["runs"].num_rows
         return RecordSetContent(rows, tables, lineage_in_runs=lineage_in_runs)
+
+    def record_sets(
+        self, objects: Sequence[SourceObject], context: SourceContext, parts_dir: Path
+    ) -> list[RecordSetContent]:
+        return [self.record_set(o.data, o.snapshot_digest, context, parts_dir) for o in objects]
 
 
 class Unrecognized(RecordsOfOutcomes):
