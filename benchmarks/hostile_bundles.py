@@ -4,7 +4,7 @@ bounded memory), against a baseline measured in the same run: normalizing the ex
 For each document: wall seconds of `normalize_bundle_bytes` to its quarantine outcome, the peak
 Python allocation during it (tracemalloc), and both as ratios to the fixture's.
 
-    .venv/bin/python benchmarks/hostile_bundles.py [--repeat 5]
+    .venv/bin/python benchmarks/hostile_bundles.py [--repeat 5] [--write-docs]
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from bundle_support import FIXTURE, billion_laughs, over_size, ten_thousand_deep  # noqa: E402
+from report import Figure, add_write_docs, write_figures  # noqa: E402
 
 from pipelines.sources.bundles.normalize import normalize_bundle_bytes  # noqa: E402
 
@@ -41,6 +42,7 @@ def measure(data: bytes, repeat: int) -> tuple[float, float, str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=5)
+    add_write_docs(parser)
     args = parser.parse_args()
     documents = {
         "fixture (baseline)": FIXTURE.read_bytes(),
@@ -57,6 +59,19 @@ def main() -> None:
         print(
             f"{name:28} {reason:18} {seconds * 1000:9.3f} {seconds / base_s:7.3f} "
             f"{mib:9.2f} {mib / base_mib:7.2f}"
+        )
+    if args.write_docs:
+        worst_s = max(seconds for seconds, _, _ in results.values())
+        worst_mib = max(mib for _, mib, _ in results.values())
+        write_figures(
+            [
+                Figure(
+                    "hostile bundles: slowest refusal vs reading the example fixture",
+                    f"{worst_s * 1000:.1f} ms ({worst_s / base_s:.1f}x the fixture), "
+                    f"peak {worst_mib:.1f} MiB ({worst_mib / base_mib:.1f}x)",
+                    "< 1 s, bounded memory",
+                )
+            ]
         )
 
 
