@@ -17,6 +17,28 @@ from pipelines.storage.embedded import EmbeddedS3, start_on_free_ports
 from pipelines.storage.s3 import S3Store, make_client
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--full",
+        action="store_true",
+        help="also run the tests marked slow: servers, kindex up, the deployment, bursts, faults",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The default run leaves out the tests marked slow (`./dev test --full` runs them). Where
+    they run, they share one worker (`--dist loadgroup`): each starts servers and processes of
+    its own and waits on them, and two side by side on two cores would starve each other."""
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    if config.getoption("--full") or config.getoption("-m"):
+        for item in slow:
+            item.add_marker(pytest.mark.xdist_group("slow"))
+        return
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if not item.get_closest_marker("slow")]
+
+
 @pytest.fixture(scope="session")
 def embedded_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedS3]:
     """One real SeaweedFS for the whole session (per xdist worker), on 127.0.0.1."""

@@ -130,7 +130,7 @@ def test_dev_setup_keeps_pips_noise_in_a_log(tmp_path: Path) -> None:
         timeout=60,
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout == "ran: -m pytest -q\n"
+    assert result.stdout == "ran: -m pytest -n auto --dist loadgroup -q\n"
     assert "Warning" not in result.stderr and len(result.stderr.splitlines()) == 1
     assert "BuildBackendWarning" in (tmp_path / ".venv" / "install.log").read_text()
 
@@ -142,3 +142,23 @@ def test_the_license_is_an_spdx_string_as_setuptools_wants() -> None:
     project = tomllib.loads((root / "pyproject.toml").read_text())
     assert project["project"]["license"] == "Apache-2.0"
     assert "setuptools>=77" in project["build-system"]["requires"]
+
+
+def test_the_default_run_leaves_out_the_slow_tests_and_full_runs_them() -> None:
+    """`./dev test` runs the default set; `--full` (what CI runs) adds the tests marked slow."""
+    root = Path(__file__).resolve().parent.parent
+
+    def collected(*args: str) -> list[str]:
+        result = subprocess.run(
+            [sys.executable, "-m", "pytest", "--co", "-q", "-p", "no:xdist", *args],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert result.returncode in (0, 5), result.stdout + result.stderr
+        return [line for line in result.stdout.splitlines() if "::" in line]
+
+    target = "tests/test_burst_e2e.py"  # every test of it is marked slow
+    assert collected(target) == []
+    assert collected("--full", target) and collected("-m", "slow", target)

@@ -272,6 +272,7 @@ def own_server(tmp_path: Path) -> Iterator[EmbeddedS3]:
         server.stop()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", [RECORD_FILES_WRITTEN, INDEX_FILES_WRITTEN])
 def test_s3_server_killed_mid_ingest_then_rerun_gives_the_same_index(
     point: str,
@@ -308,6 +309,7 @@ def test_s3_server_killed_mid_ingest_then_rerun_gives_the_same_index(
     assert watcher.local_run_counts <= {old_runs, run_count(target)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", [RECORD_FILES_WRITTEN, INDEX_FILES_WRITTEN])
 def test_ingest_sigkilled_mid_write_then_rerun_gives_the_same_index(
     point: str,
