@@ -26,14 +26,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The default run leaves out the tests marked slow (`./dev test --full` runs them). Where
-    they run, they share one worker (`--dist loadgroup`): each starts servers and processes of
-    its own and waits on them, and two side by side on two cores would starve each other."""
-    slow = [item for item in items if item.get_closest_marker("slow")]
+    """The default run leaves out the tests marked slow; `--full` (or any `-m`) keeps them."""
     if config.getoption("--full") or config.getoption("-m"):
-        for item in slow:
-            item.add_marker(pytest.mark.xdist_group("slow"))
         return
+    slow = [item for item in items if item.get_closest_marker("slow")]
     if slow:
         config.hook.pytest_deselected(items=slow)
         items[:] = [item for item in items if not item.get_closest_marker("slow")]
