@@ -153,7 +153,7 @@ def fetch_version(settings: Settings, as_of: str | None, *, sync: bool) -> Path 
             return None
         catalog = IndexCatalog.beside(store, settings)
         version = catalog.as_of(as_of)
-        index = published(catalog, version, store.bucket)
+        index = published(catalog, version, store.bucket, as_of=True)
         return install_version(store, IndexLayout.of(settings), index)
 
 

@@ -42,7 +42,7 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 from tenacity import retry, stop_after_attempt, wait_random_exponential
 
-from pipelines.index.tables import STORED_TABLES, UTC_US
+from pipelines.index.tables import STORED_TABLES, UTC_US, served_schemas
 from pipelines.settings import Settings
 from pipelines.storage.base import ObjectStore
 from pipelines.storage.credentials import S3Credentials, configured_credentials
@@ -373,12 +373,16 @@ class IndexCatalog:
             raise VersionNotFound(f"--as-of {when!r}: no version was published by then")
         return published[-1]
 
-    def data_files(self, version: Version) -> dict[str, list[str]]:
-        """Each stored table's data files (s3:// locations) in this version."""
+    def data_files(
+        self, version: Version, served: Mapping[str, int] | None = None
+    ) -> dict[str, list[str]]:
+        """Each stored table's data files (s3:// locations) in this version, and each served
+        table's at the snapshot `served` names (served_snapshot_ids)."""
+        pins = {**version.snapshot_ids, **(served or {})}
         pinned = {
             name: (self.table(name), snapshot_id)
-            for name in STORED_TABLES
-            if (snapshot_id := version.snapshot_ids.get(name)) is not None
+            for name, snapshot_id in pins.items()
+            if snapshot_id is not None
         }
 
         def planned(name: str) -> list[str]:
@@ -388,15 +392,34 @@ class IndexCatalog:
 
         files: dict[str, list[str]] = {name: [] for name in STORED_TABLES}
         # Each table's manifests are read on a thread of its own: their S3 round trips overlap.
-        with ThreadPoolExecutor(max_workers=len(STORED_TABLES)) as pool:
+        with ThreadPoolExecutor(max_workers=max(len(pinned), 1)) as pool:
             files |= dict(zip(pinned, pool.map(planned, pinned), strict=True))
         return files
 
+    def served_snapshot_ids(self, as_of: Version | None = None) -> dict[str, int]:
+        """The snapshot of each served table (tables.SERVED_TABLES) that exists and has one: its
+        newest, or the one it had when `as_of` was published."""
+        pins = {}
+        for name in served_schemas():
+            if not self.has_table(name):
+                continue
+            table = self.table(name, refresh=True)
+            if as_of is None:
+                snapshot = table.current_snapshot()
+            elif as_of.published_at is None:
+                snapshot = None
+            else:
+                at_ms = int(as_of.published_at.timestamp() * 1000)
+                snapshot = table.snapshot_as_of_timestamp(at_ms)
+            if snapshot is not None:
+                pins[name] = snapshot.snapshot_id
+        return pins
+
     def metadata_locations(self) -> dict[str, str]:
-        """Each existing table's current metadata file."""
+        """Each existing table's current metadata file (the served tables' too)."""
         return {
             name: self.table(name).metadata_location
-            for name in (*STORED_TABLES, VERSIONS_TABLE)
+            for name in (*STORED_TABLES, VERSIONS_TABLE, *served_schemas())
             if self.has_table(name)
         }
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import os
 import secrets
 from collections.abc import Mapping, Sequence
@@ -51,16 +52,27 @@ class IndexNotFound(FileNotFoundError):
 
 @dataclass(frozen=True, slots=True)
 class PublishedIndex:
-    """One version of the index and the object keys of its tables' data files."""
+    """One version of the index and the object keys of its tables' data files (and of the
+    served tables' at the snapshots `served` pins)."""
 
     version: Version
     files: Mapping[str, Sequence[str]] = field(
         default_factory=lambda: {name: [] for name in STORED_TABLES}
     )
+    served: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def id(self) -> str | None:
         return self.version.version
+
+    @property
+    def database_name(self) -> str:
+        """The local database's name: the version's, and the served snapshots' it shows."""
+        name = self.id or EMPTY_VERSION
+        if self.served:
+            pins = ",".join(f"{table}={pin}" for table, pin in sorted(self.served.items()))
+            name += "-" + hashlib.sha256(pins.encode()).hexdigest()[:12]
+        return name
 
 
 def object_key(location: str, bucket: str) -> str:
@@ -70,10 +82,17 @@ def object_key(location: str, bucket: str) -> str:
     return location.removeprefix(prefix)
 
 
-def published(catalog: IndexCatalog, version: Version, bucket: str) -> PublishedIndex:
-    files = catalog.data_files(version)
+def published(
+    catalog: IndexCatalog, version: Version, bucket: str, *, as_of: bool = False
+) -> PublishedIndex:
+    """A version and its files, with the served tables at their newest snapshots (`as_of`: at
+    those they had when the version was published)."""
+    served = catalog.served_snapshot_ids(version if as_of else None)
+    files = catalog.data_files(version, served)
     return PublishedIndex(
-        version, {name: [object_key(loc, bucket) for loc in locs] for name, locs in files.items()}
+        version,
+        {name: [object_key(loc, bucket) for loc in locs] for name, locs in files.items()},
+        served,
     )
 
 
@@ -121,13 +140,13 @@ def put_file(store: ObjectStore, key: str, path: Path) -> None:
     store.put(key, path.read_bytes(), content_type=PARQUET_CONTENT_TYPE)
 
 
-def version_database(layout: IndexLayout, version: str | None) -> Path:
-    return layout.local_db_dir / f"{version or EMPTY_VERSION}.duckdb"
+def version_database(layout: IndexLayout, name: str | None) -> Path:
+    return layout.local_db_dir / f"{name or EMPTY_VERSION}.duckdb"
 
 
 def install_version(store: ObjectStore, layout: IndexLayout, index: PublishedIndex) -> Path:
     """The database of this version, built (its files downloaded) when it is not yet."""
-    database = version_database(layout, index.id)
+    database = version_database(layout, index.database_name)
     if not database.exists():
         fetch_all(store, layout, [key for keys in index.files.values() for key in keys])
         build_database(database, layout, index.files)
@@ -136,7 +155,7 @@ def install_version(store: ObjectStore, layout: IndexLayout, index: PublishedInd
 
 def install_local(store: ObjectStore, layout: IndexLayout, index: PublishedIndex) -> Path:
     """Make `index.duckdb` show this version (a no-op when it already does)."""
-    database = version_database(layout, index.id)
+    database = version_database(layout, index.database_name)
     if layout.local_db.is_symlink() and layout.local_db.resolve() == database.resolve():
         return database
     install_version(store, layout, index)
@@ -225,7 +244,7 @@ def rebuilt_if_moved(database: Path, layout: IndexLayout) -> None:
         layout = built_layout(con, layout)
         files: dict[str, list[str]] = {name: [] for name in STORED_TABLES}
         for table, key, _ in listed_files(con):
-            files[table].append(key)
+            files.setdefault(table, []).append(key)
     finally:
         con.close()
     build_database(database, layout, files)

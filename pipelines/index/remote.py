@@ -23,7 +23,7 @@ from pipelines.index.catalog import (
     Version,
     s3_access,
 )
-from pipelines.index.tables import STORED_TABLES, sql_string, view_statements
+from pipelines.index.tables import reader_tables, sql_string, view_statements
 from pipelines.settings import Settings
 
 EXTENSIONS = ("httpfs", "avro", "iceberg")
@@ -70,11 +70,13 @@ def connect_statements(
     index (the current one by default): every table and view `kindex query` has."""
     access = access or s3_access(settings)
     catalog = IndexCatalog(settings, access)
+    served = catalog.served_snapshot_ids(version)  # as of the version asked for, else newest
     version = version or catalog.current()
+    pins = {**version.snapshot_ids, **served}
     locations = catalog.metadata_locations()
     sources = {
-        name: iceberg_select(locations[name], version.snapshot_ids.get(name), schema)
-        for name, schema in STORED_TABLES.items()
+        name: iceberg_select(locations[name], pins.get(name), schema)
+        for name, schema in reader_tables().items()
         if name in locations
     }
     statements = [f"LOAD {sql_string(str(extension_path(name)))}" for name in EXTENSIONS]

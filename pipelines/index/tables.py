@@ -9,8 +9,9 @@ stored table differs.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
-from importlib import resources
+from importlib import import_module, resources
 
 import duckdb
 import pyarrow as pa
@@ -74,6 +75,30 @@ STORED_TABLES: dict[str, pa.Schema] = {
     "quarantine_files": QUARANTINE_SCHEMA,
 }
 
+# Tables another part of kindex writes into the index's catalog (the intake's file ledger) and
+# every reader of the index serves beside the index's own, as they are: the view's name (also the
+# Iceberg table's, in the index's namespace) -> "module:attribute" of its pyarrow schema (the
+# columns served; before the table exists its view is empty). Readers pin a served table's
+# snapshot when they are set up: its newest (the local database when built or synced, `kindex
+# connect`), or the one it had when the version was published (`--as-of`). A publish never reads
+# or writes one.
+SERVED_TABLES: dict[str, str] = {}
+
+
+def served_schemas() -> dict[str, pa.Schema]:
+    """The served tables' schemas, by name (SERVED_TABLES)."""
+    schemas = {}
+    for name, where in SERVED_TABLES.items():
+        module, _, attribute = where.partition(":")
+        schemas[name] = getattr(import_module(module), attribute)
+    return schemas
+
+
+def reader_tables() -> dict[str, pa.Schema]:
+    """Every table a reader has a view of: the index's stored tables, then the served ones."""
+    return {**STORED_TABLES, **served_schemas()}
+
+
 # The tables people query (DESIGN.md section 6) and the derived views.
 TABLES = (
     "runs",
@@ -133,8 +158,21 @@ def sql_string(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
+@functools.cache
+def duckdb_types(schema: pa.Schema) -> tuple[str, ...]:
+    """The DuckDB type of each column, as DuckDB reads the Arrow type."""
+    con = duckdb.connect()
+    try:
+        return tuple(str(t) for t in con.from_arrow(schema.empty_table()).types)
+    finally:
+        con.close()
+
+
 def empty_select(schema: pa.Schema) -> str:
-    columns = ", ".join(f"CAST(NULL AS {DUCKDB_TYPES[f.type]}) AS {f.name}" for f in schema)
+    types = duckdb_types(schema)
+    columns = ", ".join(
+        f"CAST(NULL AS {kind}) AS {f.name}" for f, kind in zip(schema, types, strict=True)
+    )
     return f"SELECT {columns} WHERE false"
 
 
@@ -167,18 +205,18 @@ def run_state_select(changes: str) -> str:
 
 
 def parquet_sources(files: Mapping[str, Sequence[str]]) -> dict[str, str]:
-    """Each stored table as a SELECT over its Parquet files (local paths or s3:// URLs)."""
-    return {
-        name: parquet_select(files.get(name, []), schema) for name, schema in STORED_TABLES.items()
-    }
+    """Each stored or served table as a SELECT over its Parquet files (local paths or s3://
+    URLs)."""
+    tables = reader_tables()
+    return {name: parquet_select(files.get(name, []), schema) for name, schema in tables.items()}
 
 
 def view_statements(sources: Mapping[str, str]) -> list[str]:
-    """CREATE VIEW statements for every table and view, given a SELECT of each stored table
-    (an empty one where none is given)."""
+    """CREATE VIEW statements for every table and view, given a SELECT of each stored or served
+    table (an empty one where none is given)."""
     statements = [
         f"CREATE OR REPLACE VIEW {name} AS {sources.get(name) or empty_select(schema)}"
-        for name, schema in STORED_TABLES.items()
+        for name, schema in reader_tables().items()
     ]
     statements += [
         f"CREATE OR REPLACE VIEW run_state AS {run_state_select('run_state_changes')}",
