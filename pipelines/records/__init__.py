@@ -92,8 +92,8 @@ class RunFacts:
     manifests. Quantities are integers: ``ns`` for latency, ``bytes`` for memory.
     """
 
-    metric: Literal["latency", "memory"]
-    unit: Literal["ns", "bytes"]
+    metric: str  # latency or memory for Liger; a harness may report others (instruction_count)
+    unit: str  # ns for latency, bytes for memory
     kernel: str
     provider: str
     mode: str
@@ -101,7 +101,7 @@ class RunFacts:
     architecture: str
     dtype: str | None
     case_key: str
-    median: int
+    median: int | None  # None where the run's primary statistic is not a median
     p20: int | None
     p80: int | None
     observed_at: str

@@ -1,117 +1,50 @@
-"""The source interface, and the one place a dropped object's source is chosen, by content.
+"""The one place a dropped object's source is chosen, by content.
 
-Every source (a Liger CSV, a worker bundle) is a folder beside this file and a `Source` here:
-it recognizes its bytes, names its parser version, and gives an object's outcomes (one per row
-or entry, for a dry run) and its record tables. A source is pure: bytes and a context in,
-tables out; storage is the caller's. `source_of` picks the first source that recognizes the
-bytes; an object none recognizes is read as `Unrecognized`, one quarantined outcome.
+Every source (a Liger CSV, a worker bundle, each harness's result format) is a folder beside
+this file behind the interface in `source.py`: it recognizes its bytes, names its parser
+version, and gives an object's outcomes (one per row or entry, for a dry run) and its record
+tables. `source_of` picks the first source that recognizes the bytes; an object none
+recognizes is read as `Unrecognized`, one quarantined outcome.
 """
 
 from __future__ import annotations
 
 import io
-from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from pipelines.records import RowOutcome
+from pipelines.sources.flashinfer import FlashInferTrace
+from pipelines.sources.gbench import GoogleBenchmarkJson
+from pipelines.sources.kernelbench import KernelBenchTiming
+from pipelines.sources.nvbench import NvbenchJson
+from pipelines.sources.pytorch_v3 import PyTorchBenchmarkV3
+from pipelines.sources.source import (
+    HarnessSource,
+    RecordsOfOutcomes,
+    Source,
+    SourceContext,
+    SourceObject,
+    record_set_of_outcomes,
+)
+from pipelines.sources.tritonbench import TritonBenchJson
 
 if TYPE_CHECKING:
     from pipelines.index.record_objects import RecordSetContent
 
-KnownDigest = Callable[[str], bool]
-
-
-def _never_known(digest: str) -> bool:
-    return False
-
-
-@dataclass(frozen=True, slots=True)
-class SourceContext:
-    """What a source may look up beyond the bytes it reads. `known_digest(d)`: whether the index
-    already holds a manifest with digest `d` (a worker bundle may name such manifests without
-    carrying them)."""
-
-    known_digest: KnownDigest = _never_known
-
-
-@dataclass(frozen=True, slots=True)
-class SourceObject:
-    """The bytes of one object version, and their content digest (its snapshot's)."""
-
-    snapshot_digest: str
-    data: bytes
-
-
-class Source(Protocol):
-    name: str  # as record sets and reads name their source
-
-    def recognize(self, key: str, data: bytes) -> str | None:
-        """None when the bytes are this source's, else why they are not."""
-        ...
-
-    def parser_version(self) -> str: ...
-
-    def outcomes(self, data: bytes, context: SourceContext) -> Iterator[RowOutcome]:
-        """One outcome per row or entry, in order (`kindex normalize`, a dry run)."""
-        ...
-
-    def record_set(
-        self, data: bytes, snapshot_digest: str, context: SourceContext, parts_dir: Path
-    ) -> RecordSetContent:
-        """The object's record tables. `parts_dir`: an empty folder where the source may spool
-        large tables as Parquet parts (RecordSetContent.parts), kept until they are written."""
-        ...
-
-    def record_sets(
-        self, objects: Sequence[SourceObject], context: SourceContext, parts_dir: Path
-    ) -> list[RecordSetContent]:
-        """The record tables of several objects of this source, in their order: a batch of
-        small files pays the source's fixed cost once."""
-        ...
-
-
-@dataclass(slots=True)
-class SourceResult:
-    source: str  # the Source's name, or "unrecognized"
-    parser_version: str
-    outcomes: Iterator[RowOutcome]
-    reader: Source
-
-
-def record_set_of_outcomes(
-    outcomes: Iterator[RowOutcome], snapshot_digest: str, parser_version: str
-) -> RecordSetContent:
-    """Record tables built outcome by outcome (any source can)."""
-    from pipelines.index.record_objects import RecordSetBuilder, RecordSetContent
-
-    builder = RecordSetBuilder(snapshot_digest, parser_version)
-    for outcome in outcomes:
-        builder.add(outcome)
-    return RecordSetContent(builder.rows, builder.tables())
-
-
-class RecordsOfOutcomes(ABC):
-    """A source whose record tables are built outcome by outcome."""
-
-    @abstractmethod
-    def parser_version(self) -> str: ...
-
-    @abstractmethod
-    def outcomes(self, data: bytes, context: SourceContext) -> Iterator[RowOutcome]: ...
-
-    def record_set(
-        self, data: bytes, snapshot_digest: str, context: SourceContext, parts_dir: Path
-    ) -> RecordSetContent:
-        outcomes = self.outcomes(data, context)
-        return record_set_of_outcomes(outcomes, snapshot_digest, self.parser_version())
-
-    def record_sets(
-        self, objects: Sequence[SourceObject], context: SourceContext, parts_dir: Path
-    ) -> list[RecordSetContent]:
-        return [self.record_set(o.data, o.snapshot_digest, context, parts_dir) for o in objects]
+__all__ = [
+    "HarnessSource",
+    "RecordsOfOutcomes",
+    "Source",
+    "SourceContext",
+    "SourceObject",
+    "record_set_of_outcomes",
+    "SOURCES",
+    "source_of",
+    "normalize_object",
+]
 
 
 class WorkerBundle(RecordsOfOutcomes):
@@ -149,6 +82,9 @@ class LigerCsvSource:
         from pipelines.sources.liger.normalize import parser_version
 
         return parser_version()
+
+    def version_of(self, data: bytes, context: SourceContext) -> str:
+        return self.parser_version()
 
     def outcomes(self, data: bytes, context: SourceContext) -> Iterator[RowOutcome]:
         from pipelines.sources.liger.normalize import normalize_bytes
@@ -200,7 +136,27 @@ class Unrecognized(RecordsOfOutcomes):
 
 
 # In the order they are tried: a bundle is recognized by its first bytes, a CSV by its header.
-SOURCES: tuple[Source, ...] = (WorkerBundle(), LigerCsvSource())
+@dataclass(slots=True)
+class SourceResult:
+    source: str  # the Source's name, or "unrecognized"
+    parser_version: str
+    outcomes: Iterator[RowOutcome]
+    reader: Source
+
+
+# In the order they are tried. Each harness recognizes its own JSON by what it holds, so their
+# order among themselves does not matter; a bundle must claim to be one; a CSV is recognized by
+# its header.
+SOURCES: tuple[Source, ...] = (
+    FlashInferTrace(),
+    GoogleBenchmarkJson(),
+    KernelBenchTiming(),
+    NvbenchJson(),
+    PyTorchBenchmarkV3(),
+    TritonBenchJson(),
+    WorkerBundle(),
+    LigerCsvSource(),
+)
 
 
 def source_of(key: str, data: bytes) -> Source:

@@ -1,0 +1,261 @@
+"""Reading the JSON that benchmark harnesses write, safely.
+
+Every harness source reads its bytes through here, so each hazard is handled once:
+- a gzip file is unpacked, within a bound (a gzip bomb is refused, not expanded);
+- a UTF-8 byte-order mark is dropped; other bytes that are not UTF-8 are refused;
+- a whole document is bounded in size and nesting depth before a parser pays for it;
+- JSON Lines are read one line at a time (a 100 MB trace file never becomes one tree), each
+  line bounded on its own, and a bad line is that line's problem alone;
+- NaN, Infinity and duplicate keys are accepted by the parser but marked, so the one record
+  that holds them is quarantined and its neighbours land.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import math
+import re
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from json.decoder import JSONObject  # type: ignore[attr-defined]
+from json.scanner import py_make_scanner  # type: ignore[attr-defined]
+from typing import Any
+
+GZIP_MAGIC = b"\x1f\x8b"
+MAX_UNPACKED_BYTES = 512 * 1024 * 1024
+MAX_DOCUMENT_BYTES = 256 * 1024 * 1024  # a document is parsed whole; JSON Lines stream
+MAX_LINE_BYTES = 16 * 1024 * 1024
+MAX_DEPTH = 64
+RAW_LIMIT = 4096  # characters of a record's text kept with a quarantine row
+
+# Reasons a quarantine row gives for JSON that cannot be read.
+TOO_LARGE = "too_large"
+TOO_DEEP = "too_deep"
+NOT_UTF8 = "encoding"
+JSON_SYNTAX = "json_syntax"
+NON_FINITE = "non_finite_number"
+DUPLICATE_KEY = "duplicate_key"
+
+
+class JsonInputError(ValueError):
+    """The bytes cannot be read as JSON at all (size, depth, encoding, syntax)."""
+
+    def __init__(self, reason: str, detail: str, line: int = 1) -> None:
+        super().__init__(f"{reason}: {detail} (line {line})")
+        self.reason = reason
+        self.detail = detail
+        self.line = line
+
+
+class KeyedObject(dict[str, Any]):
+    """A JSON object that remembers the keys it held twice (the first value wins) and, in a
+    document small enough to track them, the line it starts on."""
+
+    __slots__ = ("duplicates", "line")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.duplicates: list[str] = []
+        self.line: int | None = None
+
+
+def _object(pairs: list[tuple[str, Any]]) -> KeyedObject:
+    result = KeyedObject()
+    for key, value in pairs:
+        if key in result:
+            result.duplicates.append(key)
+            continue
+        result[key] = value
+    return result
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=_object)
+TRACK_LINES_BYTES = 8 * 1024 * 1024  # below this, a document's objects learn their lines
+
+
+def _line_tracking_decoder(text: str) -> json.JSONDecoder:
+    """A decoder whose objects learn the line they start on: the pure-Python scanner, which
+    lets an object's start be seen (slower than the C one, so only for smaller documents)."""
+    newlines = [m.start() for m in re.finditer("\n", text)]
+    decoder = json.JSONDecoder(object_pairs_hook=_object)
+
+    def parse_object(s_and_end: tuple[str, int], *args: Any, **kwargs: Any) -> tuple[Any, int]:
+        value, end = JSONObject(s_and_end, *args, **kwargs)
+        value.line = bisect.bisect_left(newlines, s_and_end[1] - 1) + 1
+        return value, end
+
+    decoder.parse_object = parse_object  # type: ignore[attr-defined]
+    decoder.scan_once = py_make_scanner(decoder)  # type: ignore[attr-defined]
+    return decoder
+
+
+def unpacked(data: bytes, limit: int = MAX_UNPACKED_BYTES) -> bytes:
+    """The bytes, or what a gzip file holds; a file that unpacks past `limit` is refused."""
+    if not data.startswith(GZIP_MAGIC):
+        return data
+    inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    try:
+        out = inflater.decompress(data, limit + 1)
+    except zlib.error as error:
+        raise JsonInputError(JSON_SYNTAX, f"not a readable gzip file: {error}") from None
+    if len(out) > limit:
+        raise JsonInputError(TOO_LARGE, f"gzip content unpacks past {limit} bytes")
+    return out
+
+
+def looks_gzipped(data: bytes) -> bool:
+    return data.startswith(GZIP_MAGIC)
+
+
+def head_text(data: bytes, size: int = 64 * 1024) -> str:
+    """The start of a file as text, for sniffing: unpacked if gzipped (only as far as needed),
+    BOM and leading white space dropped, undecodable bytes replaced."""
+    if looks_gzipped(data):
+        try:
+            data = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS).decompress(data, size)
+        except zlib.error:
+            return ""
+    return data[:size].decode("utf-8", errors="replace").lstrip("\ufeff \t\r\n")
+
+
+def _text(data: bytes | memoryview) -> str:
+    try:
+        return bytes(data).decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise JsonInputError(NOT_UTF8, f"not UTF-8: {error.reason} at byte {error.start}") from None
+
+
+_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
+
+
+def depth_guard(text: str, max_depth: int = MAX_DEPTH) -> None:
+    """Refuse deep nesting before a parser pays for it (`json` recurses once per level).
+    Brackets inside strings do not count."""
+    if text.count("[") + text.count("{") <= max_depth:
+        return
+    depth = 0
+    for match in _TOKEN.finditer(text):
+        token = match.group()
+        if token in "[{":
+            depth += 1
+            if depth > max_depth:
+                line = text.count("\n", 0, match.start()) + 1
+                raise JsonInputError(TOO_DEEP, f"nesting deeper than {max_depth}", line)
+        elif token in "]}":
+            depth -= 1
+
+
+def _parse(text: str, line: int, decoder: json.JSONDecoder = _DECODER) -> Any:
+    try:
+        return decoder.decode(text)
+    except json.JSONDecodeError as error:
+        raise JsonInputError(JSON_SYNTAX, error.msg, line + error.lineno - 1) from None
+    except RecursionError:
+        raise JsonInputError(TOO_DEEP, "nesting too deep to parse", line) from None
+
+
+def read_document(data: bytes, max_bytes: int = MAX_DOCUMENT_BYTES) -> Any:
+    """One JSON document (gzip unpacked). Raises JsonInputError."""
+    data = unpacked(data)
+    if len(data) > max_bytes:
+        raise JsonInputError(TOO_LARGE, f"{len(data)} bytes exceeds the limit of {max_bytes}")
+    text = _text(data)
+    depth_guard(text)
+    decoder = _line_tracking_decoder(text) if len(data) <= TRACK_LINES_BYTES else _DECODER
+    return _parse(text, 1, decoder)
+
+
+@dataclass(frozen=True, slots=True)
+class JsonLine:
+    """One line of a JSON Lines file: its value, or why it cannot be read."""
+
+    line: int  # 1-based
+    text: str  # the line, cut to RAW_LIMIT characters
+    value: Any = None
+    error: JsonInputError | None = None
+
+
+def read_lines(data: bytes, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[JsonLine]:
+    """The non-blank lines of a JSON Lines file, parsed one by one (gzip unpacked)."""
+    data = unpacked(data)
+    view = memoryview(data)
+    start, number, size = 0, 0, len(data)
+    if data.startswith(b"\xef\xbb\xbf"):
+        start = 3
+    while start < size:
+        end = data.find(b"\n", start)
+        end = size if end < 0 else end
+        number += 1
+        chunk = view[start:end]
+        start = end + 1
+        if len(chunk) > max_line_bytes:
+            text = bytes(chunk[:RAW_LIMIT]).decode("utf-8", errors="replace")
+            error = JsonInputError(
+                TOO_LARGE, f"a line of {len(chunk)} bytes exceeds {max_line_bytes}", number
+            )
+            yield JsonLine(number, text, error=error)
+            continue
+        try:
+            text = _text(chunk)
+        except JsonInputError as error:
+            raw = bytes(chunk[:RAW_LIMIT]).decode("utf-8", errors="replace")
+            yield JsonLine(number, raw, error=JsonInputError(error.reason, error.detail, number))
+            continue
+        if not text.strip():
+            continue
+        try:
+            depth_guard(text)
+            value = _parse(text, number)
+        except JsonInputError as error:
+            yield JsonLine(number, text[:RAW_LIMIT], error=error)
+            continue
+        yield JsonLine(number, text[:RAW_LIMIT], value=value)
+
+
+def is_json_lines(data: bytes) -> bool:
+    """Several JSON values, one per line (the first line is a whole value), rather than one
+    document that spans lines."""
+    head = head_text(data)
+    first, _, rest = head.partition("\n")
+    if not rest.strip():
+        return False
+    try:
+        json.loads(first)
+    except ValueError:
+        return False
+    return True
+
+
+def defect(value: Any, max_depth: int = MAX_DEPTH) -> tuple[str, str] | None:
+    """Why one record cannot be taken as it stands: a non-finite number or a duplicate key
+    anywhere inside it, as (reason, detail); None when it is clean."""
+    stack: list[tuple[Any, str, int]] = [(value, "", 0)]
+    while stack:
+        item, path, depth = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return NON_FINITE, f"{item} at {path or '/'} has no JSON value"
+        if isinstance(item, KeyedObject) and item.duplicates:
+            return DUPLICATE_KEY, f"duplicate key {item.duplicates[0]!r} at {path or '/'}"
+        if depth >= max_depth:
+            continue
+        if isinstance(item, dict):
+            stack.extend((v, f"{path}/{escape(k)}", depth + 1) for k, v in item.items())
+        elif isinstance(item, list):
+            stack.extend((v, f"{path}/{i}", depth + 1) for i, v in enumerate(item))
+    return None
+
+
+def escape(token: str | int) -> str:
+    """One JSON pointer token (RFC 6901)."""
+    return str(token).replace("~", "~0").replace("/", "~1")
+
+
+def raw_text(value: Any) -> str:
+    """A record's JSON text for a quarantine row, cut to RAW_LIMIT characters."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=True, default=str)
+    except (TypeError, ValueError, RecursionError):
+        text = repr(value)
+    return text[:RAW_LIMIT]

@@ -1,0 +1,159 @@
+"""The source interface: what every source (a folder beside this file) gives, and the shared
+bases. A source is pure: bytes and a context in, outcomes and record tables out; storage is the
+caller's."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from pipelines.records import RowOutcome
+
+if TYPE_CHECKING:
+    from pipelines.index.record_objects import RecordSetContent
+    from pipelines.sources.measured import Observation
+
+KnownDigest = Callable[[str], bool]
+
+
+def _never_known(digest: str) -> bool:
+    return False
+
+
+ManifestNamed = Callable[[str, str], "dict[str, Any] | None"]
+
+
+def _never_named(kind: str, name: str) -> dict[str, Any] | None:
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class SourceContext:
+    """What a source may look up beyond the bytes it reads. `known_digest(d)`: whether the index
+    already holds a manifest with digest `d` (a worker bundle may name such manifests without
+    carrying them). `manifest_named(kind, name)`: the manifest of that kind and metadata name
+    the index holds, if any (a FlashInfer trace names its definition, dropped in another file)."""
+
+    known_digest: KnownDigest = _never_known
+    manifest_named: ManifestNamed = _never_named
+    # When the object version was received (its LastModified, a UTC instant): the time of a
+    # run whose format records none.
+    received_at: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SourceObject:
+    """The bytes of one object version, and their content digest (its snapshot's)."""
+
+    snapshot_digest: str
+    data: bytes
+
+
+class Source(Protocol):
+    name: str  # as record sets and reads name their source
+
+    def recognize(self, key: str, data: bytes) -> str | None:
+        """None when the bytes are this source's, else why they are not."""
+        ...
+
+    def parser_version(self) -> str: ...
+
+    def version_of(self, data: bytes, context: SourceContext) -> str:
+        """The version the object's record set is written under: the parser version, unless
+        what the index holds changes the records (a trace whose definition arrived since)."""
+        ...
+
+    def outcomes(self, data: bytes, context: SourceContext) -> Iterator[RowOutcome]:
+        """One outcome per row or entry, in order (`kindex normalize`, a dry run)."""
+        ...
+
+    def record_set(
+        self, data: bytes, snapshot_digest: str, context: SourceContext, parts_dir: Path
+    ) -> RecordSetContent:
+        """The object's record tables. `parts_dir`: an empty folder where the source may spool
+        large tables as Parquet parts (RecordSetContent.parts), kept until they are written."""
+        ...
+
+    def record_sets(
+        self, objects: Sequence[SourceObject], context: SourceContext, parts_dir: Path
+    ) -> list[RecordSetContent]:
+        """The record tables of several objects of this source, in their order: a batch of
+        small files pays the source's fixed cost once."""
+        ...
+
+
+def record_set_of_outcomes(
+    outcomes: Iterator[RowOutcome], snapshot_digest: str, parser_version: str
+) -> RecordSetContent:
+    """Record tables built outcome by outcome (any source can)."""
+    from pipelines.index.record_objects import RecordSetBuilder, RecordSetContent
+
+    builder = RecordSetBuilder(snapshot_digest, parser_version)
+    for outcome in outcomes:
+        builder.add(outcome)
+    return RecordSetContent(builder.rows, builder.tables())
+
+
+class RecordsOfOutcomes(ABC):
+    """A source whose record tables are built outcome by outcome."""
+
+    @abstractmethod
+    def parser_version(self) -> str: ...
+
+    def version_of(self, data: bytes, context: SourceContext) -> str:
+        return self.parser_version()
+
+    @abstractmethod
+    def outcomes(self, data: bytes, context: SourceContext) -> Iterator[RowOutcome]: ...
+
+    def record_set(
+        self, data: bytes, snapshot_digest: str, context: SourceContext, parts_dir: Path
+    ) -> RecordSetContent:
+        outcomes = self.outcomes(data, context)
+        return record_set_of_outcomes(outcomes, snapshot_digest, self.version_of(data, context))
+
+    def record_sets(
+        self, objects: Sequence[SourceObject], context: SourceContext, parts_dir: Path
+    ) -> list[RecordSetContent]:
+        return [self.record_set(o.data, o.snapshot_digest, context, parts_dir) for o in objects]
+
+
+class HarnessSource(RecordsOfOutcomes):
+    """A benchmark harness's result format (a folder beside this file). Its `entries` are what
+    each record measured, as `Observation`s (pipelines/sources/measured.py builds their records,
+    each rule once), or a record's quarantined outcome; a file that cannot be read at all is one
+    quarantined outcome that says why."""
+
+    name: str
+    format_version: str  # the format reader's own version, before the curation's fingerprint
+
+    def parser_version(self) -> str:
+        from pipelines.curation import load
+
+        return f"{self.format_version}+{load().fingerprint}"
+
+    @abstractmethod
+    def recognize(self, key: str, data: bytes) -> str | None: ...
+
+    @abstractmethod
+    def entries(self, data: bytes, context: SourceContext) -> Iterator[Observation | RowOutcome]:
+        """What each record of the file measured, in file order."""
+
+    def outcomes(self, data: bytes, context: SourceContext) -> Iterator[RowOutcome]:
+        from pipelines.curation import load
+        from pipelines.sources.json_input import RAW_LIMIT, JsonInputError
+        from pipelines.sources.measured import observation_outcome, quarantined
+
+        curation = load()
+        try:
+            for entry in self.entries(data, context):
+                if isinstance(entry, RowOutcome):
+                    yield entry
+                else:
+                    yield observation_outcome(entry, curation)
+        except JsonInputError as error:
+            head = data[:RAW_LIMIT].decode("utf-8", errors="backslashreplace")
+            yield quarantined(error.line, "", head, error.reason, error.detail)
