@@ -10,7 +10,7 @@ import secrets
 import sys
 import tempfile
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -22,7 +22,7 @@ import orjson
 from tqdm import tqdm
 
 from pipelines.index.faults import RECORD_FILES_WRITTEN, pause_point
-from pipelines.index.known import known_manifests
+from pipelines.index.known import awaiting_files, is_awaiting, known_manifests
 from pipelines.index.layout import IndexLayout
 from pipelines.index.local import PARQUET_CONTENT_TYPE, cache_bytes, cache_file, fetch, put_file
 from pipelines.index.publish import IndexVersion, publish_index
@@ -91,6 +91,10 @@ class IngestSummary:
 SINGLE_PUT_LIMIT = 5 * 1024**3  # the largest object S3 takes in one PutObject
 
 
+def utc_text(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
 def snapshot_data(store: ObjectStore, settings: Any, snapshot: Any) -> bytes:
     from pipelines.intake.snapshots import read_snapshot
 
@@ -141,6 +145,7 @@ def process_snapshot(
             snapshot.digest,
             data,
             parts_dir=parts_dir,
+            received_at=utc_text(snapshot.last_modified),
             maybe_written=taken is None or not taken.kept_now,
         )
         return write_records(store, settings, snapshot, prepared)
@@ -164,19 +169,22 @@ def prepare_records(
     data: bytes,
     *,
     parts_dir: Path,
+    received_at: str | Callable[[], str | None] | None,
     maybe_written: bool = True,
 ) -> PreparedRecords:
     """The records of the bytes of an object read at `key`, unless their record set exists.
     `digest`: the bytes' content digest. `parts_dir`: where the source may spool Parquet parts
-    (parts_folder). `maybe_written`: False when the bytes were kept just now, so their record
-    set cannot exist."""
+    (parts_folder). `received_at`: the object version's LastModified, or how to learn it.
+    `maybe_written`: False when the bytes were kept just now, so their record set cannot
+    exist."""
     layout = IndexLayout.of(settings)
     source = source_of(key, data)
-    parser_version = source.parser_version()
+    known = known_manifests(store, settings)
+    context = SourceContext(known_digest=known, manifest_named=known.named, received_at=received_at)
+    parser_version = source.version_of(data, context)
     prefix = layout.record_set_prefix(parser_version, digest)
     content = None
     if not (maybe_written and store.head(prefix + SUMMARY_FILE) is not None):
-        context = SourceContext(known_digest=known_manifests(store, settings))
         content = record_set_content(source, data, digest, context, parts_dir)
     return PreparedRecords(parser_version, source.name, prefix, content)
 
@@ -351,7 +359,13 @@ def ingest_file(store: ObjectStore, settings: Any, path: Path) -> SnapshotRecord
         upload = pool.submit(_upload_and_snapshot, store, settings, path, data, digest)
         try:
             prepared = prepare_records(
-                store, settings, incoming_key(settings, path), digest, data, parts_dir=parts_dir
+                store,
+                settings,
+                incoming_key(settings, path),
+                digest,
+                data,
+                parts_dir=parts_dir,
+                received_at=lambda: utc_text(upload.result().last_modified),
             )
         finally:
             snapshot = upload.result()
@@ -365,6 +379,46 @@ def _upload_and_snapshot(
 
     written = put_incoming(store, settings, path, data)
     return snapshot_written(store, settings, written, data, digest)
+
+
+def resolve_awaiting(
+    store: ObjectStore, settings: Any, batch: Sequence[SnapshotRecords] = ()
+) -> list[SnapshotRecords]:
+    """Process again the files whose rows wait for another file (a FlashInfer trace for its
+    definition), of this batch and of the published index, now that more is indexed: a file
+    whose record set comes out the same under what the index now holds is left as it is (its
+    source's `version_of` says so without rebuilding it)."""
+    from pipelines.intake.snapshots import load_reads, read_record_key, read_snapshot
+
+    waiting = {
+        (f.snapshot_digest, f.source_key)
+        for f in batch
+        if any(is_awaiting(reason) for reason in f.quarantined_by_reason)
+    }
+    waiting.update(awaiting_files(store, settings))
+    if not waiting:
+        return []
+    reads = load_reads(store, [read_record_key(settings, k, d) for d, k in sorted(waiting)])
+    resolved: list[SnapshotRecords] = []
+    done: set[str] = set()
+    for snapshot in reads:
+        if snapshot.digest in done:
+            continue
+        done.add(snapshot.digest)
+        data = read_snapshot(store, settings, snapshot)
+        with parts_folder(settings) as parts_dir:
+            prepared = prepare_records(
+                store,
+                settings,
+                snapshot.key,
+                snapshot.digest,
+                data,
+                parts_dir=parts_dir,
+                received_at=utc_text(snapshot.last_modified),
+            )
+            if prepared.content is not None:
+                resolved.append(write_records(store, settings, snapshot, prepared))
+    return resolved
 
 
 def ingest_paths(
@@ -397,6 +451,7 @@ def ingest_paths(
             bar.set_description(path.name)
             files.append(ingest_file(store, settings, path))
             bar.update(size)
+        files.extend(resolve_awaiting(store, settings, files))
         bar.set_description("publishing index")
         index = publish_index(store, settings)
     return IngestSummary(files, index)

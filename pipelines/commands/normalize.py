@@ -1,4 +1,4 @@
-"""`kindex normalize FILE`: a dry run of the Liger normalizer, before a file is dropped.
+"""`kindex normalize FILE`: a dry run of a file's source, before the file is dropped.
 
 Writes one JSON object per data row, in input order (the contract in README.md), or with
 `--summary` the counts per status and reason. Streams: memory stays flat as the file grows.
@@ -29,10 +29,12 @@ tqdm.monitor_interval = 0
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "normalize",
-        help="print the records (or quarantine reason) of every row of a Liger CSV, as JSON lines",
-        description="Dry run: normalize a Liger benchmark CSV without uploading it.",
+        help="print the records (or quarantine reason) of every row or record of a file, as JSON "
+        "lines",
+        description="Dry run: normalize a file (a Liger CSV, a worker bundle, or a harness's "
+        "result JSON) without uploading it.",
     )
-    parser.add_argument("file", type=Path, help="a Liger benchmark CSV")
+    parser.add_argument("file", type=Path, help="a Liger CSV, a bundle or a harness's result file")
     parser.add_argument(
         "--summary", action="store_true", help="print counts per status and reason instead"
     )
@@ -45,12 +47,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         out = None if args.summary else sys.stdout.buffer
         progress = not args.no_progress and sys.stderr.isatty()
-        counts = _normalize(args.file, out, progress)
-    except NotLigerCsv as error:
-        print(
-            f"kindex normalize: {args.file} is not a Liger benchmark CSV: {error}", file=sys.stderr
-        )
-        return 2
+        try:
+            counts = _normalize(args.file, out, progress)
+        except NotLigerCsv:
+            counts = _normalize_by_source(args.file, out)
     except BrokenPipeError:
         raise  # `kindex normalize FILE | head`: handled quietly by the CLI
     except OSError as error:
@@ -80,6 +80,29 @@ def _normalize(path: Path, out: BinaryIO | None, progress: bool = False) -> Coun
                 write_json_lines(batch, out)
             count_outcomes(batch, counts)
             bar.update(stream.tell() - bar.n)
+    if out is not None:
+        out.flush()
+    return counts
+
+
+def _normalize_by_source(path: Path, out: BinaryIO | None) -> Counter[str]:
+    """Any other file, read as the source that recognizes its bytes (a harness's JSON, a worker
+    bundle), or as one `unrecognized_format` line. Its runs are timed, where its format records
+    no time, by the file's modification time (an upload would take the object's)."""
+    from datetime import UTC, datetime
+
+    from pipelines.sources import SourceContext, normalize_object
+
+    modified = datetime.fromtimestamp(path.stat().st_mtime, UTC)
+    context = SourceContext(received_at=modified.isoformat().replace("+00:00", "Z"))
+    counts: Counter[str] = Counter()
+    for outcome in normalize_object(path.name, path.read_bytes(), context=context).outcomes:
+        if out is not None:
+            out.write(outcome.json_line())
+        if outcome.status == "ok":
+            counts[f"ok:{outcome.facts.metric if outcome.facts else 'manifests'}"] += 1
+        else:
+            counts[f"quarantined:{outcome.reason}"] += 1
     if out is not None:
         out.flush()
     return counts

@@ -1,5 +1,6 @@
-"""Which manifest digests the index already holds, for bundles that name manifests they do not
-carry (a worker uploading runs of an operation published earlier).
+"""Which manifests the index already holds: for bundles that name manifests they do not carry (a
+worker uploading runs of an operation published earlier), and for files that name a manifest
+another file carries (a FlashInfer trace names its definition).
 
 "Holds" means: in the current published version, or in a complete record set written but not yet
 published (an earlier file of the same `kindex ingest`, or of the same sensor tick). The lookup is
@@ -9,34 +10,72 @@ index, so neither pays for listing the record sets.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from typing import Any
 
 import duckdb
+import orjson
 
 from pipelines.index.layout import IndexLayout
-from pipelines.index.local import fetch, load_current
+from pipelines.index.local import fetch, fetch_all, load_current
 from pipelines.index.publish import included, list_record_sets
-from pipelines.index.record_objects import MANIFEST_SCHEMA
-from pipelines.index.tables import MANIFEST_SEGMENT_SCHEMA, parquet_select
+from pipelines.index.record_objects import MANIFEST_SCHEMA, QUARANTINE_SCHEMA
+from pipelines.index.tables import (
+    CURRENT_RECORD_SET,
+    MANIFEST_SEGMENT_SCHEMA,
+    SNAPSHOT_SCHEMA,
+    parquet_select,
+)
 from pipelines.settings import Settings
 from pipelines.storage.base import ObjectStore
 
 
 class KnownManifests:
-    """`known(digest) -> bool` over the index's manifests; loaded on the first question."""
+    """`known(digest) -> bool` over the index's manifests, and `named(kind, name)`: the manifest
+    of that kind and name it holds. The files are listed on the first question."""
 
     def __init__(self, store: ObjectStore, settings: Settings) -> None:
         self.store = store
         self.settings = settings
         self.layout = IndexLayout.of(settings)
         self._digests: frozenset[str] | None = None
+        self._manifests: str | None = None  # a SELECT over every manifest file
+        self._named: dict[tuple[str, str], dict[str, Any] | None] = {}
 
     def __call__(self, digest: str) -> bool:
         if self._digests is None:
-            self._digests = frozenset(self._load())
+            rows = self._query(f"SELECT DISTINCT digest FROM ({self._select()})")
+            self._digests = frozenset(row[0] for row in rows)
         return digest in self._digests
 
-    def _load(self) -> Iterable[str]:
+    def named(self, kind: str, name: str) -> dict[str, Any] | None:
+        if (kind, name) not in self._named:
+            rows = self._query(
+                f"SELECT manifest FROM ({self._select()}) WHERE kind = ? AND name = ? "
+                "ORDER BY digest LIMIT 1",
+                [kind, name],
+            )
+            self._named[kind, name] = orjson.loads(rows[0][0]) if rows else None
+        return self._named[kind, name]
+
+    def _select(self) -> str:
+        if self._manifests is None:
+            published, pending = self._files()
+            self._manifests = (
+                f"SELECT digest, kind, name, manifest FROM "
+                f"({parquet_select(published, MANIFEST_SEGMENT_SCHEMA)}) UNION ALL "
+                f"SELECT digest, kind, name, manifest FROM "
+                f"({parquet_select(pending, MANIFEST_SCHEMA)})"
+            )
+        return self._manifests
+
+    def _query(self, sql: str, parameters: list[str] | None = None) -> list[Any]:
+        con = duckdb.connect()
+        try:
+            return con.execute(sql, parameters or []).fetchall()
+        finally:
+            con.close()
+
+    def _files(self) -> tuple[list[str], list[str]]:
         current = load_current(self.store, self.settings)
         segments = current.files.get("manifest_segments", [])
         published = [str(fetch(self.store, self.layout, key)) for key in segments]
@@ -47,16 +86,46 @@ class KnownManifests:
             for prefix in sorted(summaries)
             if prefix not in included_sets
         ]
-        con = duckdb.connect()
-        try:
-            rows = con.execute(
-                f"SELECT digest FROM ({parquet_select(published, MANIFEST_SEGMENT_SCHEMA)}) "
-                f"UNION SELECT digest FROM ({parquet_select(pending, MANIFEST_SCHEMA)})"
-            ).fetchall()
-        finally:
-            con.close()
-        return (row[0] for row in rows)
+        return published, pending
 
 
 def known_manifests(store: ObjectStore, settings: Settings) -> KnownManifests:
     return KnownManifests(store, settings)
+
+
+AWAITING_PREFIX = "awaiting_"  # a quarantine reason that waits for another file, not a defect
+
+
+def is_awaiting(reason: str) -> bool:
+    return reason.startswith(AWAITING_PREFIX)
+
+
+def awaiting_files(store: ObjectStore, settings: Settings) -> list[tuple[str, str]]:
+    """(snapshot digest, source key) of each file the published index holds rows of that wait
+    for another file (a FlashInfer trace for its definition), in its current record set."""
+    layout = IndexLayout.of(settings)
+    current = load_current(store, settings)
+    quarantine = [
+        str(p) for p in fetch_all(store, layout, current.files.get("quarantine_files", []))
+    ]
+    snapshots = [str(p) for p in fetch_all(store, layout, current.files.get("snapshots", []))]
+    if not quarantine or not snapshots:
+        return []
+    con = duckdb.connect()
+    try:
+        rows = con.execute(
+            f"""WITH reads AS ({parquet_select(snapshots, SNAPSHOT_SCHEMA)}),
+                    current_sets AS (
+                      SELECT snapshot_digest, {CURRENT_RECORD_SET} AS parser_version
+                      FROM reads GROUP BY snapshot_digest)
+                SELECT DISTINCT q.snapshot_digest, r.source_key
+                FROM ({parquet_select(quarantine, QUARANTINE_SCHEMA)}) q
+                SEMI JOIN current_sets c USING (snapshot_digest, parser_version)
+                JOIN reads r USING (snapshot_digest)
+                WHERE starts_with(q.reason, ?)
+                ORDER BY 1, 2""",
+            [AWAITING_PREFIX],
+        ).fetchall()
+    finally:
+        con.close()
+    return [(digest, key) for digest, key in rows]

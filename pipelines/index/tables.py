@@ -65,6 +65,9 @@ SNAPSHOT_SCHEMA = pa.schema(
     ]
 )
 
+# A snapshot's current record set: the parser version of its newest processing.
+CURRENT_RECORD_SET = "arg_max(parser_version, coalesce(processed_at, taken_at))"
+
 # The stored tables, and the columns the views read of each.
 STORED_TABLES: dict[str, pa.Schema] = {
     "run_segments": RUN_SEGMENT_SCHEMA,
@@ -240,9 +243,8 @@ def view_statements(sources: Mapping[str, str]) -> list[str]:
         # A snapshot re-processed by a newer parser (a backfill after the curation grew) is
         # described by its newest record set: older sets' lineage and quarantine stay in the
         # bucket but leave these views.
-        """CREATE OR REPLACE VIEW current_record_sets AS
-           SELECT snapshot_digest,
-                  arg_max(parser_version, coalesce(processed_at, taken_at)) AS parser_version
+        f"""CREATE OR REPLACE VIEW current_record_sets AS
+           SELECT snapshot_digest, {CURRENT_RECORD_SET} AS parser_version
            FROM snapshots GROUP BY snapshot_digest""",
         f"""CREATE OR REPLACE VIEW lineage AS
            SELECT l.snapshot_digest, f.source_key, l.source_line, l.run_digest

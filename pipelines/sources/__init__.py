@@ -191,10 +191,11 @@ def unrecognized(data: bytes, why: str) -> RowOutcome:
     """The single outcome of an object no source recognizes. Its bytes stay in the snapshot; the
     outcome keeps a readable preview of the start, with undecodable bytes escaped."""
     preview = data[:RAW_PREVIEW_BYTES].decode("utf-8", errors="backslashreplace")
+    names = ", ".join(source.name for source in SOURCES)
     return RowOutcome(
         1,
         "quarantined",
         preview,
         "unrecognized_format",
-        f"not a Liger CSV or a worker bundle: {why}",
+        f"no source recognizes it ({names}); as a Liger CSV: {why}",
     )

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from pipelines import API_VERSION
 from pipelines.curation import Curation
 from pipelines.curation import load as load_curation
 from pipelines.records import Record, RowOutcome, RunFacts
@@ -27,7 +28,6 @@ from pipelines.records.canonical import manifest_digest
 from pipelines.records.manifests import schema_errors
 from pipelines.sources.json_input import defect, raw_text
 
-API_VERSION = "kernelindex.dev/v1alpha1"
 UNSPECIFIED = "unspecified"
 NAME_LIMIT = 200
 MAX_SAFE_INTEGER = 2**53 - 1

@@ -39,9 +39,12 @@ class SourceContext:
 
     known_digest: KnownDigest = _never_known
     manifest_named: ManifestNamed = _never_named
-    # When the object version was received (its LastModified, a UTC instant): the time of a
-    # run whose format records none.
-    received_at: str | None = None
+    # When the object version was received (its LastModified, a UTC instant), or how to learn
+    # it (an upload still under way): the time of a run whose format records none.
+    received_at: str | Callable[[], str | None] | None = None
+
+    def received_time(self) -> str | None:
+        return self.received_at() if callable(self.received_at) else self.received_at
 
 
 @dataclass(frozen=True, slots=True)

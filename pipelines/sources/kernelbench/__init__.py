@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 from pipelines.sources.json_input import JsonInputError, escape, head_text, raw_text, read_document
@@ -81,7 +82,7 @@ class KernelBenchTiming(HarnessSource):
                     timing,
                     line,
                     pointer,
-                    lambda t, lv=level, p=problem: _observation(lv, p, t, context=context),
+                    partial(_observation, level, problem, context=context),
                 )
 
 
@@ -93,7 +94,8 @@ def _observation(level: str, problem: str, timing: Any, *, context: SourceContex
     hardware = timing.get("hardware")
     if not isinstance(hardware, str) or not hardware.strip():
         raise ObservationError("missing_field", "no hardware")
-    if context.received_at is None:
+    received = context.received_time()
+    if received is None:
         raise ObservationError("missing_field", "no time: the file records none")
     latency = {
         "mean": to_ns(number(timing["mean"], "mean"), "ms"),
@@ -119,7 +121,7 @@ def _observation(level: str, problem: str, timing: Any, *, context: SourceContex
         implementation=Implementation("pytorch-reference", PROJECT, language="python"),
         protocol=PROTOCOL,
         environment=Environment(gpu=hardware),
-        observed_at=utc_instant(context.received_at),
+        observed_at=utc_instant(received),
         latency_ns=latency,
         samples=samples,
         measurements=measurements,
