@@ -421,6 +421,16 @@ def resolve_awaiting(
     return resolved
 
 
+def publish_resolving(store: ObjectStore, settings: Any) -> tuple[IndexVersion, int]:
+    """Publish the index; then process again the files whose rows wait for what it now holds,
+    and publish those too. Returns the version and how many files were resolved."""
+    version = publish_index(store, settings)
+    resolved = resolve_awaiting(store, settings)
+    if resolved:
+        version = publish_index(store, settings)
+    return version, len(resolved)
+
+
 def ingest_paths(
     paths: Sequence[Path | str],
     settings: Any,

@@ -1,0 +1,230 @@
+"""The harness formats together: each sample is read by its own source and no other, hostile JSON
+is a clear quarantine row that never costs the rest of a file, and every sample file of every
+format goes through the real ingest (SeaweedFS, the Iceberg index) to runs and quarantine rows."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from index_support import index_settings, query
+
+from pipelines.ingest import ingest_paths
+from pipelines.sources import SOURCES, SourceContext, normalize_object, source_of
+from pipelines.sources.json_input import JsonInputError, read_lines, unpacked
+from pipelines.storage.s3 import S3Store
+
+__all__ = ["index_settings"]
+
+FORMATS = Path(__file__).parent / "data" / "formats"
+CONTEXT = SourceContext(received_at="2026-01-01T00:00:00Z")
+
+# Every shared sample file and the source that must read it.
+SAMPLES: dict[str, str] = {
+    "flashinfer-trace/gemm_n128_k2048.traces.jsonl": "flashinfer-trace",
+    "flashinfer-trace/gemm_n128_k2048.definition.json": "flashinfer-trace",
+    "flashinfer-trace/gpt-5_gemm_n128_k2048_cuda_optimized_r8_c0_high.solution.json": (
+        "flashinfer-trace"
+    ),
+    "nvbench/test_ref.json": "nvbench-json",
+    "google-benchmark/gbench_test1_run1.json": "google-benchmark-json",
+    "google-benchmark/github-action-benchmark_googlecpp_output.json": "google-benchmark-json",
+    "kernelbench/H100_Modal_baseline_time_torch.json": "kernelbench-timing",
+    "pytorch-v3/add_loop_eager.json": "pytorch-benchmark-v3",
+    "pytorch-v3/add_loop_inductor_dynamic_gpu.json": "pytorch-benchmark-v3",
+    "pytorch-v3/json-each-row.json": "pytorch-benchmark-v3",
+    "tritonbench/SYNTHETIC_nightly_result.json": "tritonbench-json",
+}
+
+
+@pytest.mark.parametrize("sample", sorted(SAMPLES))
+def test_each_sample_is_recognized_by_its_own_source_and_no_other(sample: str) -> None:
+    data = (FORMATS / sample).read_bytes()
+    recognizers = [s.name for s in SOURCES if s.recognize(f"incoming/{sample}", data) is None]
+    assert recognizers == [SAMPLES[sample]]
+    # by content: the key's name plays no part
+    assert source_of("incoming/renamed.bin", data).name == SAMPLES[sample]
+    assert source_of("incoming/renamed.json.gz", gzip.compress(data)).name == SAMPLES[sample]
+
+
+@pytest.mark.parametrize("sample", sorted(SAMPLES))
+def test_every_record_of_a_sample_is_a_run_a_manifest_or_a_reason(sample: str) -> None:
+    data = (FORMATS / sample).read_bytes()
+    outcomes = list(normalize_object(sample, data, context=CONTEXT).outcomes)
+    assert outcomes
+    for outcome in outcomes:
+        if outcome.status == "ok":
+            assert outcome.records, outcome
+        else:
+            assert outcome.reason and outcome.detail, outcome
+    again = list(normalize_object("elsewhere.json", data, context=CONTEXT).outcomes)
+    assert [r.digest for o in again for r in o.records] == [
+        r.digest for o in outcomes for r in o.records
+    ]
+
+
+def test_an_unrecognized_json_is_one_unrecognized_row_not_a_bundle() -> None:
+    data = json.dumps({"results": [{"name": "x", "time": 1.0}]}).encode()
+    (outcome,) = normalize_object("incoming/results.json", data).outcomes
+    assert (outcome.status, outcome.reason) == ("quarantined", "unrecognized_format")
+    assert "no source recognizes it" in (outcome.detail or "")
+    # A JSON that claims to be a bundle is read as one, and its defects are a bundle's.
+    claimed = json.dumps({"apiVersion": "kernelindex.dev/v1alpha1", "kind": "Nonsense"}).encode()
+    assert source_of("incoming/x.json", claimed).name == "worker-bundle"
+    reasons = {o.reason for o in normalize_object("incoming/x.json", claimed).outcomes}
+    assert "unrecognized_format" not in reasons
+
+
+def kernelbench(level: dict[str, Any]) -> bytes:
+    return json.dumps({"level1": level}).encode()
+
+
+def problem(mean: Any = 2.5) -> dict[str, Any]:
+    return {"mean": mean, "std": 0.1, "min": 2.4, "max": 2.9, "num_trials": 100,
+            "hardware": "NVIDIA H100 80GB HBM3", "device": "cuda:0"}  # fmt: skip
+
+
+def outcomes_of(data: bytes) -> list[Any]:
+    return list(normalize_object("incoming/hostile.json", data, context=CONTEXT).outcomes)
+
+
+def test_nan_infinity_and_duplicate_keys_quarantine_their_record_alone() -> None:
+    text = (
+        '{"level1": {"1_a.py": ' + json.dumps(problem()) + ', "2_b.py": {"mean": NaN, "std": 0.1, '
+        '"min": 1, "max": 2, "num_trials": 3, "hardware": "NVIDIA H100 80GB HBM3"}, '
+        '"3_c.py": {"mean": Infinity, "min": 1, "max": 2, "hardware": "x"}, '
+        '"4_d.py": {"mean": 1.0, "mean": 2.0, "min": 1, "max": 2, "hardware": "x"}}}'
+    )
+    outcomes = outcomes_of(text.encode())
+    assert [o.status for o in outcomes] == ["ok", "quarantined", "quarantined", "quarantined"]
+    assert [o.reason for o in outcomes[1:]] == [
+        "non_finite_number",
+        "non_finite_number",
+        "duplicate_key",
+    ]
+    assert [o.pointer for o in outcomes] == ["/level1/1_a.py", "/level1/2_b.py",
+                                             "/level1/3_c.py", "/level1/4_d.py"]  # fmt: skip
+    assert all(o.raw for o in outcomes)
+
+
+def test_a_byte_order_mark_is_dropped() -> None:
+    plain = outcomes_of(kernelbench({"1_a.py": problem()}))
+    marked = outcomes_of(b"\xef\xbb\xbf" + kernelbench({"1_a.py": problem()}))
+    assert [o.run.digest for o in marked] == [o.run.digest for o in plain]
+
+
+def test_ten_thousand_deep_nesting_is_one_clear_row() -> None:
+    first = json.dumps(problem()).encode()
+    deep = (
+        b'{"level1": {"1_a.py": ' + first + b', "2_b.py": ' + b"[" * 10_000 + b"]" * 10_000 + b"}}"
+    )
+    (outcome,) = outcomes_of(deep)
+    assert (outcome.status, outcome.reason) == ("quarantined", "too_deep")
+    # a deep line in JSON Lines is that line's alone
+    lines = list(read_lines(b'{"a": 1}\n' + b"[" * 10_000 + b"]" * 10_000 + b'\n{"b": 2}\n'))
+    assert [(line.line, line.error.reason if line.error else None) for line in lines] == [
+        (1, None),
+        (2, "too_deep"),
+        (3, None),
+    ]
+
+
+def test_a_gzip_bomb_is_refused_without_being_expanded() -> None:
+    """A gigabyte-long string, gzipped to about a megabyte: refused once the bound is passed."""
+    first = json.dumps(problem()).encode()
+    text = b'{"level1": {"1_a.py": ' + first + b', "2_b.py": {"name": "' + b"a" * (1 << 30)
+    bomb = gzip.compress(text + b'"}}}', 1)
+    assert len(bomb) < 8 << 20
+    with pytest.raises(JsonInputError) as refused:
+        unpacked(bomb)
+    assert refused.value.reason == "too_large"
+    (outcome,) = outcomes_of(bomb)
+    assert (outcome.status, outcome.reason) == ("quarantined", "too_large")
+
+
+def test_a_line_longer_than_the_bound_is_that_line_alone() -> None:
+    long_line = b'{"s": "' + b"a" * 2048 + b'"}'
+    lines = list(read_lines(b'{"a": 1}\n' + long_line + b'\n{"b": 2}\n', max_line_bytes=1024))
+    assert [line.error.reason if line.error else None for line in lines] == [
+        None,
+        "too_large",
+        None,
+    ]
+    assert lines[1].text.startswith('{"s": "aaa')
+
+
+def test_every_sample_of_every_format_lands_in_the_index(
+    s3_store: Any, index_settings: Any, tmp_path: Path
+) -> None:
+    """All shared files in one ingest (the traces before their definition): each file's records
+    are runs or quarantine rows with reasons, and nothing waits once the definition is in."""
+    folder = tmp_path / "drop"
+    folder.mkdir()
+    paths = []
+    for sample in sorted(SAMPLES):
+        path = folder / Path(sample).name
+        path.write_bytes((FORMATS / sample).read_bytes())
+        paths.append(path)
+    summary = ingest_paths(paths, index_settings, progress=False, store=s3_store)
+    sources = Counter(f.source for f in summary.files if not f.reused)
+    assert set(sources) == set(SAMPLES.values())
+    by_source = dict(
+        query(
+            index_settings,
+            "SELECT s.source, count(*) FROM runs r JOIN snapshots s "
+            "USING (snapshot_digest) GROUP BY 1",
+        )  # fmt: skip
+    )
+    assert by_source["kernelbench-timing"] == 250
+    assert by_source["flashinfer-trace"] == 25
+    assert query(
+        index_settings, "SELECT count(*) FROM quarantine WHERE reason LIKE 'awaiting%'"
+    ) == [(0,)]
+    statuses = dict(
+        query(
+            index_settings,
+            "SELECT status, count(*) FROM runs r JOIN snapshots s "
+            "USING (snapshot_digest) WHERE s.source = 'flashinfer-trace' GROUP BY 1",
+        )  # fmt: skip
+    )
+    assert statuses == {"passed": 22, "incorrect_numerical": 3}
+    # One GPU vocabulary: KernelBench's "NVIDIA H100 80GB HBM3" is the curated H100.
+    assert query(
+        index_settings,
+        "SELECT DISTINCT gpu, architecture FROM runs WHERE external_id LIKE 'level1/%'",
+    ) == [("NVIDIA H100", "sm_90")]
+
+
+def test_traces_before_their_definition_end_with_the_same_runs(
+    s3_store: Any, index_settings: Any, tmp_path: Path
+) -> None:
+    """Order independence: traces ingested alone wait (visibly, with a reason); the definition,
+    ingested later in another call, resolves them to the runs one ingest of both gives."""
+    traces = FORMATS / "flashinfer-trace" / "gemm_n128_k2048.traces.jsonl"
+    definition = FORMATS / "flashinfer-trace" / "gemm_n128_k2048.definition.json"
+    first = ingest_paths([traces], index_settings, progress=False, store=s3_store)
+    assert first.files[0].quarantined_by_reason == {"awaiting_definition": 25}
+    waiting = query(index_settings, "SELECT count(*), any_value(detail) FROM quarantine")
+    assert waiting == [(25, "waits for definition gemm_n128_k2048")]
+    assert query(index_settings, "SELECT count(*) FROM runs") == [(0,)]
+    ingest_paths([definition], index_settings, progress=False, store=s3_store)
+    assert query(index_settings, "SELECT count(*) FROM quarantine") == [(0,)]
+    later = sorted(r for (r,) in query(index_settings, "SELECT run_digest FROM runs"))
+    assert len(later) == 25
+
+    other_store = S3Store(
+        s3_store.bucket + "-b",
+        endpoint_url=s3_store.endpoint_url,
+        credentials=s3_store.credentials,
+        client=s3_store.client,
+    )
+    other_store.ensure_bucket()
+    other = replace(index_settings, home=tmp_path / "other-home", bucket=other_store.bucket)
+    ingest_paths([definition, traces], other, progress=False, store=other_store)
+    together = sorted(r for (r,) in query(other, "SELECT run_digest FROM runs"))
+    assert together == later
