@@ -4,7 +4,6 @@ and files on disk all the way through (`kindex ingest`). Dagster assets call the
 
 from __future__ import annotations
 
-import functools
 import io
 import secrets
 import sys
@@ -511,42 +510,18 @@ def schema_verdict(manifests: Sequence[str], limit: int = 10) -> SchemaVerdict:
     """Validate manifests (JSON texts) against their kernelindex schemas with a compiled
     validator (jsonschema-rs, the same JSON Schema 2020-12 verdicts as `jsonschema`); the
     failures' messages come from `pipelines.records.manifests.schema_errors`."""
-    from pipelines import API_VERSION
-    from pipelines.records.manifests import schema_errors
+    from pipelines.records.manifests import first_schema_error
 
     stride = max(1, -(-len(manifests) // SCHEMA_CHECKED_RUNS))
     chosen = manifests[::stride]
     failures: list[str] = []
     for text in chosen:
         manifest = orjson.loads(text)
-        kind = manifest.get("kind")
-        fast = _fast_validator(kind) if isinstance(kind, str) else None
-        if (
-            fast is not None
-            and manifest.get("apiVersion") == API_VERSION
-            and fast.is_valid(manifest)
-        ):
+        problem = first_schema_error(manifest)
+        if problem is None:
             continue
-        for pointer, message in schema_errors(manifest):
-            name = manifest.get("metadata", {}).get("name", "?")
-            failures.append(f"{kind} {name}: {pointer}: {message}")
-            break
+        name = manifest.get("metadata", {}).get("name", "?")
+        failures.append(f"{manifest.get('kind')} {name}: {problem[0]}: {problem[1]}")
         if len(failures) >= limit:
             break
     return SchemaVerdict(len(chosen), len(manifests), failures)
-
-
-@functools.cache
-def _fast_validator(kind: str) -> Any:
-    import json
-    from importlib import resources
-
-    import jsonschema_rs
-
-    from pipelines.records.manifests import SCHEMA_FILES
-
-    if kind not in SCHEMA_FILES:
-        return None
-    schemas = resources.files("pipelines.records.schemas")
-    text = schemas.joinpath(SCHEMA_FILES[kind]).read_text("utf-8")
-    return jsonschema_rs.validator_for(json.loads(text))

@@ -65,3 +65,26 @@ def schema_errors(manifest: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
 
 def is_valid(manifest: Mapping[str, Any]) -> bool:
     return next(schema_errors(manifest), None) is None
+
+
+@cache
+def fast_validator(kind: str) -> Any:
+    """A compiled validator of a kind's schema (jsonschema-rs: the same JSON Schema 2020-12
+    verdicts as `jsonschema`, many times faster); None for a kind kindex does not know."""
+    import jsonschema_rs
+
+    if kind not in SCHEMA_FILES:
+        return None
+    schemas = resources.files("pipelines.records.schemas")
+    text = schemas.joinpath(SCHEMA_FILES[kind]).read_text("utf-8")
+    return jsonschema_rs.validator_for(json.loads(text))
+
+
+def first_schema_error(manifest: Mapping[str, Any]) -> tuple[str, str] | None:
+    """The first (JSON pointer, message) of a manifest's schema violations, or None: the compiled
+    validator decides, and only a manifest it refuses is walked again for the message."""
+    kind = manifest.get("kind")
+    fast = fast_validator(kind) if isinstance(kind, str) else None
+    if fast is not None and manifest.get("apiVersion") == API_VERSION and fast.is_valid(manifest):
+        return None
+    return next(schema_errors(manifest), None)

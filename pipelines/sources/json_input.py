@@ -228,9 +228,30 @@ def is_json_lines(data: bytes) -> bool:
     return True
 
 
+def _flawed(item: Any) -> bool:
+    return (isinstance(item, float) and not math.isfinite(item)) or (
+        isinstance(item, KeyedObject) and bool(item.duplicates)
+    )
+
+
 def defect(value: Any, max_depth: int = MAX_DEPTH) -> tuple[str, str] | None:
     """Why one record cannot be taken as it stands: a non-finite number or a duplicate key
-    anywhere inside it, as (reason, detail); None when it is clean."""
+    anywhere inside it, as (reason, detail); None when it is clean. A clean record (nearly all)
+    is walked once without naming paths; the path is named only for a flawed one."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if _flawed(item):
+            return _describe(value, max_depth)
+        if depth < max_depth:
+            if isinstance(item, dict):
+                stack.extend((v, depth + 1) for v in item.values())
+            elif isinstance(item, list):
+                stack.extend((v, depth + 1) for v in item)
+    return None
+
+
+def _describe(value: Any, max_depth: int) -> tuple[str, str] | None:
     stack: list[tuple[Any, str, int]] = [(value, "", 0)]
     while stack:
         item, path, depth = stack.pop()

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from datetime import UTC, datetime
+from functools import cache
 from typing import Any, Literal
 
 from pipelines import API_VERSION
@@ -25,7 +26,7 @@ from pipelines.curation import Curation
 from pipelines.curation import load as load_curation
 from pipelines.records import Record, RowOutcome, RunFacts
 from pipelines.records.canonical import manifest_digest
-from pipelines.records.manifests import schema_errors
+from pipelines.records.manifests import first_schema_error
 from pipelines.sources.json_input import defect, raw_text
 
 UNSPECIFIED = "unspecified"
@@ -194,6 +195,7 @@ def family_of(text: str) -> str:
     return _NOT_FAMILY.sub("-", text.lower()).strip("-") or UNSPECIFIED
 
 
+@cache
 def key_of(text: str) -> str:
     """An identifier the schema allows as a key or enum-like value (`^[a-z][a-z0-9_]*$`)."""
     key = _NOT_KEY.sub("_", text.lower()).strip("_")
@@ -505,42 +507,93 @@ def record_of(manifest: dict[str, Any]) -> Record:
     return Record(manifest["kind"], manifest_digest(manifest), manifest)
 
 
+def frozen(value: Any) -> Hashable:
+    """A hashable stand-in for an observation's part (dataclasses, mappings, sequences)."""
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    if is_dataclass(value):
+        return (type(value).__name__, *(frozen(getattr(value, f.name)) for f in fields(value)))
+    if isinstance(value, Mapping):
+        return tuple(sorted((str(k), frozen(v)) for k, v in value.items()))
+    return tuple(frozen(v) for v in value)
+
+
+class BuiltRecords:
+    """The records already built from equal parts: the runs of a file share their operation,
+    project, protocol and environment, built and hashed once. Bounded; cleared when the
+    curation changes (it is part of what a record says)."""
+
+    LIMIT = 4096
+
+    def __init__(self) -> None:
+        self.curation: Curation | None = None
+        self.records: dict[Hashable, Record] = {}
+        self.keys: dict[int, tuple[Any, Hashable]] = {}
+
+    def reset(self, curation: Curation) -> BuiltRecords:
+        self.curation, self.records, self.keys = curation, {}, {}
+        return self
+
+    def key(self, part: Any) -> Hashable:
+        """A part's hashable stand-in; a part a source passes again (its operation, protocol)
+        is frozen once. Each key holds its part, so that part's id is not reused meanwhile."""
+        if not is_dataclass(part):
+            return frozen(part)
+        held = self.keys.get(id(part))
+        if held is None or held[0] is not part:
+            held = self.keys[id(part)] = (part, frozen(part))
+        return held[1]
+
+    def record(self, builder: Callable[..., dict[str, Any]], *parts: Any) -> Record:
+        key = (builder.__name__, *(self.key(p) for p in parts if not isinstance(p, Curation)))
+        found = self.records.get(key)
+        if found is None:
+            if len(self.records) >= self.LIMIT:
+                self.records.clear()
+                self.keys.clear()
+            found = self.records[key] = record_of(builder(*parts))
+        return found
+
+
+_BUILT = BuiltRecords()
+
+
 def observation_outcome(observation: Observation, curation: Curation | None = None) -> RowOutcome:
     """The run an observation states, and every manifest it references (the run first), or a
     quarantine row naming the first manifest the schema refuses."""
     curation = curation or load_curation()
-    operation = record_of(operation_manifest(observation.operation, curation))
+    built = _BUILT if _BUILT.curation is curation else _BUILT.reset(curation)
+    implementation = observation.implementation
+    operation = built.record(operation_manifest, observation.operation, curation)
     others = [
-        record_of(
-            workload_manifest(
-                observation.operation, operation.digest, observation.workload_axes, curation
-            )
+        built.record(
+            workload_manifest,
+            observation.operation,
+            operation.digest,
+            observation.workload_axes,
+            curation,
         ),
-        record_of(project_manifest(observation.implementation.project)),
-        record_of(
-            implementation_manifest(
-                observation.implementation, observation.operation, operation.digest, curation
-            )
+        built.record(project_manifest, implementation.project),
+        built.record(
+            implementation_manifest,
+            implementation,
+            observation.operation,
+            operation.digest,
+            curation,
         ),
-        record_of(protocol_manifest(observation.protocol)),
-        record_of(environment_manifest(observation.environment, curation)),
+        built.record(protocol_manifest, observation.protocol),
+        built.record(environment_manifest, observation.environment, curation),
     ]
     referenced = [operation, *others]
     digests = {r.kind: r.digest for r in referenced}
     name = name_of(observation.source, observation.external_id)
     run = record_of(run_manifest(observation, digests, name))
     records = [run, *referenced]
-    for record in records:
-        problems = list(schema_errors(record.manifest))
-        if problems:
-            pointer, message = problems[0]
-            return quarantined(
-                observation.line,
-                observation.pointer,
-                observation.raw,
-                "invalid_record",
-                f"{record.kind} {pointer or '/'}: {message}",
-            )
+    problem = first_invalid(records)
+    if problem is not None:
+        return quarantined(
+            observation.line, observation.pointer, observation.raw, "invalid_record", problem
+        )
     return RowOutcome(
         observation.line,
         "ok",
@@ -557,13 +610,30 @@ def manifest_outcome(
     """An entry that states manifests but no run (a FlashInfer definition): they reach the
     index on their own."""
     records = [record_of(m) for m in manifests]
-    for record in records:
-        problems = list(schema_errors(record.manifest))
-        if problems:
-            where, message = problems[0]
-            detail = f"{record.kind} {where or '/'}: {message}"
-            return quarantined(line, pointer, raw, "invalid_record", detail)
+    problem = first_invalid(records)
+    if problem is not None:
+        return quarantined(line, pointer, raw, "invalid_record", problem)
     return RowOutcome(line, "ok", raw, records=records, pointer=pointer)
+
+
+# Digests of manifests found valid: the records a file's runs share (its operation, project,
+# protocol, environment) are checked once, not once per run. A digest names its content.
+_VALID: set[str] = set()
+_VALID_LIMIT = 1 << 16
+
+
+def first_invalid(records: Sequence[Record]) -> str | None:
+    """What the schema refuses in the first invalid record ("<kind> <pointer>: <message>")."""
+    for record in records:
+        if record.digest in _VALID:
+            continue
+        problem = first_schema_error(record.manifest)
+        if problem is not None:
+            return f"{record.kind} {problem[0] or '/'}: {problem[1]}"
+        if len(_VALID) >= _VALID_LIMIT:
+            _VALID.clear()
+        _VALID.add(record.digest)
+    return None
 
 
 def quarantined(line: int, pointer: str, raw: str, reason: str, detail: str) -> RowOutcome:
@@ -574,13 +644,18 @@ Entry = Observation | RowOutcome
 
 
 def observe(
-    value: Any, line: int, pointer: str, build: Callable[[Any], Entry | Iterable[Entry]]
+    value: Any,
+    line: int,
+    pointer: str,
+    build: Callable[[Any], Entry | Iterable[Entry]],
+    raw: str | None = None,
 ) -> list[Entry]:
     """What one record of a file says, or its quarantine row: a record that holds NaN or a
     duplicate key, or that its format's reader cannot make sense of, is quarantined alone and
-    its neighbours land. `line`: the record's own line where the reader knows it."""
+    its neighbours land. `line`: the record's own line where the reader knows it. `raw`: its
+    text where the reader has it (a line of JSON Lines), else it is written from the value."""
     line = getattr(value, "line", None) or line
-    raw = raw_text(value)
+    raw = raw_text(value) if raw is None else raw
     problem = defect(value)
     if problem is not None:
         return [quarantined(line, pointer, raw, *problem)]

@@ -139,7 +139,7 @@ _TRACE_DEFINITION = re.compile(r'"definition"\s*:\s*"')
 _TRACE_WORKLOAD = re.compile(r'"workload"\s*:\s*\{')
 # A definition: axes typed var or const, and tensors.
 _DEFINITION_AXES = re.compile(
-    r'"axes"\s*:\s*\{\s*"[^"\\]+"\s*:\s*\{\s*"type"\s*:\s*"(?:var|const)"'
+    r'"axes"\s*:\s*\{\s*"[^"\\]+"\s*:\s*\{[^{}]*"type"\s*:\s*"(?:var|const)"'
 )
 _DEFINITION_TENSORS = re.compile(r'"(?:inputs|outputs)"\s*:\s*\{')
 # A solution: the definition it implements, its sources and how it is called.
@@ -195,8 +195,11 @@ class FlashInferTrace(HarnessSource):
         digests = set()
         try:
             for definition in definitions_named(data):
-                found = lookup.get(definition)
-                if isinstance(found, Operation):
+                try:
+                    found = lookup.get(definition)
+                except ObservationError:  # the index's OperationSpec cannot be read
+                    continue
+                if found is not None:
                     digests.add(manifest_digest(operation_manifest(found, lookup.curation)))
         except JsonInputError:
             pass
@@ -457,7 +460,7 @@ def trace_entries(data: bytes, operation_of: OperationLookup) -> Iterator[Entry]
             yield quarantined(line.line, "", line.text, line.error.reason, line.error.detail)
             continue
         build = partial(_trace, line=line.line, operation_of=operation_of)
-        yield from observe(line.value, line.line, "", build)
+        yield from observe(line.value, line.line, "", build, raw=line.text)
 
 
 def _trace(trace: Any, line: int, operation_of: OperationLookup) -> Entry:

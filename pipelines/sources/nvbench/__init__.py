@@ -24,17 +24,19 @@ type axes (`In=I8`: written as strings) are run labels. Every other summary with
 measurement.
 
 The file records no time, nor which project's code the program benchmarks (only the program,
-`meta.argv[0]`), nor the CUDA toolkit or driver; the older pre-1.0 layout (no `meta`, summaries
-keyed by name) is read too.
+`meta.argv[0]`), nor the CUDA toolkit or driver. The older pre-1.0 layout (no `meta`, summaries
+keyed by their display name) is read as far as it goes: its summaries are measurements under
+those names, and no latency is claimed from them.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
+from functools import partial
 from typing import Any
 
-from pipelines.sources.json_input import JsonInputError, defect, escape, head_text, read_document
+from pipelines.sources.json_input import JsonInputError, defect, head_text, read_document
 from pipelines.sources.measured import (
     UNSPECIFIED,
     Entry,
@@ -80,6 +82,7 @@ _LATENCY_TAGS = {
     "nv/cold/time/gpu/max": "maximum",
 }
 SAMPLES_TAG = "nv/cold/sample_size"
+MODE_LIMIT = 200
 
 # A tag's last parts that name a statistic, and the statistic's name in a measurement.
 _STATISTIC_SUFFIXES: tuple[tuple[tuple[str, ...], str], ...] = (
@@ -118,6 +121,19 @@ class NvbenchJson(HarnessSource):
         if not isinstance(document, dict) or not isinstance(document.get("benchmarks"), list):
             raise JsonInputError("malformed_record", "nvbench JSON is an object with benchmarks")
         header = _Header.of(document)
+        seen: set[str] = set()
+        for entry in self._entries(document, header, context):
+            if isinstance(entry, Observation):
+                if entry.external_id in seen:
+                    detail = f"{entry.external_id!r} is reported twice in the file"
+                    yield quarantined(entry.line, entry.pointer, entry.raw, "duplicate_run", detail)
+                    continue
+                seen.add(entry.external_id)
+            yield entry
+
+    def _entries(
+        self, document: Mapping[str, Any], header: _Header, context: SourceContext
+    ) -> Iterator[Entry]:
         for b, bench in enumerate(document["benchmarks"]):
             pointer = f"/benchmarks/{b}"
             line = getattr(bench, "line", None) or 1
@@ -130,7 +146,7 @@ class NvbenchJson(HarnessSource):
                     state,
                     getattr(state, "line", None) or line,
                     f"{pointer}/states/{s}",
-                    lambda st, bn=bench: _state_entry(header, bn, st, context),
+                    partial(_state_entry, header, bench, context=context),
                 )
 
 
@@ -186,7 +202,7 @@ class _Header:
 
 
 def _state_entry(
-    header: _Header, bench: Mapping[str, Any], state: Any, context: SourceContext
+    header: _Header, bench: Mapping[str, Any], state: Any, *, context: SourceContext
 ) -> Entry:
     if not isinstance(state, dict):
         raise ObservationError("malformed_record", "a state is an object")
@@ -203,7 +219,8 @@ def _observation(
     if not isinstance(bench_name, str) or not bench_name.strip():
         raise ObservationError("missing_field", "the benchmark has no name")
     device = header.device(state.get("device"))
-    if context.received_at is None:
+    received = context.received_time()
+    if received is None:
         raise ObservationError("missing_field", "no time: the file records none")
     axes, parameters = _case(state.get("axis_values"))
     latency: dict[str, int] = {}
@@ -241,30 +258,42 @@ def _observation(
         ),
         workload_axes=axes,
         implementation=Implementation(header.program, PROJECT, language="cuda"),
-        protocol=_protocol(header, state),
+        protocol=_protocol(header, state, timed=bool(latency)),
         environment=_environment(device),
-        observed_at=utc_instant(context.received_at),
+        observed_at=utc_instant(received),
         latency_ns=latency,
         samples=samples if samples else None,
         measurements=tuple(measurements),
         benchmark=bench_name,
+        mode=_mode(parameters),
         parameters=parameters,
     )
+
+
+def _mode(parameters: Mapping[str, str]) -> str | None:
+    """The state's non-integer axis values (`In=I8 Out=I16`), which tell its series apart: the
+    case key holds only integer axes."""
+    text = " ".join(f"{k}={v}" for k, v in parameters.items())
+    return text[:MODE_LIMIT] or None
 
 
 def _summaries(summaries: Any) -> Iterator[tuple[str, str | None, dict[str, tuple[str, Any]]]]:
     """Each summary as (tag, hint, {value name: (type, value)}): the 1.0 layout (a list of
     {tag, hint, data: [{name, type, value}]}) or the older one ({tag: {values: [...]}})."""
+    listed: list[tuple[str, str | None, Any]] = []
     if isinstance(summaries, dict):
-        pairs = [(tag, body.get("values")) for tag, body in summaries.items()]
-        listed = [(tag, None, values) for tag, values in pairs]
+        for tag, body in summaries.items():
+            if not isinstance(body, dict):
+                raise ObservationError("malformed_record", f"summary {tag!r} is not an object")
+            listed.append((tag, None, body.get("values")))
     elif isinstance(summaries, list):
-        listed = []
         for summary in summaries:
             if not isinstance(summary, dict) or not isinstance(summary.get("tag"), str):
                 raise ObservationError("malformed_record", "a summary has no tag")
             hint = summary.get("hint")
-            listed.append((summary["tag"], hint if isinstance(hint, str) else None, summary.get("data")))
+            listed.append(
+                (summary["tag"], hint if isinstance(hint, str) else None, summary.get("data"))
+            )
     elif summaries is None:
         return
     else:
@@ -303,6 +332,8 @@ def _measurement(tag: str, hint: str | None, kind: str, raw: Any) -> Measurement
         unit = "count" if kind == "int64" else UNSPECIFIED
     if unit == "ns":
         value = to_ns(value, "s")
+    elif kind == "int64" and value.is_integer():
+        value = int(value)  # a count stays a whole number
     return Measurement("_".join(parts), unit, statistic, value)
 
 
@@ -367,7 +398,9 @@ def _state_name(state: Mapping[str, Any]) -> str:
     return " ".join(parts)
 
 
-def _protocol(header: _Header, state: Mapping[str, Any]) -> Protocol:
+def _protocol(header: _Header, state: Mapping[str, Any], timed: bool) -> Protocol:
+    """How the state was measured; a state without a GPU time (a CPU-only benchmark) names no
+    timer."""
     criteria = [
         f"{key}={state[key]}"
         for key in ("min_samples", "min_time", "max_noise", "skip_time", "timeout")
@@ -383,7 +416,7 @@ def _protocol(header: _Header, state: Mapping[str, Any]) -> Protocol:
         harness_version=header.version,
         repository=REPOSITORY,
         commit=header.commit,
-        timer="cuda_events",
+        timer="cuda_events" if timed else UNSPECIFIED,
         primary_statistic="mean",
         family="nvbench_cold",
         notes=notes,
