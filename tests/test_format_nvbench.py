@@ -141,15 +141,15 @@ def test_float_and_type_axes_are_labels(sample: list[RowOutcome]) -> None:
     by_id = {o.facts.external_id: o for o in sample if o.facts is not None}
     floats = by_id["single_float64_axis/Device=0 Duration=0.0001"]
     run = next(r.manifest for r in floats.records if r.kind == "BenchmarkRun")
-    assert run["metadata"]["labels"] == {"mode": "Duration=0.0001", "duration": "0.0001"}
+    assert run["metadata"]["labels"] == {"duration": "0.0001"}
     assert spec(floats, "WorkloadCase")["axes"] == {}
     types = by_id["copy_type_conversion_sweep/Device=1 In=I8 Out=I16"]
     run = next(r.manifest for r in types.records if r.kind == "BenchmarkRun")
-    assert run["metadata"]["labels"] == {"mode": "In=I8 Out=I16", "in": "I8", "out": "I16"}
-    # Each type pair is its own series: the mode tells them apart.
+    assert run["metadata"]["labels"] == {"in": "I8", "out": "I16"}
+    # Each type pair is its own series: the case key holds the settings that are not sizes.
     other = by_id["copy_type_conversion_sweep/Device=1 In=I8 Out=I32"]
     assert types.facts is not None and other.facts is not None
-    assert types.facts.mode != other.facts.mode
+    assert (types.facts.case_key, other.facts.case_key) == ("in=I8-out=I16", "in=I8-out=I32")
 
 
 def test_a_skipped_state_is_quarantined_with_its_reason(sample: list[RowOutcome]) -> None:

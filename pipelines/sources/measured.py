@@ -166,6 +166,7 @@ class Observation:
     benchmark: str | None = None
     mode: str | None = None
     parameters: Mapping[str, str] = field(default_factory=dict)  # non-integer case settings
+    labels: Mapping[str, str] = field(default_factory=dict)  # other facts a run's label keeps
     native_metrics: Mapping[str, float] = field(default_factory=dict)
     # Where it was read (`observe` fills these in): the record's 1-based line, its JSON
     # pointer ("" for a whole line of JSON Lines), and its text.
@@ -346,9 +347,13 @@ def workload_manifest(
     return _manifest("WorkloadCase", name, spec, labels={"case_key": case_key} if sizes else {})
 
 
-def case_key_of(axes: Mapping[str, int]) -> str:
-    """Like Liger's case keys: each axis and its size, in name order."""
-    return "-".join(f"{axis}{size}" for axis, size in sorted(axes.items()))
+def case_key_of(axes: Mapping[str, int], parameters: Mapping[str, str] | None = None) -> str:
+    """Like Liger's case keys: each axis and its size, in name order; then the case's settings
+    that are not sizes (`in=I8`), which v1alpha1's workload has no place for, so that runs of
+    two such cases are never one series."""
+    sizes = [f"{axis}{size}" for axis, size in sorted(axes.items())]
+    settings = [f"{key_of(k)}={v}" for k, v in sorted((parameters or {}).items())]
+    return "-".join(sizes + settings)
 
 
 def project_manifest(project: Project) -> dict[str, Any]:
@@ -483,8 +488,9 @@ def run_manifest(observation: Observation, digests: Mapping[str, str], name: str
         native["metrics"] = {key_of(k): v for k, v in sorted(observation.native_metrics.items())}
     spec["sourceNative"] = native
     spec["observedAt"] = observation.observed_at
-    labels = {"mode": observation.mode} if observation.mode else {}
-    labels.update({key_of(k): str(v)[:200] for k, v in observation.parameters.items()})
+    labels = {"mode": observation.mode[:NAME_LIMIT]} if observation.mode else {}
+    for key, value in (*observation.parameters.items(), *observation.labels.items()):
+        labels[key_of(key)] = str(value)[:NAME_LIMIT]
     return _manifest("BenchmarkRun", name, spec, labels=labels)
 
 
@@ -742,7 +748,8 @@ def run_facts_of(
         gpu=hardware["product"],
         architecture=hardware["architecture"],
         dtype=dtypes[0] if len(dtypes) == 1 else None,
-        case_key=case_key_of(case_axes) or name_of(observation.operation.name),
+        case_key=case_key_of(case_axes, observation.parameters)
+        or name_of(observation.operation.name),
         median=median,
         p20=None,
         p80=None,

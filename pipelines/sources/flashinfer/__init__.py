@@ -505,7 +505,8 @@ def _trace(trace: Any, line: int, operation_of: OperationLookup) -> Entry:
         measurements=measurements,
         correctness=correctness,
         benchmark=definition,
-        parameters={**_inputs(workload.get("inputs")), **nonfinite},
+        parameters=_inputs(workload.get("inputs")),
+        labels=nonfinite,
     )
 
 

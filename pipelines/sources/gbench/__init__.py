@@ -367,14 +367,15 @@ def _observation(file: _File | ObservationError, group: _Group) -> Observation:
         message = row.row.get("skip_message")
         raise ObservationError("skipped_state", str(message) if message else "skipped")
     family, axes, parameters, timer, mode = _case(group.run_name)
+    labels: dict[str, str] = {}
     label = row.row.get("label")
     if isinstance(label, str) and label:
-        parameters["label"] = label
+        labels["label"] = label
     status: Any = "passed"
     if row.row.get("error_occurred") is True:
         status, facts, primary = "runtime_error", _Facts(), "mean"
         message = row.row.get("error_message")
-        parameters["error_message"] = str(message) if message else "error"
+        labels["error_message"] = str(message) if message else "error"
     elif group.kind == "iteration":
         facts = _iteration(row)
         primary = "mean"
@@ -384,7 +385,7 @@ def _observation(file: _File | ObservationError, group: _Group) -> Observation:
         if not facts.latency:
             primary = _statistic(row.aggregate or "value")
     else:
-        facts = _complexity(group, parameters)
+        facts = _complexity(group, labels)
         primary = "coefficient"
     external_id = group.run_name
     if group.kind == "iteration":
@@ -422,6 +423,7 @@ def _observation(file: _File | ObservationError, group: _Group) -> Observation:
         benchmark=family,
         mode=mode,
         parameters=parameters,
+        labels=labels,
     )
 
 
@@ -488,7 +490,7 @@ def _aggregates(group: _Group) -> _Facts:
     return facts
 
 
-def _complexity(group: _Group, parameters: dict[str, str]) -> _Facts:
+def _complexity(group: _Group, labels: dict[str, str]) -> _Facts:
     facts = _Facts()
     for row in group.rows:
         if row.aggregate == "BigO":
@@ -500,7 +502,7 @@ def _complexity(group: _Group, parameters: dict[str, str]) -> _Facts:
                     facts.measurements.append(Measurement(metric, "ns", "coefficient", value))
             big_o = row.row.get("big_o")
             if isinstance(big_o, str) and big_o:
-                parameters["big_o"] = big_o
+                labels["big_o"] = big_o
         elif "rms" in row.row:
             rms = number(row.row["rms"], "rms")
             facts.measurements.append(Measurement("fit_error", "fraction", "rms", rms))

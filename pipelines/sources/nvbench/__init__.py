@@ -82,7 +82,6 @@ _LATENCY_TAGS = {
     "nv/cold/time/gpu/max": "maximum",
 }
 SAMPLES_TAG = "nv/cold/sample_size"
-MODE_LIMIT = 200
 
 # A tag's last parts that name a statistic, and the statistic's name in a measurement.
 _STATISTIC_SUFFIXES: tuple[tuple[tuple[str, ...], str], ...] = (
@@ -265,16 +264,8 @@ def _observation(
         samples=samples if samples else None,
         measurements=tuple(measurements),
         benchmark=bench_name,
-        mode=_mode(parameters),
         parameters=parameters,
     )
-
-
-def _mode(parameters: Mapping[str, str]) -> str | None:
-    """The state's non-integer axis values (`In=I8 Out=I16`), which tell its series apart: the
-    case key holds only integer axes."""
-    text = " ".join(f"{k}={v}" for k, v in parameters.items())
-    return text[:MODE_LIMIT] or None
 
 
 def _summaries(summaries: Any) -> Iterator[tuple[str, str | None, dict[str, tuple[str, Any]]]]:
