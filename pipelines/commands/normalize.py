@@ -51,6 +51,9 @@ def run(args: argparse.Namespace) -> int:
             counts = _normalize(args.file, out, progress)
         except NotLigerCsv:
             counts = _normalize_by_source(args.file, out)
+    except Unrecognized as error:
+        print(f"kindex normalize: {args.file}: {error}", file=sys.stderr)
+        return 2
     except BrokenPipeError:
         raise  # `kindex normalize FILE | head`: handled quietly by the CLI
     except OSError as error:
@@ -85,6 +88,10 @@ def _normalize(path: Path, out: BinaryIO | None, progress: bool = False) -> Coun
     return counts
 
 
+class Unrecognized(ValueError):
+    """No source recognizes the file: dropped, it would be one `unrecognized_format` row."""
+
+
 def _normalize_by_source(path: Path, out: BinaryIO | None) -> Counter[str]:
     """Any other file, read as the source that recognizes its bytes (a harness's JSON, a worker
     bundle), or as one `unrecognized_format` line. Its runs are timed, where its format records
@@ -95,8 +102,12 @@ def _normalize_by_source(path: Path, out: BinaryIO | None) -> Counter[str]:
 
     modified = datetime.fromtimestamp(path.stat().st_mtime, UTC)
     context = SourceContext(received_at=modified.isoformat().replace("+00:00", "Z"))
+    result = normalize_object(path.name, path.read_bytes(), context=context)
+    if result.source == "unrecognized":
+        (outcome,) = result.outcomes
+        raise Unrecognized(outcome.detail or "no source recognizes it")
     counts: Counter[str] = Counter()
-    for outcome in normalize_object(path.name, path.read_bytes(), context=context).outcomes:
+    for outcome in result.outcomes:
         if out is not None:
             out.write(outcome.json_line())
         if outcome.status == "ok":
