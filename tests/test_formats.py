@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from index_support import index_settings, query
+from index_support import csv_bytes, index_settings, liger_rows, query
 
 from pipelines.ingest import ingest_paths
 from pipelines.sources import SOURCES, SourceContext, normalize_object, source_of
@@ -193,11 +193,27 @@ def test_every_sample_of_every_format_lands_in_the_index(
         )  # fmt: skip
     )
     assert statuses == {"passed": 22, "incorrect_numerical": 3}
-    # One GPU vocabulary: KernelBench's "NVIDIA H100 80GB HBM3" is the curated H100.
     assert query(
         index_settings,
         "SELECT DISTINCT gpu, architecture FROM runs WHERE external_id LIKE 'level1/%'",
-    ) == [("NVIDIA H100", "sm_90")]
+    ) == [("NVIDIA H100 80GB HBM3", "sm_90")]
+
+
+def test_one_gpu_is_one_environment_whichever_source_saw_it() -> None:
+    """KernelBench's "NVIDIA H100 80GB HBM3" and Liger's are one ExecutionEnvironment (one
+    digest, one `gpu` name), so their runs share cohorts."""
+    header, rows = liger_rows(range(2, 2449))
+    h100 = [row for row in rows if row[header.index("gpu_name")] == "NVIDIA H100 80GB HBM3"][:1]
+    liger = normalize_object("a.csv", csv_bytes(header, h100)).outcomes
+    kernelbench = (FORMATS / "kernelbench" / "H100_Modal_baseline_time_torch.json").read_bytes()
+    first = next(iter(normalize_object("b.json", kernelbench, context=CONTEXT).outcomes))
+    liger_run = next(iter(liger))
+
+    def environment(outcome: Any) -> str:
+        return next(r.digest for r in outcome.records if r.kind == "ExecutionEnvironment")
+
+    assert environment(first) == environment(liger_run)
+    assert first.facts.gpu == liger_run.facts.gpu == "NVIDIA H100 80GB HBM3"
 
 
 def test_traces_before_their_definition_end_with_the_same_runs(

@@ -272,6 +272,12 @@ def hardware_of(environment: Environment, curation: Curation) -> dict[str, Any]:
     return hardware
 
 
+def gpu_name(environment: Environment) -> str:
+    """The `gpu` a run is filed under: the name the GPU was reported by, as gpus.yaml keys it
+    (Liger's `gpu_name`, KernelBench's `hardware`), so one GPU is one name in every source."""
+    return NO_GPU["product"] if environment.gpu is None else environment.gpu.strip()
+
+
 def is_curated_gpu(environment: Environment, curation: Curation) -> bool:
     return environment.gpu is None or environment.gpu.strip() in curation.gpus
 
@@ -745,7 +751,7 @@ def run_facts_of(
         kernel=family_of(observation.operation.family),
         provider=observation.implementation.name,
         mode=observation.mode or UNSPECIFIED,
-        gpu=hardware["product"],
+        gpu=gpu_name(observation.environment),
         architecture=hardware["architecture"],
         dtype=dtypes[0] if len(dtypes) == 1 else None,
         case_key=case_key_of(case_axes, observation.parameters)
