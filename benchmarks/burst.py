@@ -18,18 +18,18 @@ from __future__ import annotations
 import argparse
 import csv
 import hashlib
-import os
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
+from process_support import KindexUp, descendants, free_port, kindex_env  # noqa: E402
+from process_support import run_kindex as kindex  # noqa: E402
+
 SHARED_CSV = ROOT / "tests" / "data" / "liger" / "all_benchmark_data.csv"
 LONG_KEY_BYTES = 999
 DROP_TIMEOUT = 1800.0
@@ -79,23 +79,6 @@ def odd_objects(small: Path) -> dict[str, bytes]:
     }
 
 
-def environment(home: Path, s3_port: int | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KINDEX_", "AWS_", "DAGSTER_"))}
-    env["KINDEX_HOME"] = str(home)
-    if s3_port is not None:
-        env["KINDEX_S3_PORT"] = str(s3_port)
-    return env
-
-
-def kindex(
-    env: dict[str, str], *args: str, timeout: float = 600
-) -> subprocess.CompletedProcess[str]:
-    command = [str(Path(sys.executable).parent / "kindex"), *args]
-    return subprocess.run(
-        command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout
-    )
-
-
 def run_digests(env: dict[str, str], *sync: str) -> list[str]:
     """The index's run digests; `--sync` first where an index run may still be writing this
     home's local copy after publishing (the burst waited on the published pointer)."""
@@ -134,11 +117,10 @@ class BurstResult:
     quarantined_files: int
 
 
-def drop_burst(up: Any, paths: list[Path], odd: dict[str, bytes]) -> BurstResult:
-    """Upload everything at once to a running `kindex up` (tests/test_up_e2e.KindexUp) and wait
-    until nothing is missing and the index holds every file's record set."""
-    from test_up_e2e import descendants
-
+def drop_burst(up: KindexUp, paths: list[Path], odd: dict[str, bytes]) -> BurstResult:
+    """Upload everything at once to a running `kindex up` and wait until nothing is missing and
+    the index holds every file's record set."""
+    assert up.process is not None, "kindex up is not started"
     from pipelines.intake.reconcile import reconcile
     from pipelines.settings import Settings
     from pipelines.storage.s3 import store_session
@@ -197,7 +179,7 @@ def ingest_in_process(home: Path, paths: list[Path]) -> IngestResult:
     """`kindex ingest` of the same files into a fresh home (its own embedded server)."""
     from pipelines.storage.embedded import find_free_port_block
 
-    env = environment(home, find_free_port_block())
+    env = kindex_env(home, find_free_port_block())
     started = time.monotonic()
     result = kindex(env, "ingest", *map(str, paths), timeout=DROP_TIMEOUT)
     seconds = time.monotonic() - started
@@ -219,8 +201,6 @@ def main() -> None:
     args = parser.parse_args()
     import tempfile
 
-    from test_up_e2e import KindexUp, free_port
-
     from pipelines.storage.embedded import find_free_port_block
 
     with tempfile.TemporaryDirectory(prefix="kindex-burst-") as folder:
@@ -232,18 +212,7 @@ def main() -> None:
             burst = drop_burst(up, paths, odd_objects(paths[0]))
             backfill_started = time.monotonic()
             backfill = (
-                up.kindex(
-                    "backfill",
-                    "incoming/*",
-                    "--url",
-                    up.graphql_url,
-                    "--wait",
-                    "--timeout",
-                    "1500",
-                    timeout=1600,
-                )
-                if args.backfill
-                else None
+                up.backfill("incoming/*", timeout=1500, check=False) if args.backfill else None
             )
             backfill_s = time.monotonic() - backfill_started
         finally:

@@ -14,12 +14,28 @@ from dagster import (
     SensorResult,
     build_sensor_context,
 )
+from dagster._core.storage.tags import (
+    ASSET_PARTITION_RANGE_END_TAG,
+    ASSET_PARTITION_RANGE_START_TAG,
+)
 
 import definitions
+from assets.files import FILE_ASSETS
 from assets.resources import KindexResource
 from assets.sensors import incoming_files_sensor
 
 INDEX = AssetKey("index")
+
+
+def backfill_request(partition_key: str) -> RunRequest:
+    """What a backfill of one file launches: the file assets for that partition."""
+    return RunRequest(
+        asset_selection=[a.key for a in FILE_ASSETS],
+        tags={
+            ASSET_PARTITION_RANGE_START_TAG: partition_key,
+            ASSET_PARTITION_RANGE_END_TAG: partition_key,
+        },
+    )
 
 
 class SensorDriver:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from graphql import parse, validate
+from process_support import free_port
 
 from pipelines.commands import backfill
 
@@ -68,12 +68,6 @@ def test_without_up_json_or_url_it_says_how_to_find_the_instance(
     (tmp_path / "up.json").write_text(json.dumps({"url": "http://127.0.0.1:1", "pid": dead.pid}))
     assert main(["backfill", "incoming/*"]) == 2
     assert f"(pid {dead.pid}, http://127.0.0.1:1)" in capsys.readouterr().err
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_up_e2e import KindexUp
-from test_up_e2e import kindex_up as kindex_up  # the fixture
+from process_support import KindexUp
+from process_support import kindex_up as kindex_up  # the fixture
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from burst import drop_burst, ingest_in_process, odd_objects, small_files  # noqa: E402
@@ -40,15 +40,4 @@ def test_a_burst_lands_whole_and_equals_in_process_ingest(
     assert (burst.runs, burst.fingerprint) == (ingest.runs, ingest.fingerprint)
     assert burst.runs > 0
 
-    backfill = kindex_up.kindex(
-        "backfill",
-        "incoming/*",
-        "--url",
-        kindex_up.graphql_url,
-        "--wait",
-        "--timeout",
-        "500",
-        timeout=600,
-    )
-    assert backfill.returncode == 0, backfill.stdout + backfill.stderr
-    assert "COMPLETED_SUCCESS" in backfill.stdout
+    kindex_up.backfill("incoming/*")

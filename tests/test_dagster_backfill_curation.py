@@ -10,16 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dagster import DagsterInstance, RunRequest
-from dagster._core.storage.tags import (
-    ASSET_PARTITION_RANGE_END_TAG,
-    ASSET_PARTITION_RANGE_START_TAG,
-)
-from dagster_support import SensorDriver, execute, materialize_index
+from dagster import DagsterInstance
+from dagster_support import SensorDriver, backfill_request, execute, materialize_index
 from index_support import query
 from liger_support import HEADER, csv_lines
 
-from assets.files import FILE_ASSETS
 from pipelines.curation import CURATION_DIR_VARIABLE, CURATION_FILES
 from pipelines.settings import Settings
 
@@ -42,17 +37,6 @@ def curation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         (folder / name).write_text(packaged.joinpath(name).read_text(encoding="utf-8"))
     monkeypatch.setenv(CURATION_DIR_VARIABLE, str(folder))
     return folder
-
-
-def backfill_request(partition_key: str) -> RunRequest:
-    """What a backfill of one file launches: the file assets for that partition."""
-    return RunRequest(
-        asset_selection=[a.key for a in FILE_ASSETS],
-        tags={
-            ASSET_PARTITION_RANGE_START_TAG: partition_key,
-            ASSET_PARTITION_RANGE_END_TAG: partition_key,
-        },
-    )
 
 
 def test_backfill_after_a_new_gpu_turns_quarantine_into_runs(

@@ -17,16 +17,8 @@ from typing import Any
 
 import pytest
 from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus
-from deployment_support import (
-    HOST,
-    PostgresServer,
-    Processes,
-    free_port,
-    grpc_server_serving,
-    port_is_free,
-    postgres_bin_dir,
-    wait_for,
-)
+from deployment_support import PostgresServer, grpc_server_serving, postgres_bin_dir
+from process_support import HOST, Processes, free_port, port_is_free, wait_for
 
 from pipelines.index.faults import DIR_ENV, PAUSE_ENV, RECORD_FILES_WRITTEN
 from pipelines.index.local import open_index, sync_local

@@ -28,7 +28,7 @@ import duckdb
 import pyarrow.parquet as pq
 import pytest
 from index_support import LIGER_CSV, csv_bytes, fingerprints, liger_rows
-from test_up_e2e import KindexUp, alive, descendants, free_port
+from process_support import KindexUp, descendants, free_port, parent_pid, wait_gone
 
 from pipelines.cli import main
 from pipelines.index.catalog import IndexCatalog
@@ -486,31 +486,17 @@ def test_crashes_under_kindex_up_heal_by_themselves(tmp_path: Path) -> None:
         # (c) `kindex up` itself dies mid-run; started again, it picks up where things were
         assert up.kindex("put", str(files[2])).returncode == 0
         records_worker_pid(up)
-        children = {int(p) for p in descendants(up.process.pid) if _is_child(p, up.process.pid)}
+        children = {p for p in descendants(up.process.pid) if parent_pid(p) == up.process.pid}
         server = running_server(up.home)
         up.process.send_signal(signal.SIGKILL)
         killed_at = time.monotonic()
         up.process.wait()
-        _wait_gone(children - ({server.pid} if server else set()))  # webserver, daemon
+        # Its children die with it (PR_SET_PDEATHSIG), but for the S3 server it leaves.
+        webserver_and_daemon = children - ({server.pid} if server else set())
+        wait_gone(webserver_and_daemon, 30.0, "after kindex up was killed")
         up.start()
         assert running_server(up.home) == server  # the S3 server it left was reused
         timings["c: up killed -> converged"] = converge(up, expected[2], killed_at)
     finally:
         up.stop()
     print("\n" + "\n".join(f"{name}: {seconds:.0f} s" for name, seconds in timings.items()))
-
-
-def _is_child(pid: int, parent: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return int(stat.rsplit(")", 1)[1].split()[1]) == parent
-
-
-def _wait_gone(pids: set[int], timeout: float = 30.0) -> None:
-    """The children of a SIGKILLed `kindex up` die with it (PR_SET_PDEATHSIG)."""
-    deadline = time.monotonic() + timeout
-    while (left := {pid for pid in pids if alive(pid)}) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not left, f"still running after kindex up was killed: {left}"

@@ -9,7 +9,13 @@ from typing import Any
 
 import pytest
 from dagster import AssetKey, AssetPartitionStatus, DagsterInstance
-from dagster_support import SensorDriver, check_evaluations, execute, latest_metadata
+from dagster_support import (
+    SensorDriver,
+    backfill_request,
+    check_evaluations,
+    execute,
+    latest_metadata,
+)
 from liger_support import HEADER, LIGER_CSV, csv_lines
 
 import assets.files
@@ -84,12 +90,6 @@ def test_a_failing_file_is_a_failed_partition_and_the_others_land(
     again = execute(instance, backfill_request(partition))
     assert again.success
     assert statuses(instance, [partition])[partition] == AssetPartitionStatus.MATERIALIZED
-
-
-def backfill_request(partition_key: str) -> Any:
-    from test_dagster_backfill_curation import backfill_request as request
-
-    return request(partition_key)
 
 
 def test_a_transient_fault_is_retried_by_the_step(

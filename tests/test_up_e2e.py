@@ -9,157 +9,25 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from bundle_support import billion_laughs
+from process_support import STOP_TIMEOUT, KindexUp, descendants, wait_gone
+from process_support import kindex_up as kindex_up  # the fixture
 from test_embedded_s3 import SMALL_LIGER_ROWS, concurrent_ingests, small_liger_csv
 from test_worker import numpy_statistics, writer_with_two_runs
 
-from pipelines.storage.embedded import find_free_port_block, running_server, stop_pid
+from pipelines.storage.embedded import running_server
 from pipelines.worker import capture_environment
 
 ROOT = Path(__file__).resolve().parents[1]
 LIGER_CSV = ROOT / "tests" / "data" / "liger" / "all_benchmark_data.csv"
 LIGER_RUNS = 2448
-STARTUP_TIMEOUT = 300.0  # slow, shared machines: generous, never asserted as a speed
-INDEX_TIMEOUT = 600.0
-STOP_TIMEOUT = 30.0
+INDEX_TIMEOUT = 600.0  # slow, shared machines: generous, never asserted as a speed
 
 pytestmark = pytest.mark.slow
-
-
-def kindex_bin() -> str:
-    return str(Path(sys.executable).parent / "kindex")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def descendants(pid: int) -> set[int]:
-    """Every live process below `pid` (children, grandchildren, ...), from /proc."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        parent = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(parent, []).append(int(entry.name))
-    found: set[int] = set()
-    todo = [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
-class KindexUp:
-    def __init__(self, home: Path, port: int, s3_port: int) -> None:
-        self.home = home
-        self.port = port
-        self.env = {
-            k: v for k, v in os.environ.items() if not k.startswith(("KINDEX_", "AWS_", "DAGSTER_"))
-        }
-        self.env.update(KINDEX_HOME=str(home), KINDEX_S3_PORT=str(s3_port))
-        self.output = home.parent / "up.out"
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def graphql_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/graphql"
-
-    def start(self) -> None:
-        ups = self.text().count("kindex is up")  # a restarted `kindex up` appends
-        with self.output.open("ab") as out:
-            self.process = subprocess.Popen(
-                [kindex_bin(), "up", "--port", str(self.port)],
-                env=self.env,
-                cwd=ROOT,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # its own group: the test can clean up after a failure
-            )
-        deadline = time.monotonic() + STARTUP_TIMEOUT
-        while self.text().count("kindex is up") <= ups:
-            assert self.process.poll() is None, self.text()
-            assert time.monotonic() < deadline, f"not up after {STARTUP_TIMEOUT} s:\n{self.text()}"
-            time.sleep(1)
-
-    def text(self) -> str:
-        return self.output.read_text(errors="replace") if self.output.exists() else ""
-
-    def kindex(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [kindex_bin(), *args],
-            env=self.env,
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-
-    def count_runs(self) -> int:
-        """`kindex query` of the run count (0 before the first file: the empty index exists
-        from the start). Any failure (a lock, a half-written file) fails the test: readers must
-        work while Dagster writes."""
-        result = self.kindex("query", "select count(*) as n from runs", "--format", "csv")
-        assert result.returncode == 0, result.stderr
-        return int(result.stdout.split()[1])
-
-    def stop(self) -> None:
-        """After a failed test: SIGTERM (kindex up stops what it started), then SIGKILL for
-        anything left, including children that a killed parent would orphan (SeaweedFS runs
-        in a session of its own, and outlives a killed `kindex up` on purpose)."""
-        if self.process is None or self.process.poll() is not None:
-            self.stop_s3_server()
-            return
-        started = descendants(self.process.pid)
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(timeout=STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
-        for pid in started:
-            if alive(pid):
-                os.kill(pid, signal.SIGKILL)
-        self.stop_s3_server()
-
-    def stop_s3_server(self) -> None:
-        server = running_server(self.home)
-        if server is not None:
-            stop_pid(server.pid, self.home / "s3" / "data")
-
-
-@pytest.fixture
-def kindex_up(tmp_path: Path) -> Iterator[KindexUp]:
-    up = KindexUp(tmp_path / "home", free_port(), find_free_port_block())
-    try:
-        yield up
-    finally:
-        up.stop()
 
 
 def check_worker_bundle_lands(kindex_up: KindexUp, tmp_path: Path) -> None:
@@ -209,18 +77,7 @@ def test_put_to_query_backfill_and_stop(kindex_up: KindexUp, tmp_path: Path) -> 
     print(f"\nput to {LIGER_RUNS} runs in the index: {time.monotonic() - dropped_at:.1f} s")
     assert set(counts) <= {0, LIGER_RUNS}  # never a partial index
 
-    backfill = kindex_up.kindex(
-        "backfill",
-        "incoming/*",
-        "--url",
-        kindex_up.graphql_url,
-        "--wait",
-        "--timeout",
-        "500",
-        timeout=600,
-    )
-    assert backfill.returncode == 0, backfill.stdout + backfill.stderr
-    assert "COMPLETED_SUCCESS" in backfill.stdout
+    kindex_up.backfill("incoming/*")
     assert kindex_up.count_runs() == LIGER_RUNS
 
     check_worker_bundle_lands(kindex_up, tmp_path)
@@ -230,10 +87,7 @@ def test_put_to_query_backfill_and_stop(kindex_up: KindexUp, tmp_path: Path) -> 
     assert len(started) >= 3  # SeaweedFS, webserver, daemon (and their code servers)
     kindex_up.process.send_signal(signal.SIGTERM)
     assert kindex_up.process.wait(timeout=STOP_TIMEOUT) == 0
-    deadline = time.monotonic() + STOP_TIMEOUT
-    while (left := {pid for pid in started if alive(pid)}) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not left, f"still running after SIGTERM: {left}"
+    wait_gone(started, STOP_TIMEOUT, "after SIGTERM")
 
 
 def test_up_shares_its_s3_server_and_restarts_it_when_killed(

@@ -205,8 +205,8 @@ def _kernel_name(entry: Any) -> tuple[str | None, dict[Any, str]]:
 
 
 def _load_yaml(files: dict[str, str], name: str, pure: bool = False) -> Any:
-    # libyaml's parser (ruamel.yaml.clib) reads the files 5x faster than the pure one, which
-    # every command and run would wait for; ruamel's own resolver still types the scalars
+    # libyaml's parser (ruamel.yaml.clib) reads the files several times faster than the pure
+    # one, which every command and run would wait for; ruamel's own resolver still types the scalars
     # (YAML 1.2). tests/test_curation.py holds the two to the same documents.
     return YAML(typ="safe", pure=pure).load(files[name])
 

@@ -3,8 +3,8 @@
 digest = "sha256:" + hex(sha256(JCS({apiVersion, kind, spec}))), where JCS is RFC 8785. Metadata
 never enters a digest.
 
-``rfc8785`` (Trail of Bits) is the reference serializer, but it is pure Python and costs ~20 µs
-for a tiny document. The fast path hands a document to ``orjson`` with sorted keys when every
+``rfc8785`` (Trail of Bits) is the reference serializer, but it is pure Python, slow for a
+path every record takes. The fast path hands a document to ``orjson`` with sorted keys when every
 part of it is printed identically by both: ASCII keys (so byte order equals UTF-16 code-unit
 order) and numbers that are integers or non-integral floats in [1e-5, 1e15), where orjson's shortest
 round-trip output is ECMAScript's. Any other document takes the reference path.

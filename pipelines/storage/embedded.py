@@ -15,7 +15,7 @@ gateway signs its own), and every gRPC port a client certificate (`tls.py`).
 Objects are stored encrypted (`-s3.encryptVolumeData`: AES-GCM per chunk, the keys in the filer's
 metadata), so volume files alone are unreadable. It also spares SeaweedFS a check: otherwise the
 volume server gunzips each chunk the gateway gzipped and hashes it again against the gateway's
-MD5, about a third of its CPU on a PUT. Each encrypted chunk's GCM tag is checked on every read.
+MD5, work repeated on every PUT. Each encrypted chunk's GCM tag is checked on every read.
 
 One server serves a home at a time, shared by every command that needs it (`ServerLease`).
 """
@@ -310,7 +310,7 @@ class EmbeddedS3:
             "-master.telemetry=false",
             "-disableHttp",  # the master's and filer's HTTP APIs: S3 and gRPC need neither
             "-s3.encryptVolumeData",  # and no second hashing of each chunk (see above)
-            # A lone volume server has no peers to drain to: stop in 1 s, not 2.
+            # A lone volume server has no peers to drain to: no wait before it stops.
             "-volume.preStopSeconds=0",
             *plan.flags(),
             f"-s3.config={self.config_path}",

@@ -399,15 +399,16 @@ def make_client(
     credentials: S3Credentials | None,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
 ) -> Any:
-    """One boto3 S3 client; session creation is slow (100-580 ms), so make it once per store."""
+    """One boto3 S3 client; session creation is slow, so make it once per store."""
     config = Config(
         region_name=region,
         retries={"mode": "standard", "max_attempts": max_attempts},
         s3={
             "addressing_style": "path" if path_style else "auto",
             # Over plain HTTP boto3 signs every body's sha256, to protect it on its way; a body
-            # sent over loopback never leaves this machine, and the hash costs this process
-            # ~0.6 ms per MB (a 1M-row ingest sends ~400 MB). Elsewhere boto3 decides.
+            # sent over loopback never leaves this machine, and the hash costs this process a
+            # pass over every byte it sends (a large ingest sends hundreds of MB). Elsewhere
+            # boto3 decides.
             **({"payload_signing_enabled": False} if _loopback(endpoint_url) else {}),
         },
         connect_timeout=5,
