@@ -62,6 +62,43 @@ def check_worker_bundle_lands(kindex_up: KindexUp, tmp_path: Path) -> None:
     assert kindex_up.count_runs() == LIGER_RUNS + len(all_samples)
 
 
+FORMATS = ROOT / "tests" / "data" / "formats"
+HARNESS_RUNS = 385  # every sample of every harness format (tests/test_formats.py counts each)
+HARNESS_SQL = (
+    "SELECT count(*) AS n FROM runs r JOIN snapshots s USING (snapshot_digest) "
+    "WHERE s.source NOT IN ('liger-csv', 'worker-bundle')"
+)
+
+
+def csv_count(kindex_up: KindexUp, sql: str) -> int:
+    result = kindex_up.kindex("query", sql, "--format", "csv")
+    assert result.returncode == 0, result.stderr
+    return int(result.stdout.split()[1])
+
+
+def wait_until(kindex_up: KindexUp, sql: str, expected: int, what: str) -> None:
+    deadline = time.monotonic() + INDEX_TIMEOUT
+    while (found := csv_count(kindex_up, sql)) != expected:
+        assert time.monotonic() < deadline, f"{what}: {found}, not {expected}"
+        time.sleep(1)
+
+
+def check_harness_files_land(kindex_up: KindexUp) -> None:
+    """Every sample of every harness format, dropped under `kindex up`: FlashInfer traces first,
+    which wait (visibly) for their definition; then the rest, the definition among them, after
+    which every run is indexed and nothing waits."""
+    traces = FORMATS / "flashinfer-trace" / "gemm_n128_k2048.traces.jsonl"
+    put = kindex_up.kindex("put", str(traces))
+    assert put.returncode == 0, put.stderr
+    awaiting = "SELECT count(*) AS n FROM quarantine WHERE reason = 'awaiting_definition'"
+    wait_until(kindex_up, awaiting, 25, "traces awaiting their definition")
+    others = sorted(p for p in FORMATS.glob("*/*.json*") if p != traces)
+    put = kindex_up.kindex("put", *map(str, others))
+    assert put.returncode == 0, put.stderr
+    wait_until(kindex_up, HARNESS_SQL, HARNESS_RUNS, "harness runs indexed")
+    wait_until(kindex_up, awaiting, 0, "traces still awaiting")
+
+
 def test_put_to_query_backfill_and_stop(kindex_up: KindexUp, tmp_path: Path) -> None:
     kindex_up.start()
 
@@ -81,6 +118,7 @@ def test_put_to_query_backfill_and_stop(kindex_up: KindexUp, tmp_path: Path) -> 
     assert kindex_up.count_runs() == LIGER_RUNS
 
     check_worker_bundle_lands(kindex_up, tmp_path)
+    check_harness_files_land(kindex_up)
 
     assert kindex_up.process is not None
     started = descendants(kindex_up.process.pid)
