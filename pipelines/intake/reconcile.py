@@ -119,13 +119,18 @@ def _reads_by_version(store: ObjectStore, settings: Settings) -> dict[tuple[str,
 def _current_reads(
     store: ObjectStore, layout: IndexLayout, parser_versions: frozenset[str]
 ) -> dict[str, str]:
-    """read id -> snapshot hex, for every complete record set of a current parser version."""
+    """read id -> snapshot hex, for every complete record set of a current parser version. A
+    source may write a record set under its version and a suffix naming what the index held
+    (`+defs-…`, a FlashInfer trace and the definitions it resolved): that is current too."""
     reads: dict[str, str] = {}
     complete: set[str] = set()
     for version in parser_versions:
-        base = f"{layout.records_prefix}{version}/"
+        base = f"{layout.records_prefix}{version}"
         for info in store.list(base):
-            snapshot_hex, _, rest = info.key.removeprefix(base).partition("/")
+            suffix, slash, path = info.key.removeprefix(base).partition("/")
+            if not slash or (suffix and not suffix.startswith("+")):
+                continue  # another version that merely starts alike
+            snapshot_hex, _, rest = path.partition("/")
             if rest == SUMMARY_FILE:
                 complete.add(snapshot_hex)
             elif rest.startswith(READS_DIR + "/") and rest.endswith(".json"):
