@@ -135,19 +135,30 @@ def process_snapshot(
     """Normalize a snapshot's bytes and write its record objects (once per parser version).
     `taken`: the snapshot as this process just took it. Its bytes are not read again; if it
     kept them first, no record set of them can exist yet, and none is looked for."""
-    data = snapshot_data(store, settings, snapshot) if taken is None else taken.data
     with parts_folder(settings) as parts_dir:
-        prepared = prepare_records(
-            store,
-            settings,
-            snapshot.key,
-            snapshot.digest,
-            data,
-            parts_dir=parts_dir,
-            received_at=utc_text(snapshot.last_modified),
-            maybe_written=taken is None or not taken.kept_now,
-        )
+        prepared = prepare_snapshot(store, settings, snapshot, parts_dir, taken)
         return write_records(store, settings, snapshot, prepared)
+
+
+def prepare_snapshot(
+    store: ObjectStore,
+    settings: Any,
+    snapshot: Any,
+    parts_dir: Path,
+    taken: TakenSnapshot | None = None,
+) -> PreparedRecords:
+    """A snapshot's record set, unless it exists (prepare_records)."""
+    data = snapshot_data(store, settings, snapshot) if taken is None else taken.data
+    return prepare_records(
+        store,
+        settings,
+        snapshot.key,
+        snapshot.digest,
+        data,
+        parts_dir=parts_dir,
+        received_at=utc_text(snapshot.last_modified),
+        maybe_written=taken is None or not taken.kept_now,
+    )
 
 
 @contextmanager
@@ -387,7 +398,7 @@ def resolve_awaiting(
     definition), of this batch and of the published index, now that more is indexed: a file
     whose record set comes out the same under what the index now holds is left as it is (its
     source's `version_of` says so without rebuilding it)."""
-    from pipelines.intake.snapshots import load_reads, read_record_key, read_snapshot
+    from pipelines.intake.snapshots import load_reads, read_record_key
 
     waiting = {
         (f.snapshot_digest, f.source_key)
@@ -404,18 +415,9 @@ def resolve_awaiting(
         if snapshot.digest in done:
             continue
         done.add(snapshot.digest)
-        data = read_snapshot(store, settings, snapshot)
         with parts_folder(settings) as parts_dir:
-            prepared = prepare_records(
-                store,
-                settings,
-                snapshot.key,
-                snapshot.digest,
-                data,
-                parts_dir=parts_dir,
-                received_at=utc_text(snapshot.last_modified),
-            )
-            if prepared.content is not None:
+            prepared = prepare_snapshot(store, settings, snapshot, parts_dir)
+            if prepared.content is not None:  # what it waits for is indexed now
                 resolved.append(write_records(store, settings, snapshot, prepared))
     return resolved
 
