@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from pipelines.index.catalog import IndexCatalog, Version
 from pipelines.index.layout import IndexLayout
-from pipelines.index.tables import STORED_TABLES, create_views, parquet_sources
+from pipelines.index.tables import STORED_TABLES, create_views, parquet_sources, views_fingerprint
 from pipelines.settings import Settings
 from pipelines.storage.base import ObjectStore
 
@@ -188,8 +188,8 @@ def build_database(database: Path, layout: IndexLayout, files: Mapping[str, Sequ
         con.execute(f"INSERT INTO {FILES_TABLE} SELECT * FROM listed_files")
         con.unregister("listed_files")
         con.execute(
-            f"CREATE TABLE {BUILT_TABLE} AS SELECT ? AS home, ? AS bucket",
-            [str(layout.home), layout.bucket],
+            f"CREATE TABLE {BUILT_TABLE} AS SELECT ? AS home, ? AS bucket, ? AS views",
+            [str(layout.home), layout.bucket, views_fingerprint()],
         )
     finally:
         con.close()
@@ -228,18 +228,18 @@ def built_layout(con: duckdb.DuckDBPyConnection, layout: IndexLayout) -> IndexLa
     return dataclasses.replace(layout, bucket=str(row[0])) if row else layout
 
 
-def rebuilt_if_moved(database: Path, layout: IndexLayout) -> None:
+def rebuilt_if_stale(database: Path, layout: IndexLayout) -> None:
     """Rebuild a version's views over this home's cache when they were built under another
-    directory (a home that was moved or copied)."""
+    directory (a home that was moved or copied) or are not this kindex's views (an upgrade)."""
     con = duckdb.connect(str(database), read_only=True, config=CONNECTION_CONFIG)
     try:
         try:
-            row = con.execute(f"SELECT home, bucket FROM {BUILT_TABLE}").fetchone()
-        except duckdb.BinderException:  # built by an older kindex: left as it is
+            row = con.execute(f"SELECT home, views FROM {BUILT_TABLE}").fetchone()
+        except duckdb.BinderException:  # built by a kindex that did not record its views
+            row = (None, None)
+        except duckdb.CatalogException:  # built by a kindex that recorded nothing: left as is
             return
-        except duckdb.CatalogException:
-            return
-        if row is None or row[0] == str(layout.home):
+        if row is None or (row[0] == str(layout.home) and row[1] == views_fingerprint()):
             return
         layout = built_layout(con, layout)
         files: dict[str, list[str]] = {name: [] for name in STORED_TABLES}
@@ -305,7 +305,7 @@ def open_index(
     another version (`kindex query --as-of`)."""
     layout = IndexLayout.of(settings)
     path = (database or ensure_local(settings)).resolve()
-    rebuilt_if_moved(path, layout)
+    rebuilt_if_stale(path, layout)
     return duckdb.connect(str(path), read_only=read_only, config=CONNECTION_CONFIG)
 
 

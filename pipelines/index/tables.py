@@ -10,6 +10,7 @@ stored table differs.
 from __future__ import annotations
 
 import functools
+import hashlib
 from collections.abc import Mapping, Sequence
 from importlib import import_module, resources
 
@@ -223,14 +224,16 @@ def view_statements(sources: Mapping[str, str]) -> list[str]:
     ]
     statements += [
         f"CREATE OR REPLACE VIEW run_state AS {run_state_select('run_state_changes')}",
-        # Where a snapshot was first seen: its earliest read (publish.py picks alike).
+        # Where a snapshot was first seen: its earliest read (publish.py picks alike), and the
+        # source that read it (liger-csv, worker-bundle, nvbench-json...).
         """CREATE OR REPLACE VIEW first_reads AS
            SELECT snapshot_digest,
-                  arg_min(source_key, {'at': taken_at, 'id': read_id}) AS source_key
+                  arg_min(source_key, {'at': taken_at, 'id': read_id}) AS source_key,
+                  arg_min(source, {'at': taken_at, 'id': read_id}) AS source
            FROM snapshots GROUP BY snapshot_digest""",
         """CREATE OR REPLACE VIEW runs AS
            SELECT s.* EXCLUDE (manifest, snapshot_digest, source_line),
-                  s.snapshot_digest, f.source_key, s.source_line,
+                  s.snapshot_digest, f.source_key, f.source, s.source_line,
                   st.superseded_by,
                   coalesce(st.retracted_in_source, false) AS retracted_in_source,
                   s.manifest
@@ -283,6 +286,13 @@ def derived_view_statements() -> list[str]:
     text = resources.files("pipelines.index").joinpath("views.sql").read_text(encoding="utf-8")
     parts = [p.strip() for p in text.split("\n;\n")]
     return [p for p in parts if p and not all(line.startswith("--") for line in p.splitlines())]
+
+
+def views_fingerprint() -> str:
+    """What the views are, apart from the files they read: a database built with other views
+    (by an older kindex) is built again."""
+    text = "\n".join(view_statements({}))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def create_views(con: duckdb.DuckDBPyConnection, sources: Mapping[str, str]) -> None:
