@@ -246,3 +246,22 @@ def test_traces_before_their_definition_end_with_the_same_runs(
     ingest_paths([definition, traces], other, progress=False, store=other_store)
     together = sorted(r for (r,) in query(other, "SELECT run_digest FROM runs"))
     assert together == later
+
+
+def test_a_file_of_many_runs_is_written_in_parts_and_indexed_whole(
+    s3_store: Any, index_settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past SPOOL_RUNS runs, a harness file's runs and lineage are spooled as Parquet parts as
+    they come (flat memory); the index holds every run with its line, as from one table."""
+    from pipelines.sources import source
+
+    monkeypatch.setattr(source, "SPOOL_RUNS", 10)
+    folder = FORMATS / "flashinfer-trace"
+    paths = [folder / "gemm_n128_k2048.definition.json", folder / "gemm_n128_k2048.traces.jsonl"]
+    summary = ingest_paths(paths, index_settings, progress=False, store=s3_store)
+    assert [f.runs for f in summary.files] == [0, 25]
+    written = [o.key for o in s3_store.list("records/") if "/runs-" in o.key]
+    assert len(written) == 3  # 10 + 10 + 5
+    lines = query(index_settings, "SELECT source_line FROM runs ORDER BY 1")
+    assert [line for (line,) in lines] == list(range(1, 26))
+    assert query(index_settings, "SELECT count(*) FROM lineage") == [(25,)]

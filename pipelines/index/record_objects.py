@@ -194,6 +194,9 @@ class RecordSetBuilder:
     manifests_by_kind: Counter[str] = field(default_factory=Counter)
     seen_runs: set[str] = field(default_factory=set)
     seen_manifests: set[str] = field(default_factory=set)
+    # The runs and lineage rows already written out as Parquet parts (`spool`), by table.
+    spooled: dict[str, list[Path]] = field(default_factory=dict)
+    spooled_facts: PartFacts = field(default_factory=lambda: PartFacts())
 
     def add(self, outcome: RowOutcome) -> None:
         self.rows += 1
@@ -253,6 +256,45 @@ class RecordSetBuilder:
             "lineage": self.lineage,
         }
         return {name: table_from_columns(cols, SCHEMAS[name]) for name, cols in columns.items()}
+
+    @property
+    def unspooled_runs(self) -> int:
+        return len(self.runs["run_digest"])
+
+    def spool(self, parts_dir: Path) -> None:
+        """Write the runs and lineage rows gathered since the last spool as Parquet parts in
+        `parts_dir`, and let them go: a file of many runs is built in bounded memory (its
+        manifests and quarantine rows, far fewer or far smaller, stay in memory)."""
+        tables = {
+            "runs": table_from_columns(self.runs, RUN_SCHEMA),
+            "lineage": table_from_columns(self.lineage, LINEAGE_SCHEMA),
+        }
+        self.spooled_facts.add(PartFacts.of(tables))
+        for name, table in tables.items():
+            parts = self.spooled.setdefault(name, [])
+            path = parts_dir / f"{name}-{len(parts):05d}.parquet"
+            pq.write_table(
+                table, path, row_group_size=ROW_GROUP_ROWS, **parquet_options(table.schema)
+            )
+            parts.append(path)
+        self.runs = {n: [] for n in RUN_SCHEMA.names}
+        self.lineage = {n: [] for n in LINEAGE_SCHEMA.names}
+
+    def content(self, parts_dir: Path | None = None) -> RecordSetContent:
+        """The record set: its tables in memory, or (once spooled) its runs and lineage as
+        parts, the last rows spooled too."""
+        if not self.spooled:
+            return RecordSetContent(self.rows, self.tables())
+        assert parts_dir is not None, "a spooled record set ends in its parts folder"
+        if self.unspooled_runs or self.lineage["run_digest"]:
+            self.spool(parts_dir)
+        tables = self.tables()
+        return RecordSetContent(
+            self.rows,
+            {name: tables[name] for name in ("manifests", "quarantine")},
+            parts=dict(self.spooled),
+            part_facts=self.spooled_facts,
+        )
 
 
 def run_columns(record: Record, outcome: RowOutcome) -> dict[str, Any]:

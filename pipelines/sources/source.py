@@ -88,16 +88,26 @@ class Source(Protocol):
         ...
 
 
+# A record set of more runs than this is spooled as Parquet parts, this many runs a part.
+SPOOL_RUNS = 16_384
+
+
 def record_set_of_outcomes(
-    outcomes: Iterator[RowOutcome], snapshot_digest: str, parser_version: str
+    outcomes: Iterator[RowOutcome],
+    snapshot_digest: str,
+    parser_version: str,
+    parts_dir: Path | None = None,
 ) -> RecordSetContent:
-    """Record tables built outcome by outcome (any source can)."""
-    from pipelines.index.record_objects import RecordSetBuilder, RecordSetContent
+    """Record tables built outcome by outcome (any source can). With `parts_dir`, the runs are
+    written out as Parquet parts as they come, so memory stays flat however many there are."""
+    from pipelines.index.record_objects import RecordSetBuilder
 
     builder = RecordSetBuilder(snapshot_digest, parser_version)
     for outcome in outcomes:
         builder.add(outcome)
-    return RecordSetContent(builder.rows, builder.tables())
+        if parts_dir is not None and builder.unspooled_runs >= SPOOL_RUNS:
+            builder.spool(parts_dir)
+    return builder.content(parts_dir)
 
 
 class RecordsOfOutcomes(ABC):
@@ -116,7 +126,8 @@ class RecordsOfOutcomes(ABC):
         self, data: bytes, snapshot_digest: str, context: SourceContext, parts_dir: Path
     ) -> RecordSetContent:
         outcomes = self.outcomes(data, context)
-        return record_set_of_outcomes(outcomes, snapshot_digest, self.version_of(data, context))
+        version = self.version_of(data, context)
+        return record_set_of_outcomes(outcomes, snapshot_digest, version, parts_dir)
 
     def record_sets(
         self, objects: Sequence[SourceObject], context: SourceContext, parts_dir: Path

@@ -214,7 +214,8 @@ class FlashInferTrace(HarnessSource):
         # One index lookup per definition for both the version and the records.
         context = replace(context, manifest_named=_memo(context.manifest_named))
         version = self.version_of(data, context)
-        return record_set_of_outcomes(self.outcomes(data, context), snapshot_digest, version)
+        outcomes = self.outcomes(data, context)
+        return record_set_of_outcomes(outcomes, snapshot_digest, version, parts_dir)
 
     def entries(self, data: bytes, context: SourceContext) -> Iterator[Entry]:
         kind = kind_of(data)
