@@ -5,7 +5,7 @@ rows, then for each size runs, as separate processes, `kindex normalize FILE` (J
 /dev/null), `kindex normalize --summary FILE`, and DuckDB `COPY (read_csv) TO parquet (zstd)`.
 Prints median rows/s, the ratio to DuckDB (target ≥ 0.2) and each command's peak RSS.
 
-    .venv/bin/python benchmarks/normalize.py [--rows 100000 1000000] [--repeat 3] [--write-docs]
+    .venv/bin/python benchmarks/normalize.py [--rows 100000 1000000] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 
 from replicate import replicate
-from report import Figure, add_write_docs, write_figures
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE = ROOT / "tests" / "data" / "liger" / "all_benchmark_data.csv"
@@ -58,9 +57,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rows", type=int, nargs="+", default=[100_000, 1_000_000])
     parser.add_argument("--repeat", type=int, default=3)
-    add_write_docs(parser)
     args = parser.parse_args()
-    figures: list[Figure] = []
     with tempfile.TemporaryDirectory() as scratch:
         for rows in args.rows:
             csv_path = replicate(SOURCE, Path(scratch) / f"liger-{rows}.csv", rows)
@@ -85,16 +82,6 @@ def main() -> None:
                 f"  ratio to duckdb: normalize {lines / baseline:.3f},"
                 f" --summary {summary / baseline:.3f} (target >= 0.2)"
             )
-            figures.append(
-                Figure(
-                    f"normalize: {rows:,} rows vs DuckDB CSV->Parquet",
-                    f"{lines / baseline:.2f}x ({lines:,.0f} vs {baseline:,.0f} rows/s); "
-                    f"--summary {summary / baseline:.2f}x",
-                    ">= 0.2x",
-                )
-            )
-    if args.write_docs:
-        write_figures(figures)
 
 
 if __name__ == "__main__":

@@ -43,7 +43,8 @@ def add_write_docs(parser: argparse.ArgumentParser) -> None:
 
 
 def commit() -> str:
-    """The commit measured: its short hash, marked when the tree had uncommitted changes."""
+    """The commit measured: its short hash, marked when the tree had uncommitted changes (but
+    for the table itself, which each benchmark of a run writes in turn)."""
 
     def git(*args: str) -> str:
         return subprocess.run(
@@ -51,7 +52,8 @@ def commit() -> str:
         ).stdout.strip()
 
     head = git("rev-parse", "--short", "HEAD") or "unknown"
-    dirty = git("status", "--porcelain", "--untracked-files=no")
+    table = f":(exclude){DOCS.relative_to(ROOT)}"
+    dirty = git("status", "--porcelain", "--untracked-files=no", "--", ".", table)
     return f"{head}+dirty" if dirty else head
 
 
