@@ -136,16 +136,30 @@ def test_ten_thousand_deep_nesting_is_one_clear_row() -> None:
 
 
 def test_a_gzip_bomb_is_refused_without_being_expanded() -> None:
-    """A gigabyte-long string, gzipped to about a megabyte: refused once the bound is passed."""
+    """A string of over 512 MiB, gzipped to well under a megabyte (as many gzip members, as
+    `cat a.gz b.gz` makes): refused once the bound is passed."""
     first = json.dumps(problem()).encode()
-    text = b'{"level1": {"1_a.py": ' + first + b', "2_b.py": {"name": "' + b"a" * (1 << 30)
-    bomb = gzip.compress(text + b'"}}}', 1)
-    assert len(bomb) < 8 << 20
+    head = gzip.compress(b'{"level1": {"1_a.py": ' + first + b', "2_b.py": {"name": "')
+    chunk = gzip.compress(b"a" * (8 << 20), 9)
+    bomb = head + chunk * 70 + gzip.compress(b'"}}}')
+    assert len(bomb) < 2 << 20
     with pytest.raises(JsonInputError) as refused:
         unpacked(bomb)
     assert refused.value.reason == "too_large"
     (outcome,) = outcomes_of(bomb)
     assert (outcome.status, outcome.reason) == ("quarantined", "too_large")
+
+
+def test_every_member_of_a_gzip_file_is_read() -> None:
+    members = gzip.compress(b'{"level1": {"1_a.py": ') + gzip.compress(
+        json.dumps(problem()).encode() + b"}}"
+    )
+    assert unpacked(members) == b'{"level1": {"1_a.py": ' + json.dumps(problem()).encode() + b"}}"
+    ((outcome,),) = [outcomes_of(members)]
+    assert outcome.status == "ok"
+    with pytest.raises(JsonInputError) as cut:
+        unpacked(members[:-12])
+    assert cut.value.reason == "json_syntax"
 
 
 def test_a_line_longer_than_the_bound_is_that_line_alone() -> None:

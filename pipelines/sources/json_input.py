@@ -47,6 +47,7 @@ class JsonInputError(ValueError):
         self.reason = reason
         self.detail = detail
         self.line = line
+        self.partial = b""  # what a gzip file unpacked to before it was refused
 
 
 class KeyedObject(dict[str, Any]):
@@ -92,17 +93,26 @@ def _line_tracking_decoder(text: str) -> json.JSONDecoder:
 
 
 def unpacked(data: bytes, limit: int = MAX_UNPACKED_BYTES) -> bytes:
-    """The bytes, or what a gzip file holds; a file that unpacks past `limit` is refused."""
+    """The bytes, or what a gzip file holds (every member of it, as `gzip` reads them); a file
+    that unpacks past `limit` is refused as soon as it does, never expanded further."""
     if not data.startswith(GZIP_MAGIC):
         return data
-    inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-    try:
-        out = inflater.decompress(data, limit + 1)
-    except zlib.error as error:
-        raise JsonInputError(JSON_SYNTAX, f"not a readable gzip file: {error}") from None
-    if len(out) > limit:
-        raise JsonInputError(TOO_LARGE, f"gzip content unpacks past {limit} bytes")
-    return out
+    out = bytearray()
+    rest = data
+    while rest.startswith(GZIP_MAGIC):
+        inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+        try:
+            out += inflater.decompress(rest, limit + 1 - len(out))
+        except zlib.error as error:
+            raise JsonInputError(JSON_SYNTAX, f"not a readable gzip file: {error}") from None
+        if len(out) > limit or inflater.unconsumed_tail:
+            refused = JsonInputError(TOO_LARGE, f"gzip content unpacks past {limit} bytes")
+            refused.partial = bytes(out[:limit])
+            raise refused
+        if not inflater.eof:
+            raise JsonInputError(JSON_SYNTAX, "a gzip file cut short")
+        rest = inflater.unused_data
+    return bytes(out)
 
 
 def looks_gzipped(data: bytes) -> bool:
@@ -114,9 +124,9 @@ def head_text(data: bytes, size: int = 64 * 1024) -> str:
     BOM and leading white space dropped, undecodable bytes replaced."""
     if looks_gzipped(data):
         try:
-            data = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS).decompress(data, size)
-        except zlib.error:
-            return ""
+            data = unpacked(data, size)
+        except JsonInputError as error:
+            data = error.partial
     return data[:size].decode("utf-8", errors="replace").lstrip("\ufeff \t\r\n")
 
 
