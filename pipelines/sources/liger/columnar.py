@@ -18,7 +18,7 @@ import os
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import islice
 from typing import Any, BinaryIO, TypeVar
@@ -65,22 +65,24 @@ Value = TypeVar("Value")
 
 @dataclass(slots=True)
 class Runs:
-    """The runs of a batch, column by column (row order kept)."""
+    """The runs of a batch, column by column (row order kept): what their rows say, by
+    dictionary codes into distinct values, and then (`_assemble`) the runs themselves."""
 
     positions: list[int]  # each run's index in the batch
-    lines: pa.Array  # int64 source lines
-    external_ids: pa.Array
-    digests: pa.Array  # "sha256:<hex>"
-    manifests: pa.Array  # each run's manifest as JSON (sorted keys)
     series: list[Series]  # each run's series, by index in series_ids
     series_ids: np.ndarray
     workloads: list[Workload]
     workload_ids: np.ndarray
-    values: np.ndarray  # int64 (median, p20, p80) in ns or bytes, one row per run
     stamps: list[Stamp]  # by stamp_ids
     stamp_ids: np.ndarray
+    stats: list[np.ndarray]  # the rows' own numbers: median, p20, p80
+    values: np.ndarray  # int64 (median, p20, p80) in ns or bytes, one row per run
     versions: list[str]  # liger_version stripped, by version_ids
     version_ids: np.ndarray
+    lines: pa.Array = field(default_factory=lambda: pa.array([], pa.int64()))  # source lines
+    external_ids: pa.Array = field(default_factory=lambda: pa.array([], pa.string()))
+    digests: pa.Array = field(default_factory=lambda: pa.array([], pa.string()))  # "sha256:…"
+    manifests: pa.Array = field(default_factory=lambda: pa.array([], pa.string()))  # sorted keys
 
 
 @dataclass(slots=True)
@@ -111,37 +113,18 @@ def normalize_batch(records: Sequence[CsvRecord], layout: Layout, normalizer: No
     picked = [layout.pick(records[i].fields or []) for i in kept]
     columns = [pa.array(column, pa.string()) for column in zip(*picked, strict=True)]
     lines = np.array([records[i].line for i in kept], dtype=np.int64)
-    rows, rejections = _read(columns, normalizer)
+    runs, rejections = _read(columns, normalizer)
     for i, rejected in rejections.items():
         others[kept[i]] = quarantined(records[kept[i]], rejected)
-    if rows is None:
-        return Batch(records, None, others)
-    rows.positions = [kept[i] for i in rows.positions]
-    rows.lines = pa.array(lines[rows.index])
-    return Batch(records, _assemble(rows), others)
+    if runs is not None:
+        runs.lines = pa.array(lines[runs.positions])
+        runs.positions = [kept[i] for i in runs.positions]
+        _assemble(runs)
+    return Batch(records, runs, others)
 
 
 def quarantined(record: CsvRecord, rejected: RowRejected) -> RowOutcome:
     return RowOutcome(record.line, "quarantined", record.raw, rejected.reason, rejected.detail)
-
-
-@dataclass(slots=True)
-class _Rows:
-    """What the rows that pass every rule say, by dictionary codes into distinct values."""
-
-    index: np.ndarray  # each row's index among the rows read
-    positions: list[int]
-    lines: pa.Array
-    series: list[Series]
-    series_ids: np.ndarray
-    workloads: list[Workload]
-    workload_ids: np.ndarray
-    stamps: list[Stamp]
-    stamp_ids: np.ndarray
-    stats: list[np.ndarray]
-    values: np.ndarray
-    versions: list[str]  # stripped
-    version_ids: np.ndarray
 
 
 class _Failures:
@@ -166,7 +149,7 @@ class _Failures:
 
 def _read(
     columns: list[pa.Array], normalizer: Normalizer
-) -> tuple[_Rows | None, dict[int, RowRejected]]:
+) -> tuple[Runs | None, dict[int, RowRejected]]:
     """What each row's texts say, each by its rule, column-wise; the rows that fail a rule by
     the first rule they fail."""
     (kernel, provider, mode, metric, unit, x_name, x_value, median, p20, p80,
@@ -204,10 +187,8 @@ def _read(
     workloads, workload_ids = _used(workloads, workload_ids[index])
     stamp_list, stamp_ids = _used(stamp_list, stamp_ids[index])
     versions, version_ids = _used(versions, version_ids[index])
-    rows = _Rows(
-        index=index,
+    runs = Runs(
         positions=index.tolist(),
-        lines=pa.array([], pa.int64()),
         series=series,  # type: ignore[arg-type]  # the rows kept have a Series
         series_ids=series_ids,
         workloads=workloads,  # type: ignore[arg-type]
@@ -219,7 +200,7 @@ def _read(
         versions=versions,
         version_ids=version_ids,
     )
-    return rows, failures.first
+    return runs, failures.first
 
 
 def _used(values: list[Value], codes: np.ndarray) -> tuple[list[Value], np.ndarray]:
@@ -309,7 +290,7 @@ def _distinct(columns: Sequence[pa.Array]) -> tuple[pa.Array, np.ndarray]:
     return pa.array(first[order]), rank[codes]
 
 
-def _assemble(rows: _Rows) -> Runs:
+def _assemble(rows: Runs) -> None:
     """Fill each run's template holes column by column, then digest every identity."""
     by_series = _Lookup(rows.series_ids)
     by_workload = _Lookup(rows.workload_ids)
@@ -357,22 +338,9 @@ def _assemble(rows: _Rows) -> Runs:
     metadata = _fill(codes * 2 + labelled, [m for t in templates for m in t.metadata], holes)
     holes["metadata"] = metadata
     manifests = _fill(codes, [t.manifest for t in templates], holes)
-    return Runs(
-        positions=rows.positions,
-        lines=rows.lines,
-        external_ids=external_ids,
-        digests=_run_digests(manifests, metadata, codes, templates),
-        manifests=manifests,
-        series=rows.series,
-        series_ids=rows.series_ids,
-        workloads=rows.workloads,
-        workload_ids=rows.workload_ids,
-        values=rows.values,
-        stamps=rows.stamps,
-        stamp_ids=rows.stamp_ids,
-        versions=rows.versions,
-        version_ids=rows.version_ids,
-    )
+    rows.external_ids = external_ids
+    rows.digests = _run_digests(manifests, metadata, codes, templates)
+    rows.manifests = manifests
 
 
 class _Lookup:
@@ -449,7 +417,7 @@ def _json_strings(texts: pa.Array, plain: bool) -> pa.Array:
 _JSON_ESCAPED = re.compile(r'["\\\x00-\x1f]')  # what a JSON string escapes
 
 
-def _plain_external_ids(rows: _Rows, templates: Sequence[Any]) -> bool:
+def _plain_external_ids(rows: Runs, templates: Sequence[Any]) -> bool:
     """Whether no run's externalId has a character JSON escapes: judged on the distinct parts
     it is joined from (series head and tail, case key, stamp), not on every run."""
     parts = [

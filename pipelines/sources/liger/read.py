@@ -97,11 +97,9 @@ def open_liger_csv(lines: Iterable[bytes]) -> LigerCsv:
     return LigerCsv(columns, _records(iterator))
 
 
-def _records(
-    lines: Iterable[bytes], first_line: int = 2, consumed: list[str] | None = None
-) -> Iterator[CsvRecord]:
+def _records(lines: Iterable[bytes], first_line: int = 2) -> Iterator[CsvRecord]:
     bad_lines: set[int] = set()
-    consumed = [] if consumed is None else consumed
+    consumed: list[str] = []
     reader = csv.reader(_decoded_lines(lines, bad_lines, consumed, first_line), strict=False)
     next_line = first_line
     while True:
@@ -112,10 +110,10 @@ def _records(
             return
         except csv.Error as failure:
             fields, error = None, f"unparseable_row: {failure}"
-        raw = "".join(consumed).rstrip("\r\n")
+        raw = (consumed[0] if len(consumed) == 1 else "".join(consumed)).rstrip("\r\n")
         consumed.clear()
         start, next_line = next_line, reader.line_num + first_line
-        if fields == [] or (fields is not None and not raw.strip()):
+        if fields is not None and (not fields or len(fields) == 1 and not raw.strip()):
             continue  # blank line: no data, nothing to lose
         if bad_lines and error is None and any(n in bad_lines for n in range(start, next_line)):
             error = "bad_encoding"

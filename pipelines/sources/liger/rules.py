@@ -84,14 +84,14 @@ def record_rejection(fields: list[str] | None, error: str | None, width: int) ->
         return RowRejected(
             Reason.WRONG_COLUMN_COUNT, f"expected {width} fields, found {len(fields)}"
         )
+    if max(map(len, fields)) <= FIELD_LIMIT:
+        return None
     longest = max(range(len(fields)), key=lambda i: len(fields[i]))
-    if len(fields[longest]) > FIELD_LIMIT:
-        return RowRejected(
-            Reason.FIELD_TOO_LARGE,
-            f"field {longest + 1} holds {len(fields[longest])} characters,"
-            f" over the limit of {FIELD_LIMIT}",
-        )
-    return None
+    return RowRejected(
+        Reason.FIELD_TOO_LARGE,
+        f"field {longest + 1} holds {len(fields[longest])} characters,"
+        f" over the limit of {FIELD_LIMIT}",
+    )
 
 
 # --- names -----------------------------------------------------------------------------------
@@ -125,7 +125,7 @@ _NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 
 def positive_numbers(texts: pa.Array) -> tuple[pa.Array, np.ndarray]:
     """A column of number texts: which are plain, finite, positive decimals (a mask), and their
-    values (1.0 where not plain: those texts are read one by one, by parse_positive)."""
+    values where plain (the other texts are read one by one, by parse_positive)."""
     plain = pc.match_substring_regex(texts, PLAIN_DECIMAL)
     values = pc.cast(pc.if_else(plain, texts, "1"), pa.float64()).to_numpy()
     return pc.and_(plain, pa.array(np.isfinite(values) & (values > 0))), values
