@@ -477,16 +477,21 @@ def normalized_batches(
     Raises NotLigerCsv at once when the header is not Liger's."""
     csv_file = open_liger_csv(stream)
     layout = Layout.of(csv_file.columns)
-    normalizer = normalizer or shared_normalizer()
-    seen = SeenKeys()
+    return batches_of(csv_file.records, layout, normalizer or shared_normalizer(), SeenKeys(), rows)
 
-    def batches() -> Iterator[Batch]:
-        while records := list(islice(csv_file.records, rows)):
-            batch = normalize_batch(records, layout, normalizer)
-            quarantine_duplicates(batch, seen)
-            yield batch
 
-    return batches()
+def batches_of(
+    records: Iterator[CsvRecord],
+    layout: Layout,
+    normalizer: Normalizer,
+    seen: SeenKeys,
+    rows: int = BATCH_ROWS,
+) -> Iterator[Batch]:
+    """Records normalized a batch at a time, a run whose externalId `seen` has quarantined."""
+    while chunk := list(islice(records, rows)):
+        batch = normalize_batch(chunk, layout, normalizer)
+        quarantine_duplicates(batch, seen)
+        yield batch
 
 
 def batch_outcomes(batch: Batch) -> Iterator[RowOutcome]:
@@ -534,10 +539,12 @@ def quarantine_duplicates(batch: Batch, seen: SeenKeys) -> None:
         position = runs.positions[i]
         record = batch.records[position]
         external_id = runs.external_ids[i].as_py()
-        detail = f"externalId {external_id} already appeared earlier in this file (first one wins)"
-        batch.others[position] = RowOutcome(
-            record.line, "quarantined", record.raw, Reason.DUPLICATE_EXTERNAL_ID, detail
-        )
+        batch.others[position] = duplicate(record.line, record.raw, external_id)
+
+
+def duplicate(line: int, raw: str, external_id: str) -> RowOutcome:
+    detail = f"externalId {external_id} already appeared earlier in this file (first one wins)"
+    return RowOutcome(line, "quarantined", raw, Reason.DUPLICATE_EXTERNAL_ID, detail)
 
 
 def write_json_lines(batch: Batch, out: BinaryIO) -> None:
