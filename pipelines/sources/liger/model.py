@@ -245,9 +245,10 @@ class Normalizer:
         names the schema allows are its axes; the description writes them out. A later
         curation turns its runs into curated ones on backfill."""
         x_value = x_text.strip()
-        parameters = {**config, x_name: int(x_value) if x_value.isdigit() else x_value}
+        parameters = {**config, x_name: int(x_value) if x_value.isdecimal() else x_value}
         text = json.dumps(parameters, sort_keys=True, ensure_ascii=False)
-        fingerprint = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+        exact = json.dumps([config, x_name, x_value], sort_keys=True)  # (x_name may be a key)
+        fingerprint = hashlib.sha256(exact.encode()).hexdigest()[:12]
         axes = {
             name: value
             for name, value in sorted(parameters.items())
