@@ -10,13 +10,9 @@ process while this one applies the file's rule (first externalId wins) in order.
 from __future__ import annotations
 
 import io
-import os
-import shutil
-import tempfile
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
-from contextlib import nullcontext
 from dataclasses import dataclass
 from itertools import chain, islice, repeat
 from pathlib import Path
@@ -29,13 +25,15 @@ from pipelines.index.record_objects import RecordSetContent
 from pipelines.intake.seen_keys import SeenKeys, digests_of
 from pipelines.records import RowOutcome
 from pipelines.sources.liger.columnar import (
-    Batch,
+    Lines,
     batch_outcomes,
     batches_of,
     count_outcomes,
     duplicate,
+    lines_of,
     normalized_batches,
     write_json_lines,
+    write_lines,
 )
 from pipelines.sources.liger.model import (
     PARSER_VERSION,
@@ -118,19 +116,18 @@ def normalize_file(
         first_line = 2
         workers = usable_cpus()
         if workers > 1 and path.stat().st_size > PARALLEL_BYTES:
-            with (
-                ProcessPoolExecutor(
-                    workers, mp_context=worker_context(__name__), initializer=collect_garbage_rarely
-                ) as pool,
-                tempfile.TemporaryDirectory(prefix="kindex-normalize-") as spool,
-            ):
+            context = worker_context(__name__)
+            with ProcessPoolExecutor(
+                workers, mp_context=context, initializer=collect_garbage_rarely
+            ) as pool:
                 pending: deque[tuple[Future[_Chunk], int, list[bytes]]] = deque()
                 while chunk := list(islice(lines, CHUNK_LINES)):
                     if not whole_line_records(chunk):
                         lines = chain(chunk, lines)
                         break
-                    target = None if out is None else os.path.join(spool, str(first_line))
-                    future = pool.submit(_normalize_chunk, layout, first_line, chunk, target)
+                    future = pool.submit(
+                        _normalize_chunk, layout, first_line, chunk, out is not None
+                    )
                     pending.append((future, first_line, chunk))
                     first_line += len(chunk)
                     while len(pending) > workers:
@@ -152,43 +149,34 @@ def normalize_file(
 
 @dataclass(slots=True)
 class _Chunk:
-    """A chunk's outcomes: counts; where its lines are (a file), and its runs: their rows among
-    the chunk's lines, source lines, externalIds and whether each is a memory run."""
+    """A chunk's outcomes: counts; its batches' lines (when written); and its runs: where each
+    is (batch, row), its source line, externalId and whether it is a memory run."""
 
     counts: Counter[str]
-    spool: str | None
-    rows: list[int]
-    lines: list[int]
+    lines: list[Lines]
+    where: list[tuple[int, int]]
+    source_lines: list[int]
     external_ids: list[str]
     memory: list[bool]
 
 
-def _normalize_chunk(
-    layout: Layout, first_line: int, lines: list[bytes], spool: str | None
-) -> _Chunk:
-    chunk = _Chunk(Counter(), spool, [], [], [], [])
-    row = 0
-    with open(spool, "wb") if spool else nullcontext() as sink:
-        records = read_records(lines, first_line)
-        for batch in batches_of(records, layout, shared_normalizer(), SeenKeys()):
-            if sink is not None:
-                write_json_lines(batch, sink)
-            count_outcomes(batch, chunk.counts)
-            _add_runs(chunk, batch, row)
-            row += batch.size
+def _normalize_chunk(layout: Layout, first_line: int, lines: list[bytes], write: bool) -> _Chunk:
+    chunk = _Chunk(Counter(), [], [], [], [], [])
+    records = read_records(lines, first_line)
+    for number, batch in enumerate(batches_of(records, layout, shared_normalizer(), SeenKeys())):
+        if write:
+            chunk.lines.append(lines_of(batch))
+        count_outcomes(batch, chunk.counts)
+        runs = batch.runs
+        if runs is None:
+            continue
+        stand = [i for i, p in enumerate(runs.positions) if p not in batch.others]
+        chunk.where += [(number, runs.positions[i]) for i in stand]
+        chunk.source_lines += runs.lines.take(stand).to_pylist()
+        chunk.external_ids += runs.external_ids.take(stand).to_pylist()
+        memory = [s.memory for s in runs.series]
+        chunk.memory += [memory[runs.series_ids[i]] for i in stand]
     return chunk
-
-
-def _add_runs(chunk: _Chunk, batch: Batch, row: int) -> None:
-    runs = batch.runs
-    if runs is None:
-        return
-    stand = [i for i, p in enumerate(runs.positions) if p not in batch.others]
-    chunk.rows += [row + runs.positions[i] for i in stand]
-    chunk.lines += runs.lines.take(stand).to_pylist()
-    chunk.external_ids += runs.external_ids.take(stand).to_pylist()
-    memory = [s.memory for s in runs.series]
-    chunk.memory += [memory[runs.series_ids[i]] for i in stand]
 
 
 def _write_chunk(
@@ -203,32 +191,15 @@ def _write_chunk(
     chunk = future.result()
     counts.update(chunk.counts)
     first = seen.first_times_of_digests(digests_of(i.encode() for i in chunk.external_ids))
-    repeats: dict[int, bytes] = {}
     for i in np.flatnonzero(~first).tolist():
-        line = chunk.lines[i]
+        line = chunk.source_lines[i]
         raw = lines[line - first_line].decode("utf-8").rstrip("\r\n")
-        repeats[chunk.rows[i]] = duplicate(line, raw, chunk.external_ids[i]).json_line()
+        if out is not None:
+            number, row = chunk.where[i]
+            repeat = duplicate(line, raw, chunk.external_ids[i])
+            chunk.lines[number].others[row] = repeat.json_line()
         counts["ok:memory" if chunk.memory[i] else "ok:latency"] -= 1
         counts["quarantined:duplicate_external_id"] += 1
-    if out is None or chunk.spool is None:
-        return
-    with open(chunk.spool, "rb") as written:
-        if repeats:
-            for row, text in enumerate(written):
-                out.write(repeats.get(row, text))
-        else:
-            _copy(written, out)
-    os.unlink(chunk.spool)
-
-
-def _copy(source: BinaryIO, out: BinaryIO) -> None:
-    """A file's bytes to `out`: by the kernel (sendfile) where `out` is a file descriptor."""
-    try:
-        fd = out.fileno()
-    except (AttributeError, OSError, ValueError):  # io.BytesIO and the like
-        shutil.copyfileobj(source, out)
-        return
-    out.flush()
-    offset, size = 0, os.fstat(source.fileno()).st_size
-    while offset < size:
-        offset += os.sendfile(fd, source.fileno(), offset, size - offset)
+    if out is not None:
+        for batch_lines in chunk.lines:
+            write_lines(batch_lines, out)
