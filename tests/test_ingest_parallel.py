@@ -1,13 +1,10 @@
 """Several Liger files' record sets built on every core (`LigerCsvSource.record_sets`, a
 ProcessPoolExecutor over the files) are exactly each file's row path, duplicates and bad rows
-included, in the files' order; also from a forkserver when other threads run (a Dagster run).
-`kindex normalize` of a large file in chunks of lines writes what one process writes."""
+included, in the files' order; also from a forkserver when other threads run (a Dagster run)."""
 
 from __future__ import annotations
 
-import io
 import threading
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +14,6 @@ from index_support import LIGER_CSV, csv_bytes, liger_rows
 from pipelines import forked
 from pipelines.index.record_objects import RecordSetBuilder
 from pipelines.sources import LigerCsvSource, SourceContext, SourceObject
-from pipelines.sources.liger import normalize
-from pipelines.sources.liger.columnar import count_outcomes, normalized_batches, write_json_lines
 from pipelines.sources.liger.normalize import normalize_bytes, parser_version
 
 DIGESTS = ["sha256:" + digit * 64 for digit in "abc"]
@@ -75,44 +70,3 @@ def test_record_sets_from_a_forkserver_when_other_threads_run(files: int, tmp_pa
     finally:
         done.set()
         other.join()
-
-
-def serial_lines(data: bytes) -> tuple[bytes, Counter[str]]:
-    out, counts = io.BytesIO(), Counter[str]()
-    for batch in normalized_batches(io.BytesIO(data)):
-        write_json_lines(batch, out)
-        count_outcomes(batch, counts)
-    return out.getvalue(), counts
-
-
-def with_a_record_across_lines(data: bytes) -> bytes:
-    """`data` with a quoted line break in a row past its first chunks: read here, not in
-    chunks, from that chunk on."""
-    lines = data.splitlines(keepends=True)
-    assert b'"{""' in lines[700]
-    lines[700] = lines[700].replace(b'"{""', b'"{\n""', 1)
-    return b"".join(lines)
-
-
-@pytest.mark.parametrize(
-    "data",
-    [LIGER_CSV.read_bytes(), messy_csv(), with_a_record_across_lines(messy_csv())],
-    ids=["shared", "messy", "across-lines"],
-)
-def test_normalize_in_chunks_writes_the_serial_lines(
-    data: bytes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """`kindex normalize` of a large file, a chunk of lines per process: the same lines and
-    counts as one process reading it, duplicates across chunks quarantined in order."""
-    monkeypatch.setattr(normalize, "PARALLEL_BYTES", 0)
-    monkeypatch.setattr(normalize, "CHUNK_LINES", 150)
-    monkeypatch.setattr(normalize, "usable_cpus", lambda: 2)
-    path = tmp_path / "file.csv"
-    path.write_bytes(data)
-    expected, expected_counts = serial_lines(data)
-    out = io.BytesIO()
-    done: list[int] = []
-    assert normalize.normalize_file(path, out, done.append) == expected_counts
-    assert out.getvalue() == expected
-    assert normalize.normalize_file(path, None) == expected_counts
-    assert done[-1] == len(data)

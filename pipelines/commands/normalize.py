@@ -15,10 +15,8 @@ from typing import Any, BinaryIO
 from tqdm import tqdm
 
 from pipelines.forked import collect_garbage_rarely
-from pipelines.sources.liger.normalize import NotLigerCsv, normalize_file
-
-# tqdm's monitor thread would make normalize_file's workers come from a forkserver (forked.py).
-tqdm.monitor_interval = 0
+from pipelines.sources.liger.columnar import count_outcomes, normalized_batches, write_json_lines
+from pipelines.sources.liger.read import NotLigerCsv
 
 
 def register(subparsers: Any) -> None:
@@ -60,10 +58,25 @@ def run(args: argparse.Namespace) -> int:
 def _normalize(path: Path, out: BinaryIO | None, progress: bool = False) -> Counter[str]:
     """Write the lines to `out` (unless None); the counts by status and reason. With
     `progress`, a bar of the bytes read on stderr."""
-    size = path.stat().st_size
-    bar = tqdm(total=size, unit="B", unit_scale=True, unit_divisor=1024, disable=not progress)
-    with bar:
-        return normalize_file(path, out, lambda done: bar.update(done - bar.n))
+    counts: Counter[str] = Counter()
+    with (
+        path.open("rb") as stream,
+        tqdm(
+            total=path.stat().st_size,
+            unit="B",
+            unit_scale=True,
+            unit_divisor=1024,
+            disable=not progress,
+        ) as bar,
+    ):
+        for batch in normalized_batches(stream):
+            if out is not None:
+                write_json_lines(batch, out)
+            count_outcomes(batch, counts)
+            bar.update(stream.tell() - bar.n)
+    if out is not None:
+        out.flush()
+    return counts
 
 
 def _print_summary(counts: Counter[str]) -> None:

@@ -477,21 +477,16 @@ def normalized_batches(
     Raises NotLigerCsv at once when the header is not Liger's."""
     csv_file = open_liger_csv(stream)
     layout = Layout.of(csv_file.columns)
-    return batches_of(csv_file.records, layout, normalizer or shared_normalizer(), SeenKeys(), rows)
+    normalizer = normalizer or shared_normalizer()
+    seen = SeenKeys()
 
+    def batches() -> Iterator[Batch]:
+        while records := list(islice(csv_file.records, rows)):
+            batch = normalize_batch(records, layout, normalizer)
+            quarantine_duplicates(batch, seen)
+            yield batch
 
-def batches_of(
-    records: Iterator[CsvRecord],
-    layout: Layout,
-    normalizer: Normalizer,
-    seen: SeenKeys,
-    rows: int = BATCH_ROWS,
-) -> Iterator[Batch]:
-    """Records normalized a batch at a time, a run whose externalId `seen` has quarantined."""
-    while chunk := list(islice(records, rows)):
-        batch = normalize_batch(chunk, layout, normalizer)
-        quarantine_duplicates(batch, seen)
-        yield batch
+    return batches()
 
 
 def batch_outcomes(batch: Batch) -> Iterator[RowOutcome]:
@@ -539,76 +534,18 @@ def quarantine_duplicates(batch: Batch, seen: SeenKeys) -> None:
         position = runs.positions[i]
         record = batch.records[position]
         external_id = runs.external_ids[i].as_py()
-        batch.others[position] = duplicate(record.line, record.raw, external_id)
-
-
-def duplicate(line: int, raw: str, external_id: str) -> RowOutcome:
-    detail = f"externalId {external_id} already appeared earlier in this file (first one wins)"
-    return RowOutcome(line, "quarantined", raw, Reason.DUPLICATE_EXTERNAL_ID, detail)
+        detail = f"externalId {external_id} already appeared earlier in this file (first one wins)"
+        batch.others[position] = RowOutcome(
+            record.line, "quarantined", record.raw, Reason.DUPLICATE_EXTERNAL_ID, detail
+        )
 
 
 def write_json_lines(batch: Batch, out: BinaryIO) -> None:
     """Write a batch's `kindex normalize` lines, in input order, as RowOutcome.json_line writes
-    them (`Lines`)."""
-    write_lines(lines_of(batch), out)
-
-
-@dataclass(slots=True)
-class Lines:
-    """A batch's `kindex normalize` lines, in parts another process can be handed: a run's
-    line is its own part (line number, digest, run manifest) and then its series' and
-    workload's shared records, the same bytes for every run that shares them (`shared`, by
-    `codes`); any other row's line is whole (`others`, which a run's row may join later)."""
-
-    size: int
-    others: dict[int, bytes]  # by row
-    rows: list[int]  # each run's row
-    heads: pa.Array  # each run's own part
-    shared: list[bytes]
-    codes: np.ndarray  # each run's three shared parts
-
-    def parts(self) -> list[bytes | memoryview]:
-        heads = list(utf8_slices(self.heads))
-        at = dict(zip(self.rows, range(len(self.rows)), strict=True))
-        shared, codes = self.shared, self.codes.tolist()
-        parts: list[bytes | memoryview] = []
-        for row in range(self.size):
-            other = self.others.get(row)
-            if other is not None:
-                parts.append(other)
-                continue
-            i = at[row]
-            before, workload, after = codes[i]
-            parts += (heads[i], shared[before], shared[workload], shared[after])
-        return parts
-
-
-def lines_of(batch: Batch) -> Lines:
-    others = {p: o.json_line() for p, o in batch.others.items()}
-    runs = batch.runs
-    if runs is None:
-        return Lines(batch.size, others, [], pa.array([], pa.string()), [], np.zeros((0, 3)))
-    template, comma, close = _line_template()
-    holes = {
-        "line": runs.lines.cast(pa.string()),
-        "digest": runs.digests,
-        "manifest": runs.manifests,
-    }
-    heads = _join(np.zeros(len(runs.positions), np.int64), [template], template.holes, holes)
-    shared = [comma + s.references_json[0] + comma for s in runs.series]
-    shared += [w.record.json_bytes for w in runs.workloads]
-    shared += [comma + s.references_json[1] + close for s in runs.series]
-    series, workloads = len(runs.series), len(runs.workloads)
-    codes = np.stack(
-        [runs.series_ids, series + runs.workload_ids, series + workloads + runs.series_ids], 1
-    )
-    return Lines(batch.size, others, runs.positions, heads, shared, codes)
-
-
-def write_lines(lines: Lines, out: BinaryIO) -> None:
-    """os.writev gathers a batch's parts: the shared records (~5 KB a line) are never copied
-    in this process."""
-    parts = lines.parts()
+    them. A run's line is its own part (line number, digest, run manifest) and then its
+    series' and workload's shared records, written from the same bytes every time: os.writev
+    gathers them, so the ~5 KB of shared records per line are never copied in this process."""
+    parts = _line_parts(batch)
     try:
         fd = out.fileno()
     except (AttributeError, OSError, ValueError):  # io.BytesIO and the like
@@ -620,6 +557,24 @@ def write_lines(lines: Lines, out: BinaryIO) -> None:
 
 
 IOV_MAX = 1024  # os.writev's limit on Linux
+
+
+def _line_parts(batch: Batch) -> list[bytes | memoryview]:
+    runs = batch.runs
+    run_parts = [] if runs is None else _run_line_parts(runs)
+    at = {} if runs is None else {p: i for i, p in enumerate(runs.positions)}
+    parts: list[bytes | memoryview] = []
+    for position in range(batch.size):
+        other = batch.others.get(position)
+        if other is not None:
+            parts.append(other.json_line())
+        else:
+            i = at[position]
+            parts += run_parts[RUN_PARTS * i : RUN_PARTS * (i + 1)]
+    return parts
+
+
+RUN_PARTS = 4  # a run's line: its own part, then its series' and workload's records
 
 
 @lru_cache(maxsize=1)
@@ -636,6 +591,27 @@ def _line_template() -> tuple[Template, bytes, bytes]:
     assert pieces[-1].startswith(run_close)
     holed = Template((*pieces[0:-1:2], run_close), tuple(pieces[1::2]))
     return holed, b",", pieces[-1][len(run_close) :].encode()
+
+
+def _run_line_parts(runs: Runs) -> list[bytes | memoryview]:
+    """Each run's line as RUN_PARTS parts, one run after another."""
+    template, comma, close = _line_template()
+    holes = {
+        "line": runs.lines.cast(pa.string()),
+        "digest": runs.digests,
+        "manifest": runs.manifests,
+    }
+    heads = _join(np.zeros(len(runs.positions), np.int64), [template], template.holes, holes)
+    before = [comma + s.references_json[0] + comma for s in runs.series]
+    after = [comma + s.references_json[1] + close for s in runs.series]
+    workload = [w.record.json_bytes for w in runs.workloads]
+    series_ids, workload_ids = runs.series_ids.tolist(), runs.workload_ids.tolist()
+    parts: list[bytes | memoryview] = [b""] * (RUN_PARTS * len(series_ids))
+    parts[0::RUN_PARTS] = list(utf8_slices(heads))
+    parts[1::RUN_PARTS] = list(map(before.__getitem__, series_ids))
+    parts[2::RUN_PARTS] = list(map(workload.__getitem__, workload_ids))
+    parts[3::RUN_PARTS] = list(map(after.__getitem__, series_ids))
+    return parts
 
 
 def _writev_all(fd: int, parts: Sequence[bytes | memoryview]) -> None:

@@ -94,11 +94,10 @@ def open_liger_csv(lines: Iterable[bytes]) -> LigerCsv:
     """Read the header from binary lines (a file opened "rb", or bytes split with keepends)."""
     iterator = iter(lines)
     columns = _parse_header(next(iterator, b""))
-    return LigerCsv(columns, read_records(iterator))
+    return LigerCsv(columns, _records(iterator))
 
 
-def read_records(lines: Iterable[bytes], first_line: int = 2) -> Iterator[CsvRecord]:
-    """The records of a file's data lines, the first on line `first_line`."""
+def _records(lines: Iterable[bytes], first_line: int = 2) -> Iterator[CsvRecord]:
     bad_lines: set[int] = set()
     consumed: list[str] = []
     reader = csv.reader(_decoded_lines(lines, bad_lines, consumed, first_line), strict=False)
@@ -119,9 +118,3 @@ def read_records(lines: Iterable[bytes], first_line: int = 2) -> Iterator[CsvRec
         if bad_lines and error is None and any(n in bad_lines for n in range(start, next_line)):
             error = "bad_encoding"
         yield CsvRecord(start, raw, fields, error)
-
-
-def whole_line_records(lines: list[bytes]) -> bool:
-    """Whether each line is read as one record, on its own: no line ends inside a quoted field
-    (an odd number of quotes) or holds a carriage return before its end (another record)."""
-    return not any(line.count(b'"') % 2 or b"\r" in line.rstrip(b"\r\n") for line in lines)
