@@ -1,22 +1,13 @@
-"""Worker processes of the parallel paths (pipelines/sources/liger/relay.py: `kindex normalize` and
-the
-record tables of an ingest): how they start, what they reset first, and how they are stopped."""
+"""Processes: how many CPUs this one may use, how its workers start (the record sets of several
+Liger files, pipelines/sources/liger/normalize.py), and whether a process is alive."""
 
 from __future__ import annotations
 
-import ctypes
 import gc
 import multiprocessing
 import os
-import signal
 import threading
-from collections.abc import Iterable
-from multiprocessing.process import BaseProcess
 from pathlib import Path
-
-import pyarrow as pa
-
-STOP_GRACE_SECONDS = 5.0
 
 
 def usable_cpus() -> int:
@@ -26,56 +17,12 @@ def usable_cpus() -> int:
     return os.cpu_count() or 1
 
 
-def default_signals() -> None:
-    """Run first in a forked worker. A fork inherits the parent's Python signal handlers, and a
-    handler that does not raise (Dagster and test runners install such) lets a worker blocked
-    on a pipe outlive `terminate()`; then the parent's interpreter waits for it at exit."""
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
 def collect_garbage_rarely() -> None:
     """For a process that normalizes batches: they make and drop millions of small objects,
     none of them in cycles, so collect young garbage less often, and never scan what exists
     already (the curation, the modules, a forked parent's objects)."""
     gc.freeze()
     gc.set_threshold(50_000, 50, 100)
-
-
-# glibc's mallopt parameters (malloc.h), and its ceiling on the mmap threshold on 64-bit systems
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
-MMAP_THRESHOLD_MAX = 32 << 20
-
-
-def reuse_freed_memory() -> None:
-    """For a worker that allocates and frees buffers of a few MB per batch: keep freed memory
-    for the next batch instead of handing it back to the kernel.
-
-    Arrow's default allocator (mimalloc) returns freed pages to the kernel within milliseconds,
-    and glibc's malloc unmaps large blocks and trims its heap; each batch then faults in fresh
-    zeroed pages, which cost the relay's workers ~1 s of kernel time per million Liger rows on
-    a 2-core VM (their system time 1.7-1.9 s, 0.6-0.7 s with this). So Arrow allocates from
-    malloc here, and glibc keeps blocks up to 32 MiB in its heap and never trims it (a worker
-    ends with its file). Where malloc is not glibc's, Arrow's allocator is changed only."""
-    pa.set_memory_pool(pa.system_memory_pool())
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):  # not glibc (macOS has no mallopt)
-        return
-    mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_MAX)
-    mallopt(M_TRIM_THRESHOLD, 2**31 - 1)  # an int: its largest
-
-
-def stop(processes: Iterable[BaseProcess]) -> None:
-    """End workers that are still running: SIGTERM, and SIGKILL for any that outlive the grace."""
-    processes = list(processes)
-    for process in processes:
-        if process.is_alive():
-            process.terminate()
-    for process in processes:
-        process.join(STOP_GRACE_SECONDS)
-        if process.is_alive():
-            process.kill()
-            process.join()
 
 
 WorkerContext = (

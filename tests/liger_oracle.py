@@ -1,73 +1,94 @@
-"""The Liger normalizer's oracles, which production is held to byte for byte: every run and
-workload built the plain, slow way, as dicts canonicalized by the reference RFC 8785 serializer
-(production fills per-series templates), and a file normalized row by row (production goes
-batch by batch, column by column)."""
+"""The Liger normalizer's oracle, which production is held to byte for byte: a file normalized
+row by row, each row read alone by the rules' scalar forms and its run built the plain, slow way,
+as a dict canonicalized by the reference RFC 8785 serializer (production reads a batch column by
+column and fills per-series templates)."""
 
 from __future__ import annotations
 
 import io
 from collections.abc import Iterator
-from functools import lru_cache
 from typing import Any
 
-from pipelines.curation import Curation
+import numpy as np
+
 from pipelines.records import Record, RowOutcome, RunFacts
-from pipelines.sources.liger.normalize import (
-    NAME_LIMIT,
-    Layout,
-    Normalizer,
-    RowRead,
-    Series,
-    Workload,
-    _manifest,
-    _record,
-    duplicate_outcome,
-    joined_slug,
-    read_record,
-)
+from pipelines.records.canonical import canonical_json_reference, manifest_digest
+from pipelines.sources.liger.model import Layout, Normalizer, Series, Workload, manifest, references
 from pipelines.sources.liger.read import CsvRecord, open_liger_csv
+from pipelines.sources.liger.rules import (
+    NAME_LIMIT,
+    Reason,
+    RowRejected,
+    in_range,
+    kernel_of,
+    parse_positive,
+    parse_timestamp,
+    record_rejection,
+    run_labels,
+    slug,
+    stored_values,
+)
 
 
-class ReferenceNormalizer(Normalizer):
-    """A Normalizer whose runs and workloads are the oracle's."""
-
-    def __init__(self, curation: Curation | None = None) -> None:
-        super().__init__(curation)
-        self.workload = lru_cache(maxsize=4096)(self.reference_workload)
-
-    def run(self, row: RowRead) -> tuple[Record, RunFacts]:
-        series, stamp, workload = row.series, row.stamp, row.workload
-        external_id = series._external_id_of(workload.case_key, stamp.form)
-        facts = series.facts(row.values, stamp.observed_at, external_id, workload, row.version)
-        run = reference_run(series, row.stats, stamp.observed_at, stamp.form, workload, row.version)
-        return run, facts
+def read_row(
+    fields: tuple[str, ...], normalizer: Normalizer
+) -> tuple[Series, Workload, list[float], list[int], str, str, str]:
+    """What a row's texts say, each by its rule in a row's order, or the first RowRejected:
+    (series, workload, its own numbers, stored values, observedAt, timestamp form, version)."""
+    (kernel, provider, mode, metric, unit, x_name, x_value, median, p20, p80,
+     config, gpu, timestamp, version) = fields  # fmt: skip
+    kernel = kernel_of(normalizer.curation, kernel, config)
+    series = normalizer.series(kernel, provider, mode, gpu, metric, unit)
+    stats = [
+        parse_positive(median, "y_value_50"),
+        parse_positive(p20, "y_value_20"),
+        parse_positive(p80, "y_value_80"),
+    ]
+    observed_at, form = parse_timestamp(timestamp)
+    workload = normalizer.workload(series.kernel, x_name, x_value, config)
+    values = stored_values(np.array(stats, dtype=np.float64), series.scale)
+    if not in_range(values):
+        raise RowRejected(Reason.BAD_NUMBER, f"value out of range: {max(stats)!r}")
+    return series, workload, stats, [int(v) for v in values], observed_at, form, version.strip()
 
 
 def reference_run(
     series: Series,
-    stats: list[float],
-    observed_at: str,
-    stamp: str,
     workload: Workload,
+    stats: list[float],
+    values: list[int],
+    observed_at: str,
+    form: str,
     version: str,
-) -> Record:
+) -> tuple[Record, RunFacts]:
     """The run of a row as a dict: metadata, then the spec the series writes."""
-    values = series.values(stats)
-    external_id = series._external_id_of(workload.case_key, stamp)
-    spec = series._spec(values, stats, observed_at, external_id, workload.record.digest)
-    name = joined_slug(*series._name_parts(), workload.case_key, stamp)[:NAME_LIMIT]
-    metadata: dict[str, Any] = {"name": name, "title": series._title()}
-    if version:
-        metadata["labels"] = {"liger_version": version}
-    return _record(_manifest("BenchmarkRun", metadata, spec))
+    external_id = "/".join(
+        [series.kernel, series.mode, series.provider, slug(series.gpu), workload.case_key, form]
+    ) + ("/memory" if series.memory else "")
+    spec = series.spec(values, stats, observed_at, external_id, workload.record.digest)
+    name = slug("-".join([*series.name_parts, workload.case_key, form]))[:NAME_LIMIT]
+    metadata: dict[str, Any] = {"name": name, "title": series.title}
+    labels = run_labels(version, workload.uncurated)
+    if labels:
+        metadata["labels"] = labels
+    document = manifest("BenchmarkRun", metadata, spec)
+    # A run's manifest is written as its canonical JSON (`kindex normalize`, the record tables).
+    text = canonical_json_reference(document).decode()
+    run = Record("BenchmarkRun", manifest_digest(document), manifest_json=text)
+    return run, series.facts(values, observed_at, external_id, workload, version)
 
 
 def outcome_of(record: CsvRecord, layout: Layout, normalizer: Normalizer) -> RowOutcome:
     """One record's outcome, judged alone, built row by row."""
-    row = read_record(record, layout, normalizer)
-    if isinstance(row, RowOutcome):
-        return row
-    records, facts = normalizer.records(row)
+    try:
+        rejected = record_rejection(record.fields, record.error, layout.width)
+        if rejected is not None:
+            raise rejected
+        series, workload, *read = read_row(layout.pick(record.fields or []), normalizer)
+    except RowRejected as rejected:
+        return RowOutcome(record.line, "quarantined", record.raw, rejected.reason, rejected.detail)
+    run, facts = reference_run(series, workload, *read)
+    records = [run, *references(series, workload)]
     return RowOutcome(record.line, "ok", record.raw, records=records, facts=facts)
 
 
@@ -83,7 +104,13 @@ def row_outcomes(data: bytes, normalizer: Normalizer | None = None) -> Iterator[
         if outcome.facts is not None:
             external_id = outcome.facts.external_id
             if external_id in seen:
-                outcome = duplicate_outcome(record.line, record.raw, external_id)
+                detail = (
+                    f"externalId {external_id} already appeared earlier in this file"
+                    " (first one wins)"
+                )
+                outcome = RowOutcome(
+                    record.line, "quarantined", record.raw, "duplicate_external_id", detail
+                )
             else:
                 seen.add(external_id)
         yield outcome

@@ -15,8 +15,6 @@ from typing import Any
 
 import pytest
 
-from pipelines.sources.liger.relay import PARALLEL_MIN_BYTES
-
 KINDEX = str(Path(sys.executable).with_name("kindex"))
 LIGER_CSV = Path(__file__).parent / "data" / "liger" / "all_benchmark_data.csv"
 
@@ -42,18 +40,6 @@ def with_terminal_stderr(args: list[str], stdout: Path, cwd: Path) -> tuple[int,
     return process.wait(timeout=300), shown.decode(errors="replace")
 
 
-def bigger_csv(path: Path, size: int) -> Path:
-    """The shared Liger CSV's rows repeated until the file is `size` bytes (repeats are
-    quarantined as duplicates, which is fine for a bar)."""
-    header, *rows = LIGER_CSV.read_bytes().splitlines(keepends=True)
-    body = b"".join(rows)
-    with path.open("wb") as out:
-        out.write(header)
-        for _ in range(size // len(body) + 1):
-            out.write(body)
-    return path
-
-
 def test_normalize_shows_bytes_read_on_a_terminal(tmp_path: Path) -> None:
     out = tmp_path / "lines.jsonl"
     code, shown = with_terminal_stderr(["normalize", str(LIGER_CSV)], out, tmp_path)
@@ -67,17 +53,6 @@ def test_normalize_shows_no_bar_when_stderr_is_not_a_terminal(tmp_path: Path) ->
         [KINDEX, "normalize", str(LIGER_CSV)], capture_output=True, cwd=tmp_path, timeout=300
     )
     assert result.returncode == 0 and result.stderr == b""
-
-
-@pytest.mark.slow
-def test_normalize_on_every_core_counts_rows_on_a_terminal(tmp_path: Path) -> None:
-    big = bigger_csv(tmp_path / "big.csv", PARALLEL_MIN_BYTES)
-    rows = len(big.read_bytes().splitlines()) - 1
-    out = tmp_path / "lines.jsonl"
-    code, shown = with_terminal_stderr(["normalize", str(big)], out, tmp_path)
-    assert code == 0
-    assert f"{rows} rows" in shown, shown
-    assert len(out.read_bytes().splitlines()) == rows
 
 
 @pytest.mark.slow

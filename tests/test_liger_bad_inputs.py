@@ -10,15 +10,9 @@ from liger_support import HEADER, csv_lines
 
 from pipelines.records import RowOutcome
 from pipelines.sources import normalize_object
-from pipelines.sources.liger.columnar import Batch, normalize_batch, normalized_batches
-from pipelines.sources.liger.normalize import (
-    FIELD_LIMIT,
-    Layout,
-    Normalizer,
-    NotLigerCsv,
-    normalize_bytes,
-)
-from pipelines.sources.liger.read import record_columns
+from pipelines.sources.liger.columnar import Batch, normalized_batches
+from pipelines.sources.liger.normalize import NotLigerCsv, normalize_bytes
+from pipelines.sources.liger.rules import FIELD_LIMIT
 
 GOOD = csv_lines([2212])[0]  # the B200 jsd seed row
 GOOD_FIELDS = next(csv.reader([GOOD]))
@@ -70,32 +64,6 @@ def normalize_text(*rows: str, newline: str = "\n") -> list[RowOutcome]:
         (row_with(kernel_operation_mode="sideways"), "unknown_mode"),
         (row_with(metric_name="throughput"), "unknown_metric"),
         (row_with(metric_unit="s"), "unknown_metric"),
-        (row_with(x_name="Q"), "unknown_config_shape"),
-        (row_with(x_value="1024.5"), "unknown_config_shape"),
-        (
-            row_with(extra_benchmark_config_str='{"bsz": 1, "seq_len": 8192}'),
-            "unknown_config_shape",
-        ),
-        (
-            row_with(
-                extra_benchmark_config_str='{"vocab_size": 2, "bsz": 1, "seq_len": 2, "q": 1}'
-            ),
-            "unknown_config_shape",
-        ),
-        (
-            row_with(extra_benchmark_config_str='{"vocab_size": "big", "bsz": 1, "seq_len": 8192}'),
-            "unknown_config_shape",
-        ),
-        # Sizes past 2**53 - 1: JSON numbers cannot hold them exactly.
-        (row_with(x_value="9007199254740993"), "unknown_config_shape"),
-        (row_with(x_value="9" * 30), "unknown_config_shape"),
-        (
-            row_with(
-                extra_benchmark_config_str='{"vocab_size": 9007199254740993, "bsz": 1, '
-                '"seq_len": 8192}'
-            ),
-            "unknown_config_shape",
-        ),
         (row_with(timestamp="yesterday"), "bad_timestamp"),
         (row_with(timestamp="2026-02-30 10:00:00"), "bad_timestamp"),
     ],
@@ -106,6 +74,35 @@ def test_bad_row_is_quarantined_and_the_rest_of_the_file_lands(row: str, reason:
     bad = outcomes[1]
     assert (bad.reason, bad.source_line, bad.raw) == (reason, 3, row)
     assert bad.detail and bad.records == []
+
+
+@pytest.mark.parametrize(
+    "row",
+    [
+        row_with(x_name="Q"),
+        row_with(x_value="1024.5"),
+        row_with(extra_benchmark_config_str='{"bsz": 1, "seq_len": 8192}'),
+        row_with(extra_benchmark_config_str='{"vocab_size": 2, "bsz": 1, "seq_len": 2, "q": 1}'),
+        row_with(extra_benchmark_config_str='{"vocab_size": "big", "bsz": 1, "seq_len": 8192}'),
+        # Sizes past 2**53 - 1: JSON numbers cannot hold them exactly.
+        row_with(x_value="9007199254740993"),
+        row_with(x_value="9" * 30),
+        row_with(
+            extra_benchmark_config_str='{"vocab_size": 9007199254740993, "bsz": 1, "seq_len": 8192}'
+        ),
+    ],
+)
+def test_a_config_shape_no_one_curated_is_an_uncurated_run(row: str) -> None:
+    """x and a config that bind no curated axes: a run of an uncurated workload, its parameters
+    as they stand, marked so on the run and the workload; two such configs, two workloads."""
+    good, run, other = normalize_text(GOOD, row, row_with(timestamp="2026-05-27 17:14:31"))
+    assert [good.status, run.status, other.status] == ["ok", "ok", "ok"]
+    assert run.facts is not None and run.facts.case_key.startswith("uncurated-")
+    assert run.records[0].manifest["metadata"]["labels"]["curation"] == "uncurated"
+    assert run.records[4].manifest["metadata"]["labels"] == {"curation": "uncurated"}
+    assert run.records[4].digest != good.records[4].digest
+    (again,) = normalize_text(row)
+    assert again.records[0].digest == run.records[0].digest
 
 
 def test_duplicate_external_id_first_one_wins() -> None:
@@ -185,26 +182,21 @@ def test_ten_megabyte_line_is_quarantined_without_a_traceback() -> None:
 
 
 @pytest.mark.parametrize("column", ["x_label", "extra_benchmark_config_str", "liger_version"])
-def test_a_field_past_the_size_bound_is_quarantined_on_every_path(column: str) -> None:
-    """A 10 MB x_label (a caption the normalizer never reads) or any other field: the row path,
-    the batch path over parsed records and the batch path over Arrow's columns all quarantine
-    it, and the rows around it land."""
+def test_a_field_past_the_size_bound_is_quarantined(column: str) -> None:
+    """A 10 MB x_label (a caption the normalizer never reads) or any other field is
+    quarantined, and the rows around it land."""
     huge = row_with(**{column: "x" * (10 * 2**20)})
     just_fits = row_with(x_label="y" * FIELD_LIMIT, timestamp="2026-05-27 17:14:31")
     rows = [GOOD, huge, just_fits]
     data = "\n".join([HEADER, *rows]).encode() + b"\n"
-    row_path = normalize_text(*rows)
-    layout = Layout.of(tuple(HEADER.split(",")))
-    body = data.split(b"\n", 1)[1]
-    columns = record_columns(body, 2, layout.width)
-    assert columns is not None
-    for outcomes in (
-        [(o.status, o.reason) for o in row_path],
-        _batch_outcomes(next(normalized_batches(io.BytesIO(data)))),
-        _batch_outcomes(normalize_batch(columns, layout, Normalizer())),
-    ):
-        assert outcomes == [("ok", None), ("quarantined", "field_too_large"), ("ok", None)]
-    assert row_path[1].raw == huge and f"over the limit of {FIELD_LIMIT}" in str(row_path[1].detail)
+    outcomes = normalize_text(*rows)
+    assert [(o.status, o.reason) for o in outcomes] == _batch_outcomes(
+        next(normalized_batches(io.BytesIO(data)))
+    )
+    assert [(o.status, o.reason) for o in outcomes] == [
+        ("ok", None), ("quarantined", "field_too_large"), ("ok", None)
+    ]  # fmt: skip
+    assert outcomes[1].raw == huge and f"over the limit of {FIELD_LIMIT}" in str(outcomes[1].detail)
 
 
 def _batch_outcomes(batch: Batch) -> list[tuple[str, str | None]]:

@@ -23,7 +23,8 @@ from liger_support import DATA, HEADER, RECORD_ORDER
 from pipelines.curation import CURATION_DIR_VARIABLE, CURATION_FILES, curation_dir, load
 from pipelines.records.manifests import schema_errors
 from pipelines.sources.liger.columnar import normalized_batches, write_json_lines
-from pipelines.sources.liger.normalize import normalize_bytes, shared_normalizer
+from pipelines.sources.liger.model import shared_normalizer
+from pipelines.sources.liger.normalize import normalize_bytes
 
 SAMPLE = DATA / "liger" / "corpus_sample.csv"
 REFERENCE = DATA / "vectors" / "corpus_sample.reference.jsonl"
@@ -171,7 +172,7 @@ def _outcomes(*rows: str) -> list[Any]:
 
 def test_a_config_value_picks_the_kernel_a_name_stands_for() -> None:
     """`dyt` with beta true is the kernel Liger once named `dyt_beta=True` (kernelNames): the
-    same OperationSpec; a beta the curation does not name is quarantined."""
+    same OperationSpec; a beta the curation does not name names no curated kernel."""
 
     def dyt(beta: object) -> str:
         config = {"hidden_size": 4096, "dtype": "torch.bfloat16", "beta": beta, "bsz": 1}
@@ -189,7 +190,7 @@ def test_a_config_value_picks_the_kernel_a_name_stands_for() -> None:
     assert new.facts.kernel == "dyt_beta=True"
     assert new.records[1].digest == old.records[1].digest  # one OperationSpec
     assert new.records[4].digest == old.records[4].digest  # tokens 1024 × hidden 4096
-    assert (odd.status, odd.reason) == ("quarantined", "unknown_config_shape")
+    assert (odd.status, odd.reason) == ("quarantined", "unknown_kernel")
 
 
 def _config(config: dict[str, Any]) -> dict[str, str]:
@@ -198,7 +199,8 @@ def _config(config: dict[str, Any]) -> dict[str, str]:
 
 def test_model_config_x_names_a_curated_model() -> None:
     """x_name=model_config: x names a model profile; two models of one vocabulary give one
-    workload but two runs; a model no one curated is quarantined, never guessed."""
+    workload but two runs; a model no one curated is never guessed: its row is an uncurated
+    run, its parameters as they stand."""
 
     def row(model: str) -> str:
         config = _config({"bsz": 1, "seq_len": 2048})
@@ -213,7 +215,14 @@ def test_model_config_x_names_a_curated_model() -> None:
     assert seven.facts.external_id != fourteen.facts.external_id
     case = "tokens2048-vocab152064-fp32-qwen2.5_7b"
     assert seven.facts.external_id.endswith(f"/{case}/2026-07-22-07-43-19")
-    assert (unknown.status, unknown.reason) == ("quarantined", "unknown_config_shape")
+    assert unknown.status == "ok" and unknown.facts.case_key.startswith("uncurated-")
+    assert unknown.records[0].manifest["metadata"]["labels"]["curation"] == "uncurated"
+    workload = unknown.records[4].manifest
+    assert workload["metadata"]["labels"] == {"curation": "uncurated"}
+    assert json.loads(workload["metadata"]["description"]) == {
+        "bsz": 1, "seq_len": 2048, "model_config": "qwen9_1t"
+    }  # fmt: skip
+    assert list(schema_errors(workload)) == []
 
 
 SWIGLU = {"hidden_size": 4096, "intermediate_size": 11008, "dtype": "torch.bfloat16"}
@@ -224,14 +233,14 @@ SWIGLU = {"hidden_size": 4096, "intermediate_size": 11008, "dtype": "torch.bfloa
     [
         ({"bsz": 2, **SWIGLU, "hidden_act": "silu", "seq_len": 8}, "ok"),
         ({"B": 2, **SWIGLU, "hidden_act": "silu"}, "ok"),
-        ({"B": 2, "bsz": 2, **SWIGLU, "hidden_act": "silu"}, "quarantined"),
+        ({"B": 2, "bsz": 2, **SWIGLU, "hidden_act": "silu"}, "uncurated"),
     ],
 )
 def test_a_config_key_alias_binds_as_the_key_it_stands_for(
     config: dict[str, Any], status: str
 ) -> None:
     """swiglu's `bsz` (current scripts) is `B` (older ones): one workload; both at once is a
-    shape no one curated."""
+    shape no one curated: an uncurated run."""
     old = _config({"B": 2, **SWIGLU, "hidden_act": "silu"})
     reference_row, row = _outcomes(
         _row(kernel_name="swiglu", x_name="T", x_value="512", **old),
@@ -243,11 +252,11 @@ def test_a_config_key_alias_binds_as_the_key_it_stands_for(
             **_config(config),
         ),
     )
-    assert row.status == status
+    assert row.status == "ok"
     if status == "ok":
         assert row.records[4].digest == reference_row.records[4].digest
     else:
-        assert row.reason == "unknown_config_shape"
+        assert row.facts.case_key.startswith("uncurated-")
 
 
 def test_provider_tags_twin_every_liger_provider() -> None:

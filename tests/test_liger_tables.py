@@ -9,12 +9,13 @@ import io
 
 import pyarrow as pa
 from hypothesis import given
+from liger_oracle import row_outcomes
 from liger_support import HEADER, LIGER_CSV, csv_lines
 from test_liger_columnar import batch_sizes, generated_examples, generated_files
 
 from pipelines.index.record_objects import RecordSetBuilder
 from pipelines.sources.liger.columnar import normalized_batches
-from pipelines.sources.liger.normalize import PARSER_VERSION, Normalizer, normalize_bytes
+from pipelines.sources.liger.model import PARSER_VERSION, Normalizer
 from pipelines.sources.liger.tables import batch_tables, record_tables
 
 NORMALIZER = Normalizer()
@@ -23,7 +24,7 @@ DIGEST = "sha256:" + "cd" * 32
 
 def row_path(data: bytes) -> dict[str, pa.Table]:
     builder = RecordSetBuilder(DIGEST, PARSER_VERSION)
-    for outcome in normalize_bytes(data, NORMALIZER):
+    for outcome in row_outcomes(data, NORMALIZER):
         builder.add(outcome)
     return builder.tables()
 
@@ -42,13 +43,12 @@ def test_shared_csv_same_tables_for_several_batch_sizes() -> None:
         assert_same_tables(data, rows)
 
 
-def test_plain_rows_are_built_as_columns() -> None:
-    """The shared CSV is all plain: no row of it goes through the row path's builder."""
+def test_every_row_of_the_shared_csv_is_a_run_row() -> None:
     data = LIGER_CSV.read_bytes()
     for batch in normalized_batches(io.BytesIO(data), NORMALIZER, 1000):
         assert not batch.others
-        tables = batch_tables(batch, DIGEST, PARSER_VERSION).tables
-        assert tables["runs"].num_rows == batch.size
+        tables = batch_tables(batch, DIGEST, PARSER_VERSION)
+        assert tables["runs"].num_rows == tables["lineage"].num_rows == batch.size
 
 
 def test_repeated_rows_same_tables() -> None:

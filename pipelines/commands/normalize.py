@@ -7,8 +7,6 @@ Writes one JSON object per data row, in input order (the contract in README.md),
 from __future__ import annotations
 
 import argparse
-import multiprocessing
-import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -18,12 +16,7 @@ from tqdm import tqdm
 
 from pipelines.forked import collect_garbage_rarely
 from pipelines.sources.liger.columnar import count_outcomes, normalized_batches, write_json_lines
-from pipelines.sources.liger.normalize import NotLigerCsv
-from pipelines.sources.liger.relay import normalize_file, worth_relay
-
-PUMP_CHUNK = 1 << 20
-# tqdm's monitor thread would make the relay fork its workers from a forkserver (forked.py).
-tqdm.monitor_interval = 0
+from pipelines.sources.liger.read import NotLigerCsv
 
 
 def register(subparsers: Any) -> None:
@@ -67,16 +60,17 @@ def run(args: argparse.Namespace) -> int:
 
 def _normalize(path: Path, out: BinaryIO | None, progress: bool = False) -> Counter[str]:
     """Write the lines to `out` (unless None); the counts by status and reason. With
-    `progress`, a bar on stderr: the bytes read, or the rows written where the workers read."""
-    size = path.stat().st_size
-    if worth_relay(size):
-        if progress and out is not None:
-            return _relay_counting_rows(path, out)
-        return normalize_file(path, out)
+    `progress`, a bar of the bytes read on stderr."""
     counts: Counter[str] = Counter()
     with (
         path.open("rb") as stream,
-        tqdm(total=size, unit="B", unit_scale=True, unit_divisor=1024, disable=not progress) as bar,
+        tqdm(
+            total=path.stat().st_size,
+            unit="B",
+            unit_scale=True,
+            unit_divisor=1024,
+            disable=not progress,
+        ) as bar,
     ):
         for batch in normalized_batches(stream):
             if out is not None:
@@ -117,38 +111,6 @@ def _normalize_by_source(path: Path, out: BinaryIO | None) -> Counter[str]:
     if out is not None:
         out.flush()
     return counts
-
-
-def _relay_counting_rows(path: Path, out: BinaryIO) -> Counter[str]:
-    """The relay's workers write lines straight to a file descriptor: here, a pipe, which a
-    forked pump copies to `out`, counting the lines on its bar. A process, not a thread: the
-    relay forks its workers, and a fork must not copy a thread's held locks."""
-    out.flush()
-    read_end, write_end = os.pipe()
-    pump = multiprocessing.get_context("fork").Process(
-        target=_pump, args=(read_end, write_end, out.fileno()), daemon=True
-    )
-    pump.start()
-    os.close(read_end)
-    try:
-        with os.fdopen(write_end, "wb", closefd=True) as lines:
-            counts = normalize_file(path, lines)
-    finally:
-        pump.join()
-    return counts
-
-
-def _pump(read_end: int, write_end: int, out_fd: int) -> None:
-    os.close(write_end)
-    with os.fdopen(read_end, "rb", buffering=0) as lines, tqdm(unit=" rows") as bar:
-        try:
-            while chunk := lines.read(PUMP_CHUNK):
-                view = memoryview(chunk)
-                while view:
-                    view = view[os.write(out_fd, view) :]
-                bar.update(chunk.count(b"\n"))
-        except BrokenPipeError:  # `kindex normalize big.csv | head`: the workers stop too
-            pass
 
 
 def _print_summary(counts: Counter[str]) -> None:

@@ -300,7 +300,7 @@ class RecordSetBuilder:
 def run_columns(record: Record, outcome: RowOutcome) -> dict[str, Any]:
     """The readable and referenced columns of one run (all but snapshot_digest/source_line)."""
     facts = outcome.facts
-    spec: Mapping[str, Any] = _referenced(outcome) or record.manifest.get("spec", {})
+    spec: Mapping[str, Any] = record.manifest.get("spec", {})
     by_digest = {r.digest: r for r in outcome.records}
     workload = by_digest.get(spec.get("workloadDigest", ""))
     operation_digest = workload.manifest["spec"].get("operationSpecDigest") if workload else None
@@ -337,25 +337,6 @@ def run_columns(record: Record, outcome: RowOutcome) -> dict[str, Any]:
         "series_key": run_series_key(readable, spec),
         "manifest": record.manifest_json,
     }
-
-
-REFERENCES = {
-    "ImplementationRevision": "implementationDigest",
-    "WorkloadCase": "workloadDigest",
-    "BenchmarkProtocol": "protocolDigest",
-    "ExecutionEnvironment": "environmentDigest",
-}
-
-
-def _referenced(outcome: RowOutcome) -> dict[str, str] | None:
-    """A Liger run's references, from the records that come with it: its manifest was written
-    from a template (pipelines/sources/liger/normalize.py) with exactly these, and parsing it back
-    for
-    four digests would cost more than building it did."""
-    if outcome.facts is None or outcome.facts.origin != "reported":
-        return None
-    spec = {REFERENCES[r.kind]: r.digest for r in outcome.records[1:] if r.kind in REFERENCES}
-    return {**spec, "status": "passed"}
 
 
 def run_series_key(readable: Mapping[str, Any], spec: Mapping[str, Any]) -> int:

@@ -94,27 +94,17 @@ class LigerCsvSource:
     def record_set(
         self, data: bytes, snapshot_digest: str, context: SourceContext, parts_dir: Path
     ) -> RecordSetContent:
-        """A large file on every core (pipelines/sources/liger/relay.py), a small one in
-        batches here; neither goes row by row."""
-        from pipelines.index.record_objects import RecordSetContent
-        from pipelines.sources.liger.relay import record_set_file, worth_relay
-        from pipelines.sources.liger.tables import record_tables
+        from pipelines.sources.liger.normalize import record_set
 
-        parser_version = self.parser_version()
-        if worth_relay(len(data)):
-            content = record_set_file(data, snapshot_digest, parser_version, parts_dir=parts_dir)
-            assert content is not None  # a digest, not a function that may give None
-            return content
-        rows, tables = record_tables(io.BytesIO(data), snapshot_digest, parser_version)
-        # A run twice in one file has one externalId twice, and the second is quarantined: each
-        # run's lineage row is its own, which the runs object holds (one object fewer to write).
-        lineage_in_runs = tables["lineage"].num_rows == tables["runs"].num_rows
-        return RecordSetContent(rows, tables, lineage_in_runs=lineage_in_runs)
+        return record_set(data, snapshot_digest, self.parser_version())
 
     def record_sets(
         self, objects: Sequence[SourceObject], context: SourceContext, parts_dir: Path
     ) -> list[RecordSetContent]:
-        return [self.record_set(o.data, o.snapshot_digest, context, parts_dir) for o in objects]
+        from pipelines.sources.liger.normalize import record_sets
+
+        files = [(o.data, o.snapshot_digest) for o in objects]
+        return record_sets(files, self.parser_version())
 
 
 class Unrecognized(RecordsOfOutcomes):

@@ -1,17 +1,14 @@
-"""Step 3: a batch of Liger CSV records normalized column by column: the only way runs are made.
+"""Step 3: a batch of Liger CSV records normalized column by column: the one way rows are read
+and runs are made. A row alone is a batch of one.
 
-Python runs once per distinct series, workload, timestamp and version of a batch, and Arrow's
-C++ kernels do the per-row work: checking the numbers, rounding (pipelines/sources/liger/rules.py),
-and
-splicing each run's canonical JSON from its series' template. Only hashing stays a per-row Python
-call. A batch comes as CsvRecords or, from whole lines Arrow parsed, as columns
-(read.RecordColumns).
-
-A row is read column-wise when it is plain: well-formed, numbers in plain decimal form, a known
-series, workload and timestamp. Any other row is read alone (`normalize.read_record`, by the
-same rules' scalar forms), and becomes a quarantine or joins the batch's runs; one row alone is a
-batch of one (`assemble_run`). tests/liger_oracle.py builds runs the plain way and the tests hold
-the two to the same bytes. Duplicate externalIds are the file's rule (`quarantine_duplicates`).
+Python runs once per distinct series, workload, timestamp and version of a batch (or per odd
+number text), and Arrow's C++ kernels do the per-row work: checking the numbers, rounding
+(pipelines/sources/liger/rules.py), and filling each run's canonical JSON from its series'
+template. Only hashing stays a per-row Python call. A row that a rule rejects is quarantined
+with the reason of the first rule it fails, in the order a row is read: its record, kernel,
+series, numbers, timestamp, workload, stored values. tests/liger_oracle.py builds runs the plain
+way, row by row, and the tests hold the two to the same bytes. Duplicate externalIds are the
+file's rule (`quarantine_duplicates`).
 """
 
 from __future__ import annotations
@@ -21,8 +18,7 @@ import os
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
-from difflib import SequenceMatcher
+from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import islice
 from typing import Any, BinaryIO, TypeVar
@@ -32,28 +28,30 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipelines.intake.seen_keys import SeenKeys, digests_of
-from pipelines.records import Record, RowOutcome, RunFacts
-from pipelines.records.canonical import number_text
-from pipelines.sources.liger.normalize import (
+from pipelines.records import Record, RowOutcome
+from pipelines.records.canonical import canonical_json, number_text
+from pipelines.sources.liger.model import (
     Layout,
     Normalizer,
-    RowRead,
     Series,
+    Template,
     Workload,
-    duplicate_outcome,
     json_string,
-    read_record,
+    references,
     shared_normalizer,
-    version_json,
 )
-from pipelines.sources.liger.read import CsvRecord, LigerCsv, RecordColumns, open_liger_csv
+from pipelines.sources.liger.read import CsvRecord, open_liger_csv
 from pipelines.sources.liger.rules import (
-    FIELD_LIMIT,
     NAME_LIMIT,
+    Reason,
     RowRejected,
     Stamp,
     in_range,
+    joined_slugs,
+    parse_positive,
     positive_numbers,
+    record_rejection,
+    run_labels,
     stamps,
     stored_values,
 )
@@ -66,160 +64,205 @@ Value = TypeVar("Value")
 
 
 @dataclass(slots=True)
-class PlainRuns:
-    """The runs of a batch's plain rows, column by column (row order kept)."""
+class Runs:
+    """The runs of a batch, column by column (row order kept): what their rows say, by
+    dictionary codes into distinct values, and then (`_assemble`) the runs themselves."""
 
     positions: list[int]  # each run's index in the batch
-    lines: pa.Array  # int64 source lines
-    external_ids: pa.Array
-    digests: pa.Array  # "sha256:<hex>"
-    manifests: pa.Array  # each run's manifest as JSON (sorted keys)
-    series: list[Series | None]  # each run's series, by index in series_ids
+    series: list[Series]  # each run's series, by index in series_ids
     series_ids: np.ndarray
-    workloads: list[Workload | None]
+    workloads: list[Workload]
     workload_ids: np.ndarray
-    values: np.ndarray  # int64 (median, p20, p80) in ns or bytes, one row per run
-    stamps: list[Stamp | None]  # by stamp_ids
+    stamps: list[Stamp]  # by stamp_ids
     stamp_ids: np.ndarray
+    stats: list[np.ndarray]  # the rows' own numbers: median, p20, p80
+    values: np.ndarray  # int64 (median, p20, p80) in ns or bytes, one row per run
     versions: list[str]  # liger_version stripped, by version_ids
     version_ids: np.ndarray
+    lines: pa.Array = field(default_factory=lambda: pa.array([], pa.int64()))  # source lines
+    external_ids: pa.Array = field(default_factory=lambda: pa.array([], pa.string()))
+    digests: pa.Array = field(default_factory=lambda: pa.array([], pa.string()))  # "sha256:…"
+    manifests: pa.Array = field(default_factory=lambda: pa.array([], pa.string()))  # sorted keys
 
 
 @dataclass(slots=True)
 class Batch:
-    """A batch's outcomes: its plain rows as columns, every other row as a RowOutcome."""
+    """A batch's outcomes: its runs as columns, every quarantined row as a RowOutcome."""
 
-    size: int
-    runs: PlainRuns | None
+    records: Sequence[CsvRecord]
+    runs: Runs | None
     others: dict[int, RowOutcome]  # by index in the batch
-    run_lines: list[bytes | memoryview] | None = None  # the runs' line parts, once built
+
+    @property
+    def size(self) -> int:
+        return len(self.records)
 
 
-def normalize_batch(
-    records: Sequence[CsvRecord] | RecordColumns, layout: Layout, normalizer: Normalizer
-) -> Batch:
-    """A batch's runs and quarantines. The rows the columns cannot read (odd numbers or
-    timestamps, names that slug to nothing, malformed records) are read one by one
-    (`normalize.read_record`); every run, of either kind, is then assembled column-wise."""
-    candidates, columns, lines = _candidate_columns(records, layout)
-    plain, rows = _plain_rows(len(records), candidates, columns, lines, normalizer)
+def normalize_batch(records: Sequence[CsvRecord], layout: Layout, normalizer: Normalizer) -> Batch:
+    """A batch's runs and quarantines; duplicate externalIds are the caller's."""
     others: dict[int, RowOutcome] = {}
-    read: list[tuple[int, int, RowRead]] = []
-    for i in np.flatnonzero(~plain).tolist():
-        row = read_record(records[i], layout, normalizer)
-        if isinstance(row, RowOutcome):
-            others[i] = row
+    kept: list[int] = []
+    for i, record in enumerate(records):
+        rejected = record_rejection(record.fields, record.error, layout.width)
+        if rejected is None:
+            kept.append(i)
         else:
-            read.append((i, records[i].line, row))
-    if read:
-        rows = _read_rows(read) if rows is None else _joined(rows, _read_rows(read))
-    return Batch(len(records), None if rows is None else _assemble(rows), others)
+            others[i] = quarantined(record, rejected)
+    if not kept:
+        return Batch(records, None, others)
+    picked = [layout.pick(records[i].fields or []) for i in kept]
+    columns = [pa.array(column, pa.string()) for column in zip(*picked, strict=True)]
+    lines = np.array([records[i].line for i in kept], dtype=np.int64)
+    runs, rejections = _read(columns, normalizer)
+    for i, rejected in rejections.items():
+        others[kept[i]] = quarantined(records[kept[i]], rejected)
+    if runs is not None:
+        runs.lines = pa.array(lines[runs.positions])
+        runs.positions = [kept[i] for i in runs.positions]
+        _assemble(runs)
+    return Batch(records, runs, others)
 
 
-def assemble_run(row: RowRead) -> tuple[Record, RunFacts]:
-    """One row's run: a batch of one."""
-    runs = _assemble(_read_rows([(0, 0, row)]))
-    run = Record("BenchmarkRun", runs.digests[0].as_py(), manifest_json=runs.manifests[0].as_py())
-    facts = row.series.facts(
-        row.values, row.stamp.observed_at, runs.external_ids[0].as_py(), row.workload, row.version
+def quarantined(record: CsvRecord, rejected: RowRejected) -> RowOutcome:
+    return RowOutcome(record.line, "quarantined", record.raw, rejected.reason, rejected.detail)
+
+
+class _Failures:
+    """Each row's first rejection, rules applied in a row's reading order."""
+
+    def __init__(self, size: int) -> None:
+        self.first: dict[int, RowRejected] = {}
+        self.failed = np.zeros(size, dtype=bool)
+
+    def add(self, built: Sequence[Any], codes: np.ndarray) -> None:
+        """Rows whose distinct value (built[code]) is a RowRejected fail, unless they did."""
+        bad = np.array([isinstance(b, RowRejected) for b in built], dtype=bool)
+        if bad.any():
+            for row in np.flatnonzero(bad[codes] & ~self.failed).tolist():
+                self.set(row, built[codes[row]])
+
+    def set(self, row: int, rejected: RowRejected) -> None:
+        if not self.failed[row]:
+            self.failed[row] = True
+            self.first[row] = rejected
+
+
+def _read(
+    columns: list[pa.Array], normalizer: Normalizer
+) -> tuple[Runs | None, dict[int, RowRejected]]:
+    """What each row's texts say, each by its rule, column-wise; the rows that fail a rule by
+    the first rule they fail."""
+    (kernel, provider, mode, metric, unit, x_name, x_value, median, p20, p80,
+     config, gpu, timestamp, version) = columns  # fmt: skip
+    failures = _Failures(len(kernel))
+    if normalizer.curation.kernel_names:
+        kernel = _curated_kernel_names(kernel, config, normalizer, failures)
+    series, series_ids = _encode(
+        [kernel, provider, mode, gpu, metric, unit], lambda k: _attempt(normalizer.series, *k)
     )
-    return run, facts
-
-
-def _read_rows(read: Sequence[tuple[int, int, RowRead]]) -> _Rows:
-    """Rows read one by one, as the columns of a batch (shared series and workloads once)."""
-    each_series: list[Series | None] = [r.series for _, _, r in read]
-    each_workload: list[Workload | None] = [r.workload for _, _, r in read]
-    each_stamp: list[Stamp | None] = [r.stamp for _, _, r in read]
-    series, series_ids = _codes(each_series)
-    workloads, workload_ids = _codes(each_workload)
-    stamp_list, stamp_ids = _codes(each_stamp)
-    versions, version_ids = _codes([r.version for _, _, r in read])
-    stats = np.array([r.stats for _, _, r in read], dtype=np.float64).reshape(-1, 3)
-    return _Rows(
-        positions=[position for position, _, _ in read],
-        lines=pa.array([line for _, line, _ in read], pa.int64()),
-        series=series,
+    failures.add(series, series_ids)
+    stats = [
+        _numbers(texts, column, failures)
+        for texts, column in ((median, "y_value_50"), (p20, "y_value_20"), (p80, "y_value_80"))
+    ]
+    first_stamps, stamp_ids = _distinct([timestamp])
+    stamp_list = stamps(timestamp.take(first_stamps))
+    failures.add(stamp_list, stamp_ids)
+    kernels = normalizer.curation.kernels
+    workloads, workload_ids = _encode(
+        [kernel, x_name, x_value, config],
+        lambda k: _attempt(normalizer.workload, *k) if k[0] in kernels else None,
+    )
+    failures.add(workloads, workload_ids)
+    versions, version_ids = _encode([version], lambda k: k[0].strip())
+    scale = np.array([s.scale if isinstance(s, Series) else 1.0 for s in series])[series_ids]
+    rounded = stored_values(np.stack(stats, axis=1), scale[:, None])
+    for row in np.flatnonzero(~in_range(rounded) & ~failures.failed).tolist():
+        largest = max(float(s[row]) for s in stats)
+        failures.set(row, RowRejected(Reason.BAD_NUMBER, f"value out of range: {largest!r}"))
+    index = np.flatnonzero(~failures.failed)
+    if not len(index):
+        return None, failures.first
+    series, series_ids = _used(series, series_ids[index])
+    workloads, workload_ids = _used(workloads, workload_ids[index])
+    stamp_list, stamp_ids = _used(stamp_list, stamp_ids[index])
+    versions, version_ids = _used(versions, version_ids[index])
+    runs = Runs(
+        positions=index.tolist(),
+        series=series,  # type: ignore[arg-type]  # the rows kept have a Series
         series_ids=series_ids,
-        workloads=workloads,
+        workloads=workloads,  # type: ignore[arg-type]
         workload_ids=workload_ids,
-        stamps=stamp_list,
+        stamps=stamp_list,  # type: ignore[arg-type]
         stamp_ids=stamp_ids,
-        stats=[stats[:, 0], stats[:, 1], stats[:, 2]],
-        values=np.array([r.values for _, _, r in read], dtype=np.int64).reshape(-1, 3),
+        stats=[s[index] for s in stats],
+        values=rounded[index].astype(np.int64),
         versions=versions,
         version_ids=version_ids,
     )
+    return runs, failures.first
 
 
-def _codes(values: Sequence[Value]) -> tuple[list[Value], np.ndarray]:
-    """Distinct values (by identity: the normalizer's caches share them) and each one's code."""
-    index: dict[int, int] = {}
-    distinct: list[Value] = []
-    codes = np.empty(len(values), dtype=np.int64)
-    for i, value in enumerate(values):
-        code = index.setdefault(id(value), len(distinct))
-        if code == len(distinct):
-            distinct.append(value)
-        codes[i] = code
-    return distinct, codes
+def _used(values: list[Value], codes: np.ndarray) -> tuple[list[Value], np.ndarray]:
+    """The values some code names, and the codes renumbered among them."""
+    used, codes = np.unique(codes, return_inverse=True)
+    return [values[i] for i in used.tolist()], codes.reshape(-1)
 
 
-def _joined(a: _Rows, b: _Rows) -> _Rows:
-    """Two sets of rows as one, in batch order."""
-    positions = np.array(a.positions + b.positions, dtype=np.int64)
-    order = np.argsort(positions, kind="stable")
+def _attempt(build: Callable[..., Value], *args: Any) -> Value | RowRejected:
+    try:
+        return build(*args)
+    except RowRejected as rejected:
+        return rejected
 
-    def ids(a_ids: np.ndarray, b_ids: np.ndarray, a_values: Sequence[Any]) -> np.ndarray:
-        return np.concatenate([a_ids, b_ids + len(a_values)])[order]
 
-    lines = np.concatenate([a.lines.to_numpy(), b.lines.to_numpy()])
-    return _Rows(
-        positions=positions[order].tolist(),
-        lines=pa.array(lines[order]),
-        series=[*a.series, *b.series],
-        series_ids=ids(a.series_ids, b.series_ids, a.series),
-        workloads=[*a.workloads, *b.workloads],
-        workload_ids=ids(a.workload_ids, b.workload_ids, a.workloads),
-        stamps=[*a.stamps, *b.stamps],
-        stamp_ids=ids(a.stamp_ids, b.stamp_ids, a.stamps),
-        stats=[np.concatenate([x, y])[order] for x, y in zip(a.stats, b.stats, strict=True)],
-        values=np.concatenate([a.values, b.values])[order],
-        versions=[*a.versions, *b.versions],
-        version_ids=ids(a.version_ids, b.version_ids, a.versions),
+def _numbers(texts: pa.Array, column: str, failures: _Failures) -> np.ndarray:
+    """A column of number texts as floats: plain decimals column-wise, other texts one by one
+    (rules.parse_positive); a text that is no positive number fails its row."""
+    plain, values = positive_numbers(texts)
+    odd = np.flatnonzero(~plain.to_numpy(zero_copy_only=False))
+    if not len(odd):
+        return values
+    values = values.copy()
+    parsed: dict[str, float | RowRejected] = {}
+    for row, text in zip(odd.tolist(), texts.take(pa.array(odd)).to_pylist(), strict=True):
+        if text not in parsed:
+            parsed[text] = _attempt(parse_positive, text, column)
+        value = parsed[text]
+        if isinstance(value, RowRejected):
+            failures.set(row, value)
+        else:
+            values[row] = value
+    return values
+
+
+def _curated_kernel_names(
+    kernel: pa.Array, config: pa.Array, normalizer: Normalizer, failures: _Failures
+) -> pa.Array:
+    """The kernel column with each name a config picks among (kernelNames) replaced by the
+    picked kernel; a row whose config picks none fails."""
+    variants = pa.array(list(normalizer.curation.kernel_names), pa.string())
+    picks = pc.is_in(kernel, value_set=variants).to_numpy(zero_copy_only=False)
+    if not picks.any():
+        return kernel
+    rows = np.flatnonzero(picks)
+    names, codes = _encode(
+        [kernel.take(pa.array(rows)), config.take(pa.array(rows))],
+        lambda k: _attempt(normalizer.kernel_of, k[0], k[1]),
     )
-
-
-def _candidate_columns(
-    records: Sequence[CsvRecord] | RecordColumns, layout: Layout
-) -> tuple[np.ndarray, list[pa.Array], np.ndarray]:
-    """The records that may be plain (well-formed, of the header's width), their ROW_COLUMNS
-    texts as string columns, and their source lines."""
-    if isinstance(records, RecordColumns):
-        every = np.arange(len(records), dtype=np.int64)
-        fitting = _all(pc.less_equal(pc.utf8_length(c), FIELD_LIMIT) for c in records.columns)
-        if not pc.all(fitting).as_py():  # a row with a field past the limit takes the row path
-            kept = np.flatnonzero(fitting.to_numpy(zero_copy_only=False))
-            columns = [records.columns[i].take(pa.array(kept)) for i in layout.indices]
-            return kept, columns, records.first_line + kept
-        return every, [records.columns[i] for i in layout.indices], records.first_line + every
-    candidates = [
-        i
-        for i, r in enumerate(records)
-        if r.error is None
-        and r.fields is not None
-        and len(r.fields) == layout.width
-        and max(map(len, r.fields)) <= FIELD_LIMIT
-    ]
-    picked = [layout.pick(records[i].fields or []) for i in candidates]
-    columns = [pa.array(column, pa.string()) for column in zip(*picked, strict=True)]
-    lines = np.array([records[i].line for i in candidates], dtype=np.int64)
-    return np.array(candidates, dtype=np.int64), columns, lines
+    texts = kernel.to_pylist()
+    for row, code in zip(rows.tolist(), codes.tolist(), strict=True):
+        name = names[code]
+        if isinstance(name, RowRejected):
+            failures.set(row, name)
+        else:
+            texts[row] = name
+    return pa.array(texts, pa.string())
 
 
 def _encode(
-    columns: Sequence[pa.Array], build: Callable[[tuple[Any, ...]], Value | None]
-) -> tuple[list[Value | None], np.ndarray]:
+    columns: Sequence[pa.Array], build: Callable[[tuple[Any, ...]], Value]
+) -> tuple[list[Value], np.ndarray]:
     """Dictionary-encode the rows of `columns`: the value built once per distinct row (in order
     of first appearance), and each row's index among them."""
     first_rows, codes = _distinct(columns)
@@ -247,125 +290,33 @@ def _distinct(columns: Sequence[pa.Array]) -> tuple[pa.Array, np.ndarray]:
     return pa.array(first[order]), rank[codes]
 
 
-def _plain_rows(
-    size: int,
-    candidates: np.ndarray,
-    columns: list[pa.Array],
-    lines: np.ndarray,
-    normalizer: Normalizer,
-) -> tuple[np.ndarray, _Rows | None]:
-    """Which of `size` records are plain (a mask), and their rows."""
-    plain = np.zeros(size, dtype=bool)
-    if not len(candidates):
-        return plain, None
-    (kernel, provider, mode, metric, unit, x_name, x_value, median, p20, p80,
-     config, gpu, timestamp, version) = columns  # fmt: skip
-    if normalizer.curation.kernel_names:
-        kernel = _curated_kernel_names(kernel, config, normalizer)
-
-    series, series_ids = _encode(
-        [kernel, provider, mode, gpu, metric, unit],
-        lambda k: _known(lambda: normalizer.series(*k)),
-    )
-    kernels = normalizer.curation.kernels
-    workloads, workload_ids = _encode(
-        [kernel, x_name, x_value, config],
-        lambda k: _known(lambda: normalizer.workload(*k)) if k[0] in kernels else None,
-    )
-    first_stamps, stamp_ids = _distinct([timestamp])
-    stamp_list = stamps(timestamp.take(first_stamps))
-    versions, version_ids = _encode([version], lambda k: k[0].strip())
-    numbers = [positive_numbers(t) for t in (median, p20, p80)]
-    numeric = _all(plain for plain, _ in numbers)
-    stats = [values for _, values in numbers]
-
-    good_series = np.array([s is not None and _nameable(s) for s in series])[series_ids]
-    good_workload = np.array([w is not None and bool(w.case_slug) for w in workloads])[workload_ids]
-    good_stamp = np.array([s is not None and bool(s.slug) for s in stamp_list])[stamp_ids]
-    scale = np.array([s.scale if s is not None else 1.0 for s in series])[series_ids]
-    rounded = stored_values(np.stack(stats, axis=1), scale[:, None])
-    keep = (
-        numeric.to_numpy(zero_copy_only=False)
-        & good_series
-        & good_workload
-        & good_stamp
-        & in_range(rounded)
-    )
-    rows = np.flatnonzero(keep)
-    if not len(rows):
-        return plain, None
-    plain[candidates[rows]] = True
-    return plain, (
-        _Rows(
-            positions=candidates[rows].tolist(),
-            lines=pa.array(lines[rows]),
-            series=series,
-            series_ids=series_ids[rows],
-            workloads=workloads,
-            workload_ids=workload_ids[rows],
-            stamps=stamp_list,
-            stamp_ids=stamp_ids[rows],
-            stats=[s[rows] for s in stats],
-            values=rounded[rows].astype(np.int64),
-            versions=versions,  # type: ignore[arg-type]  # strip() never gives None
-            version_ids=version_ids[rows],
-        )
-    )
-
-
-def _curated_kernel_names(kernel: pa.Array, config: pa.Array, normalizer: Normalizer) -> pa.Array:
-    """The kernel column with each name a config picks among (kernelNames) replaced by the
-    picked kernel; a row whose config picks none keeps its name, which no series knows, and so
-    takes the row path (which says why)."""
-    variants = pa.array(list(normalizer.curation.kernel_names), pa.string())
-    picks = pc.is_in(kernel, value_set=variants).to_numpy(zero_copy_only=False)
-    if not picks.any():
-        return kernel
-    rows = np.flatnonzero(picks)
-    names, codes = _encode(
-        [kernel.take(pa.array(rows)), config.take(pa.array(rows))],
-        lambda k: _known(lambda: normalizer.kernel_of(k[0], k[1])),
-    )
-    texts = kernel.to_pylist()
-    for row, code in zip(rows.tolist(), codes.tolist(), strict=True):
-        texts[row] = names[code] if names[code] is not None else texts[row]
-    return pa.array(texts, pa.string())
-
-
-@dataclass(slots=True)
-class _Rows:
-    positions: list[int]
-    lines: pa.Array
-    series: list[Series | None]  # None: not a known series (its rows are not plain)
-    series_ids: np.ndarray
-    workloads: list[Workload | None]
-    workload_ids: np.ndarray
-    stamps: list[Stamp | None]
-    stamp_ids: np.ndarray
-    stats: list[np.ndarray]
-    values: np.ndarray
-    versions: list[str]  # stripped
-    version_ids: np.ndarray
-
-
-def _assemble(rows: _Rows) -> PlainRuns:
+def _assemble(rows: Runs) -> None:
     """Fill each run's template holes column by column, then digest every identity."""
     by_series = _Lookup(rows.series_ids)
     by_workload = _Lookup(rows.workload_ids)
     by_stamp = _Lookup(rows.stamp_ids)
-    by_version = _Lookup(rows.version_ids)
-    templates = [s.run_template if s is not None else None for s in rows.series]
+    templates = [s.run_template for s in rows.series]
 
-    stamp = by_stamp([s.form if s else "" for s in rows.stamps])
-    case_key = by_workload([w.case_key if w else "" for w in rows.workloads])
+    case_key = by_workload([w.case_key for w in rows.workloads])
     external_ids = pc.binary_join_element_wise(
-        by_series([t.external_id_head if t else "" for t in templates]),
+        by_series([t.external_id_head for t in templates]),
         case_key,
         "/",
-        stamp,
-        by_series([t.external_id_tail if t else "" for t in templates]),
+        by_stamp([s.form for s in rows.stamps]),
+        by_series([t.external_id_tail for t in templates]),
         "",
     )
+    names = joined_slugs(
+        [
+            by_series([t.name_head for t in templates]),
+            by_workload([w.case_slug for w in rows.workloads]),
+            by_stamp([s.slug for s in rows.stamps]),
+        ]
+    )
+    # The rows' labels: by version and whether the workload is curated.
+    uncurated = np.array([w.uncurated for w in rows.workloads], dtype=np.int64)
+    label_codes = rows.version_ids * 2 + uncurated[rows.workload_ids]
+    labels = [run_labels(v, u) for v in rows.versions for u in (False, True)]
     holes: dict[str, pa.Array] = {
         "v0": pa.array(rows.values[:, 0]).cast(pa.string()),
         "v1": pa.array(rows.values[:, 1]).cast(pa.string()),
@@ -373,37 +324,23 @@ def _assemble(rows: _Rows) -> PlainRuns:
         "s0": _number_texts(rows.stats[0]),
         "s1": _number_texts(rows.stats[1]),
         "s2": _number_texts(rows.stats[2]),
-        "observed_at": by_stamp([s.observed_at_json if s else "" for s in rows.stamps]),
+        "observed_at": by_stamp([s.observed_at_json for s in rows.stamps]),
         "external_id": _json_strings(external_ids, _plain_external_ids(rows, templates)),
-        "workload": by_workload([w.digest_json if w else "" for w in rows.workloads]),
-        "name": _name_json(by_series, by_workload, by_stamp, templates, rows),
-        "version": by_version([version_json(v) for v in rows.versions]),
+        "workload": by_workload([json_string(w.record.digest) for w in rows.workloads]),
+        # slugs are ASCII: cutting code units is cutting characters, and nothing is escaped
+        "name": pc.binary_join_element_wise(
+            '"', pc.utf8_slice_codeunits(names, 0, NAME_LIMIT), '"', ""
+        ),
+        "labels": _Lookup(label_codes)([canonical_json(label).decode() for label in labels]),
     }
+    labelled = np.array([bool(label) for label in labels])[label_codes]
     codes = rows.series_ids
-    labelled = np.array([bool(v) for v in rows.versions])[rows.version_ids]
-    metadata = _fill(
-        codes * 2 + labelled,
-        [m for t in templates for m in ((t.unlabelled, t.labelled) if t else ("", ""))],
-        holes,
-    )
+    metadata = _fill(codes * 2 + labelled, [m for t in templates for m in t.metadata], holes)
     holes["metadata"] = metadata
-    manifests = _fill(codes, [t.full_manifest if t else "" for t in templates], holes)
-    return PlainRuns(
-        positions=rows.positions,
-        lines=rows.lines,
-        external_ids=external_ids,
-        digests=_run_digests(manifests, metadata, codes, templates),
-        manifests=manifests,
-        series=rows.series,
-        series_ids=rows.series_ids,
-        workloads=rows.workloads,
-        workload_ids=rows.workload_ids,
-        values=rows.values,
-        stamps=rows.stamps,
-        stamp_ids=rows.stamp_ids,
-        versions=rows.versions,
-        version_ids=rows.version_ids,
-    )
+    manifests = _fill(codes, [t.manifest for t in templates], holes)
+    rows.external_ids = external_ids
+    rows.digests = _run_digests(manifests, metadata, codes, templates)
+    rows.manifests = manifests
 
 
 class _Lookup:
@@ -413,78 +350,48 @@ class _Lookup:
         self.codes = pa.array(codes)
 
     def __call__(self, values: Sequence[Any]) -> pa.Array:
-        return pc.take(pa.array(values), self.codes)
+        return pc.take(pa.array(values, pa.string()), self.codes)
 
 
-_HOLE = re.compile(r"%\((\w+)\)s")
+def _fill(codes: np.ndarray, templates: Sequence[Template], holes: dict[str, pa.Array]) -> pa.Array:
+    """Each row's template (`templates[code]`) with its holes filled. The rows whose templates
+    have one order of holes are filled in one column-wise join; a latency run lists its values
+    in another order than a memory run, so a batch may have a few such groups."""
+    groups: dict[tuple[str, ...], list[int]] = {}
+    for code in np.unique(codes).tolist():
+        groups.setdefault(templates[code].holes, []).append(code)
+    if len(groups) == 1:
+        ((order, _),) = groups.items()
+        return _join(codes, templates, order, holes)
+    parts, at = [], []
+    for order, users in groups.items():
+        rows = np.flatnonzero(np.isin(codes, users))
+        taken = pa.array(rows)
+        parts.append(_join(codes[rows], templates, order, {h: holes[h].take(taken) for h in order}))
+        at.append(rows)
+    return pa.concat_arrays(parts).take(pa.array(np.argsort(np.concatenate(at))))
 
 
-def _fill(codes: np.ndarray, templates: Sequence[str], holes: dict[str, pa.Array]) -> pa.Array:
-    """Each row's template (`templates[code]`) with its holes filled, in one column-wise join.
-    Templates may order their holes differently (a latency and a memory run list their values
-    in another order): the join runs over slots that hold every used template's order in turn,
-    and a row leaves the slots its template lacks empty. A literal piece that all rows share is
-    passed once rather than copied to every row."""
-    split = {code: _split(templates[code]) for code in np.unique(codes).tolist()}
-    slots = _common_order([order for _, order in split.values()])
-    spread = {code: _spread(pieces, order, slots) for code, (pieces, order) in split.items()}
+def _join(
+    codes: np.ndarray, templates: Sequence[Template], order: tuple[str, ...], holes: dict[str, Any]
+) -> pa.Array:
+    """Rows whose templates share `order`: their pieces and holes, joined. A literal piece
+    that all rows share is passed once rather than copied to every row."""
+    used = np.unique(codes).tolist()
     row_codes = pa.array(codes)
+    if not order:  # (joining only literals would give a scalar)
+        return pc.take(pa.array([t.pieces[0] for t in templates], pa.string()), row_codes)
     joined: list[Any] = []
-    for i in range(len(slots) + 1):
-        literals = {literal for literal, _ in (s[i] for s in spread.values())}
-        if len(literals) == 1 and slots:  # (with no hole at all, a scalar would be the result)
+    for i, hole in enumerate((*order, None)):
+        literals = {templates[code].pieces[i] for code in used}
+        if len(literals) == 1:
             joined.append(literals.pop())
         else:
-            by_code = [spread[c][i][0] if c in spread else "" for c in range(len(templates))]
+            by_code = [t.pieces[i] if t.holes == order else "" for t in templates]
             joined.append(pc.take(pa.array(by_code, pa.string()), row_codes))
-        if i == len(slots):
-            break
-        hole = holes[slots[i]]
-        users = [code for code, s in spread.items() if s[i][1]]
-        if len(users) < len(spread):  # the rows of other templates leave this slot empty
-            hole = pc.if_else(pa.array(np.isin(codes, users)), hole, "")
-        joined.append(hole)
+        if hole is not None:
+            joined.append(holes[hole])
     return pc.binary_join_element_wise(*joined, "")
-
-
-def _common_order(orders: Sequence[tuple[str, ...]]) -> tuple[str, ...]:
-    """A short sequence holding each order as a subsequence."""
-    common: tuple[str, ...] = ()
-    for order in dict.fromkeys(orders):
-        common = _supersequence(common, order)
-    return common
-
-
-def _supersequence(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[str, ...]:
-    """A sequence holding `a` and `b` as subsequences: their matching blocks (difflib) once, and
-    between those what each has in turn."""
-    merged: list[str] = []
-    for tag, a_start, a_end, b_start, b_end in SequenceMatcher(None, a, b).get_opcodes():
-        merged += a[a_start:a_end]
-        if tag != "equal":
-            merged += b[b_start:b_end]
-    return tuple(merged)
-
-
-def _spread(
-    pieces: tuple[str, ...], order: tuple[str, ...], slots: tuple[str, ...]
-) -> list[tuple[str, bool]]:
-    """A template's literal pieces laid over `slots` (its order is a subsequence of them): for
-    each slot, the literal before it and whether the template fills it; then the last piece."""
-    spread = [("", False)] * len(slots) + [(pieces[-1], False)]
-    at = 0
-    for piece, hole in zip(pieces, order, strict=False):
-        at = slots.index(hole, at)
-        spread[at] = (piece, True)
-        at += 1
-    return spread
-
-
-@lru_cache(maxsize=4096)
-def _split(template: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """A %-format template's literal pieces and, between them, its holes' names."""
-    parts = _HOLE.split(template)
-    return tuple(p.replace("%%", "%") for p in parts[0::2]), tuple(parts[1::2])
 
 
 def _number_texts(numbers: np.ndarray) -> pa.Array:
@@ -510,50 +417,15 @@ def _json_strings(texts: pa.Array, plain: bool) -> pa.Array:
 _JSON_ESCAPED = re.compile(r'["\\\x00-\x1f]')  # what a JSON string escapes
 
 
-def _plain_external_ids(rows: _Rows, templates: Sequence[Any]) -> bool:
+def _plain_external_ids(rows: Runs, templates: Sequence[Any]) -> bool:
     """Whether no run's externalId has a character JSON escapes: judged on the distinct parts
     it is joined from (series head and tail, case key, stamp), not on every run."""
     parts = [
-        *(t.external_id_head + t.external_id_tail for t in templates if t),
-        *(w.case_key for w in rows.workloads if w),
-        *(s.form for s in rows.stamps if s),
+        *(t.external_id_head + t.external_id_tail for t in templates),
+        *(w.case_key for w in rows.workloads),
+        *(s.form for s in rows.stamps),
     ]
     return not any(_JSON_ESCAPED.search(part) for part in parts)
-
-
-def _name_json(
-    by_series: _Lookup,
-    by_workload: _Lookup,
-    by_stamp: _Lookup,
-    templates: Sequence[Any],
-    rows: _Rows,
-) -> pa.Array:
-    """'"<name>"': the slugs of the series' constant parts, the case key and the stamp, joined
-    and cut at NAME_LIMIT (slugs are ASCII, so cutting code units is cutting characters)."""
-    name = pc.binary_join_element_wise(
-        by_series([t.name_head if t else "" for t in templates]),
-        by_workload([w.case_slug if w else "" for w in rows.workloads]),
-        by_stamp([s.slug if s else "" for s in rows.stamps]),
-        "-",
-    )
-    cut = pc.utf8_slice_codeunits(name, 0, NAME_LIMIT)
-    named = pc.binary_join_element_wise('"', cut, '"', "")
-    whole = (
-        np.array([bool(t and t.name_head) for t in templates])[rows.series_ids]
-        & np.array([bool(w and w.case_slug) for w in rows.workloads])[rows.workload_ids]
-        & np.array([bool(s and s.slug) for s in rows.stamps])[rows.stamp_ids]
-    )
-    if whole.all():
-        return named
-    # A part that slugs to nothing: the name is the slug of the parts joined (rules.joined_slug).
-    names = named.to_pylist()
-    for i in np.flatnonzero(~whole).tolist():
-        series = rows.series[rows.series_ids[i]]
-        workload = rows.workloads[rows.workload_ids[i]]
-        stamp = rows.stamps[rows.stamp_ids[i]]
-        assert series is not None and workload is not None and stamp is not None
-        names[i] = json_string(series.name(workload, stamp.form))
-    return pa.array(names, pa.string())
 
 
 def _offsets(strings: pa.Array) -> list[int]:
@@ -575,11 +447,11 @@ def _run_digests(
     manifests: pa.Array, metadata: pa.Array, codes: np.ndarray, templates: Sequence[Any]
 ) -> pa.Array:
     """Each run's digest: the sha256 of its canonical identity, which is its template's
-    identity_head and then its manifest's bytes after the metadata (normalize.split_identity),
-    hashed where they lie rather than copied into an identity of their own."""
-    heads = {t.identity_head: hashlib.sha256(t.identity_head) for t in templates if t}
-    started = [heads[t.identity_head] if t else None for t in templates]
-    leads = np.array([t.metadata_lead if t else 0 for t in templates], dtype=np.int64)
+    identity_head and then its manifest's bytes after the metadata (model.RunTemplate), hashed
+    where they lie rather than copied into an identity of their own."""
+    heads = {t.identity_head: hashlib.sha256(t.identity_head) for t in templates}
+    started = [heads[t.identity_head] for t in templates]
+    leads = np.array([t.metadata_lead for t in templates], dtype=np.int64)
     offsets = np.array(_offsets(manifests), dtype=np.int64)
     skip = leads[codes] + pc.binary_length(metadata).to_numpy().astype(np.int64)
     data = memoryview(manifests.buffers()[2] or b"")
@@ -593,24 +465,6 @@ def _run_digests(
     return pc.binary_join_element_wise("sha256:", pa.array(hexes, pa.string()), "")
 
 
-def _all(masks: Any) -> pa.Array:
-    result = None
-    for mask in masks:
-        result = mask if result is None else pc.and_(result, mask)
-    return result
-
-
-def _known(build: Callable[[], Value]) -> Value | None:
-    try:
-        return build()
-    except RowRejected:
-        return None
-
-
-def _nameable(series: Series) -> bool:
-    return bool(series.run_template.name_head)
-
-
 # --- a whole file, batch by batch -----------------------------------------------------------
 BATCH_ROWS = 4096
 
@@ -621,125 +475,83 @@ def normalized_batches(
     """The batches of a Liger CSV (binary lines: a file opened "rb"), in order, with the file's
     rule applied: a later row with an externalId already seen is quarantined (first one wins).
     Raises NotLigerCsv at once when the header is not Liger's."""
-    return (batch for batch, _ in _batches(open_liger_csv(stream), normalizer, rows))
-
-
-def normalized_outcomes(
-    stream: Iterable[bytes], normalizer: Normalizer | None = None, rows: int = BATCH_ROWS
-) -> Iterator[RowOutcome]:
-    """The same batches' outcomes, one per row, in order (for callers that want rows)."""
-    batches = _batches(open_liger_csv(stream), normalizer, rows)
-    return (outcome for batch, records in batches for outcome in batch_outcomes(batch, records))
-
-
-def _batches(
-    csv_file: LigerCsv, normalizer: Normalizer | None, rows: int
-) -> Iterator[tuple[Batch, list[CsvRecord]]]:
+    csv_file = open_liger_csv(stream)
     layout = Layout.of(csv_file.columns)
     normalizer = normalizer or shared_normalizer()
     seen = SeenKeys()
-    while records := list(islice(csv_file.records, rows)):
-        batch = normalize_batch(records, layout, normalizer)
-        quarantine_duplicates(batch, records, seen)
-        yield batch, records
+
+    def batches() -> Iterator[Batch]:
+        while records := list(islice(csv_file.records, rows)):
+            batch = normalize_batch(records, layout, normalizer)
+            quarantine_duplicates(batch, seen)
+            yield batch
+
+    return batches()
 
 
-def batch_outcomes(
-    batch: Batch, records: Sequence[CsvRecord] | RecordColumns
-) -> Iterator[RowOutcome]:
-    """A batch's outcomes as RowOutcomes, in input order: a plain run's records are its
-    manifest as the batch wrote it and its series' and workload's shared records."""
+def batch_outcomes(batch: Batch) -> Iterator[RowOutcome]:
+    """A batch's outcomes as RowOutcomes, in input order: a run's records are its manifest as
+    the batch wrote it and its series' and workload's shared records."""
     runs = batch.runs
-    plain = {} if runs is None else {p: i for i, p in enumerate(runs.positions)}
+    at = {} if runs is None else {p: i for i, p in enumerate(runs.positions)}
     for position in range(batch.size):
         other = batch.others.get(position)
         if other is not None:
             yield other
             continue
         assert runs is not None
-        i = plain[position]
+        i = at[position]
         series = runs.series[runs.series_ids[i]]
         workload = runs.workloads[runs.workload_ids[i]]
         stamp = runs.stamps[runs.stamp_ids[i]]
-        assert series is not None and workload is not None and stamp is not None
-        external_id = runs.external_ids[i].as_py()
         run = Record(
             "BenchmarkRun", runs.digests[i].as_py(), manifest_json=runs.manifests[i].as_py()
         )
-        operation, project, implementation, protocol, environment = series.references
-        version = runs.versions[runs.version_ids[i]]
         facts = series.facts(
-            runs.values[i].tolist(), stamp.observed_at, external_id, workload, version
+            runs.values[i].tolist(),
+            stamp.observed_at,
+            runs.external_ids[i].as_py(),
+            workload,
+            runs.versions[runs.version_ids[i]],
         )
-        record = records[position]
+        record = batch.records[position]
         yield RowOutcome(
             record.line,
             "ok",
             record.raw,
-            records=[
-                run,
-                operation,
-                project,
-                implementation,
-                workload.record,
-                protocol,
-                environment,
-            ],
+            records=[run, *references(series, workload)],
             facts=facts,
         )
 
 
-def quarantine_duplicates(
-    batch: Batch, records: Sequence[CsvRecord] | RecordColumns, seen: SeenKeys
-) -> None:
+def quarantine_duplicates(batch: Batch, seen: SeenKeys) -> None:
     """Quarantine each run whose externalId an earlier row of the file had."""
-    positions, ids = external_ids(batch)
-    first = seen.first_times_of_digests(digests_of(utf8_slices(ids)))
-    quarantine_repeats(batch, records, positions, ids, first)
-
-
-def external_ids(batch: Batch) -> tuple[list[int], pa.Array]:
-    """The batch's runs' positions and externalIds (strings), in input order."""
     runs = batch.runs
-    others = {p: o.facts.external_id for p, o in batch.others.items() if o.facts is not None}
-    if runs is not None and not others:
-        return runs.positions, runs.external_ids
-    ids: dict[int, str] = {}
-    if runs is not None:
-        ids = dict(zip(runs.positions, runs.external_ids.to_pylist(), strict=True))
-    ids.update(others)
-    positions = sorted(ids)
-    return positions, pa.array([ids[p] for p in positions], pa.string())
-
-
-def quarantine_repeats(
-    batch: Batch,
-    records: Sequence[CsvRecord] | RecordColumns,
-    positions: list[int],
-    ids: pa.Array,
-    first: np.ndarray,
-) -> None:
+    if runs is None:
+        return
+    first = seen.first_times_of_digests(digests_of(utf8_slices(runs.external_ids)))
     for i in np.flatnonzero(~first).tolist():
-        record = records[positions[i]]
-        batch.others[positions[i]] = duplicate_outcome(record.line, record.raw, ids[i].as_py())
+        position = runs.positions[i]
+        record = batch.records[position]
+        external_id = runs.external_ids[i].as_py()
+        detail = f"externalId {external_id} already appeared earlier in this file (first one wins)"
+        batch.others[position] = RowOutcome(
+            record.line, "quarantined", record.raw, Reason.DUPLICATE_EXTERNAL_ID, detail
+        )
 
 
 def write_json_lines(batch: Batch, out: BinaryIO) -> None:
     """Write a batch's `kindex normalize` lines, in input order, as RowOutcome.json_line writes
-    them. A plain run's line is its own part (line number, digest, run manifest) and then its
+    them. A run's line is its own part (line number, digest, run manifest) and then its
     series' and workload's shared records, written from the same bytes every time: os.writev
     gathers them, so the ~5 KB of shared records per line are never copied in this process."""
+    parts = _line_parts(batch)
     try:
         fd = out.fileno()
     except (AttributeError, OSError, ValueError):  # io.BytesIO and the like
-        out.write(b"".join(_line_parts(batch)))
+        out.write(b"".join(parts))
         return
     out.flush()
-    write_json_lines_to(fd, batch)
-
-
-def write_json_lines_to(fd: int, batch: Batch) -> None:
-    parts = _line_parts(batch)
     for start in range(0, len(parts), IOV_MAX):
         _writev_all(fd, parts[start : start + IOV_MAX])
 
@@ -749,57 +561,56 @@ IOV_MAX = 1024  # os.writev's limit on Linux
 
 def _line_parts(batch: Batch) -> list[bytes | memoryview]:
     runs = batch.runs
-    if runs is None:
-        return [batch.others[p].json_line() for p in range(batch.size)]
-    run_parts = prepare_lines(batch)
-    if not batch.others:
-        return run_parts
+    run_parts = [] if runs is None else _run_line_parts(runs)
+    at = {} if runs is None else {p: i for i, p in enumerate(runs.positions)}
     parts: list[bytes | memoryview] = []
-    run = 0
-    plain = runs.positions
     for position in range(batch.size):
         other = batch.others.get(position)
         if other is not None:
             parts.append(other.json_line())
-        if run < len(plain) and plain[run] == position:
-            if other is None:
-                parts += run_parts[RUN_PARTS * run : RUN_PARTS * (run + 1)]
-            run += 1
+        else:
+            i = at[position]
+            parts += run_parts[RUN_PARTS * i : RUN_PARTS * (i + 1)]
     return parts
 
 
-def prepare_lines(batch: Batch) -> list[bytes | memoryview]:
-    """The parts of the lines of the batch's plain runs, built once: whatever duplicates are
-    quarantined later, a kept run's line is the same."""
-    if batch.run_lines is None:
-        batch.run_lines = _run_line_parts(batch.runs) if batch.runs is not None else []
-    return batch.run_lines
+RUN_PARTS = 4  # a run's line: its own part, then its series' and workload's records
 
 
-RUN_PARTS = 4  # a plain run's line: its own part, then its series' and workload's records
+@lru_cache(maxsize=1)
+def _line_template() -> tuple[Template, bytes, bytes]:
+    """RowOutcome.json_line of a run's row as a template over its source line, run digest and
+    run manifest, the run's record left open; what closes the run's record; what closes the
+    line after the records it references."""
+    mark = 987654321987654321
+    run = Record("BenchmarkRun", "@@digest@@", manifest_json="@@manifest@@")
+    line = RowOutcome(mark, "ok", "", records=[run]).json_line().decode()
+    line = line.replace(str(mark), "@@line@@", 1)
+    run_close = run.json_bytes.decode().split("@@manifest@@")[1]
+    pieces = re.split(r"@@(line|digest|manifest)@@", line)
+    assert pieces[-1].startswith(run_close)
+    holed = Template((*pieces[0:-1:2], run_close), tuple(pieces[1::2]))
+    return holed, b",", pieces[-1][len(run_close) :].encode()
 
 
-def _run_line_parts(runs: PlainRuns) -> list[bytes | memoryview]:
-    """Each plain run's line as RUN_PARTS parts, one run after another."""
-    heads = pc.binary_join_element_wise(
-        '{"source_line":',
-        runs.lines.cast(pa.string()),
-        ',"status":"ok","reason":null,"records":[{"kind":"BenchmarkRun","digest":"',
-        runs.digests,
-        '","manifest":',
-        runs.manifests,
-        "},",
-        "",
-    )
-    shared_head = [s.references_json[0] + b"," if s else b"" for s in runs.series]
-    shared_tail = [s.references_json[1] + b"]}\n" if s else b"" for s in runs.series]
-    workload = [w.record.json_bytes + b"," if w else b"" for w in runs.workloads]
+def _run_line_parts(runs: Runs) -> list[bytes | memoryview]:
+    """Each run's line as RUN_PARTS parts, one run after another."""
+    template, comma, close = _line_template()
+    holes = {
+        "line": runs.lines.cast(pa.string()),
+        "digest": runs.digests,
+        "manifest": runs.manifests,
+    }
+    heads = _join(np.zeros(len(runs.positions), np.int64), [template], template.holes, holes)
+    before = [comma + s.references_json[0] + comma for s in runs.series]
+    after = [comma + s.references_json[1] + close for s in runs.series]
+    workload = [w.record.json_bytes for w in runs.workloads]
     series_ids, workload_ids = runs.series_ids.tolist(), runs.workload_ids.tolist()
     parts: list[bytes | memoryview] = [b""] * (RUN_PARTS * len(series_ids))
     parts[0::RUN_PARTS] = list(utf8_slices(heads))
-    parts[1::RUN_PARTS] = list(map(shared_head.__getitem__, series_ids))
+    parts[1::RUN_PARTS] = list(map(before.__getitem__, series_ids))
     parts[2::RUN_PARTS] = list(map(workload.__getitem__, workload_ids))
-    parts[3::RUN_PARTS] = list(map(shared_tail.__getitem__, series_ids))
+    parts[3::RUN_PARTS] = list(map(after.__getitem__, series_ids))
     return parts
 
 
@@ -816,12 +627,9 @@ def count_outcomes(batch: Batch, counts: Counter[str]) -> None:
     """Add a batch's outcomes to counts by "ok:<metric>" and "quarantined:<reason>"."""
     runs = batch.runs
     if runs is not None:
-        memory = np.array([s is not None and s.memory for s in runs.series])[runs.series_ids]
+        memory = np.array([s.memory for s in runs.series])[runs.series_ids]
         kept = np.array([p not in batch.others for p in runs.positions], dtype=bool)
         counts["ok:memory"] += int((memory & kept).sum())
         counts["ok:latency"] += int((~memory & kept).sum())
     for outcome in batch.others.values():
-        if outcome.status == "ok" and outcome.facts is not None:
-            counts[f"ok:{outcome.facts.metric}"] += 1
-        else:
-            counts[f"quarantined:{outcome.reason}"] += 1
+        counts[f"quarantined:{outcome.reason}"] += 1

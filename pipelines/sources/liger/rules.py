@@ -4,11 +4,10 @@ Read top to bottom: the limits and the quarantine reasons; numbers (parsing, Jav
 rounding, the unit and scale of a metric); timestamps; a provider's role; the externalId and the
 names of a run; and how the x value, the config and the kernel name bind a kernel's axes.
 
-Where a rule has a column-wise form (numbers, timestamps), that form is the rule a batch applies
-(pipelines/sources/liger/columnar.py); the scalar form beside it is what it calls for the odd texts
-the
-column-wise check leaves, and what a lone odd row's path uses. Curated knowledge (units, roles,
-kernels) is read from `pipelines/curation`, never restated here.
+Where a rule has a column-wise form (numbers, timestamps, names), that form is the rule a batch
+applies (pipelines/sources/liger/columnar.py); a scalar form beside it reads only the odd texts the
+column-wise check leaves. Curated knowledge (units, roles, kernels) is read from
+`pipelines/curation`, never restated here.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from enum import StrEnum
 from functools import lru_cache
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 import orjson
@@ -31,6 +30,10 @@ from pipelines.curation import Binding, Curation, ExpressionError, Kernel
 from pipelines.records.canonical import MAX_SAFE_INTEGER
 
 SOURCE = "liger-kernel-bench"  # sourceNative.source of every run
+STATUS = "passed"  # spec.status of every run: the CSV lists only benchmarks that ran
+ORIGIN: Literal["reported"] = (
+    "reported"  # a run the CSV reports, as opposed to one a worker measured
+)
 NAME_LIMIT = 100  # metadata.name length the reference importer cuts at
 # A real field is under 300 characters; a longer one than this is garbage or an attack, and would
 # ride every record and index row of its run (README: `field_too_large`).
@@ -50,12 +53,16 @@ class Reason(StrEnum):
     UNKNOWN_MODE = "unknown_mode"  # kernel_operation_mode not in passes
     UNKNOWN_GPU = "unknown_gpu"  # gpu_name not in gpus.yaml: never guessed
     UNKNOWN_METRIC = "unknown_metric"  # metric or unit not in protocols.yaml `units`
-    UNKNOWN_CONFIG_SHAPE = "unknown_config_shape"  # x / config that binds no curated axes
     BAD_CONFIG_JSON = "bad_config_json"  # extra_benchmark_config_str is not a JSON object
     BAD_NUMBER = "bad_number"  # not a number, or out of range
     NON_POSITIVE_VALUE = "non_positive_value"  # zero or negative
     BAD_TIMESTAMP = "bad_timestamp"  # not Liger's timestamp, or no such time
     DUPLICATE_EXTERNAL_ID = "duplicate_external_id"  # an earlier row had its externalId
+
+
+class Uncurated(Exception):
+    """A config shape (x and config) that binds no curated axes: not a quarantine reason, the
+    row becomes an uncurated run (model.Normalizer.workload)."""
 
 
 class RowRejected(Exception):
@@ -65,6 +72,26 @@ class RowRejected(Exception):
         super().__init__(detail)
         self.reason = Reason(reason)
         self.detail = detail
+
+
+def record_rejection(fields: list[str] | None, error: str | None, width: int) -> RowRejected | None:
+    """Why a CSV record is no row of its file (not CSV, not UTF-8, not as many fields as the
+    header, a field over FIELD_LIMIT), or None."""
+    if fields is None or error is not None:
+        detail = error or Reason.UNPARSEABLE_ROW
+        return RowRejected(Reason(detail.split(":", 1)[0]), detail)
+    if len(fields) != width:
+        return RowRejected(
+            Reason.WRONG_COLUMN_COUNT, f"expected {width} fields, found {len(fields)}"
+        )
+    if max(map(len, fields)) <= FIELD_LIMIT:
+        return None
+    longest = max(range(len(fields)), key=lambda i: len(fields[i]))
+    return RowRejected(
+        Reason.FIELD_TOO_LARGE,
+        f"field {longest + 1} holds {len(fields[longest])} characters,"
+        f" over the limit of {FIELD_LIMIT}",
+    )
 
 
 # --- names -----------------------------------------------------------------------------------
@@ -77,10 +104,14 @@ def slug(text: str) -> str:
     return SLUG_BREAK.sub("-", text.lower()).strip("-")
 
 
-def joined_slug(*parts: str) -> str:
-    """slug("-".join(parts)) from cached per-part slugs (equal when no part slugs to empty)."""
-    slugs = [slug(part) for part in parts]
-    return "-".join(slugs) if all(slugs) else slug("-".join(parts))
+def joined_slugs(slugs: list[pa.Array]) -> pa.Array:
+    """Each row's slug("-".join(parts)), from the slugs of its parts: a slug has no hyphen at
+    either end, so the slugs joined by hyphens are the slug of the parts joined, but where a
+    part slugs to nothing and leaves two hyphens to merge, or one at an end to strip."""
+    joined = pc.binary_join_element_wise(*slugs, "-")
+    if all(pc.min(pc.binary_length(part)).as_py() for part in slugs):
+        return joined
+    return pc.utf8_trim(pc.replace_substring_regex(joined, "-{2,}", "-"), "-")
 
 
 # --- numbers ---------------------------------------------------------------------------------
@@ -93,11 +124,11 @@ _NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 
 
 def positive_numbers(texts: pa.Array) -> tuple[pa.Array, np.ndarray]:
-    """A column of number texts: which are plain positive decimals (a mask), and their values
-    (1.0 where not plain: those rows are read one by one, by parse_positive)."""
+    """A column of number texts: which are plain, finite, positive decimals (a mask), and their
+    values where plain (the other texts are read one by one, by parse_positive)."""
     plain = pc.match_substring_regex(texts, PLAIN_DECIMAL)
     values = pc.cast(pc.if_else(plain, texts, "1"), pa.float64()).to_numpy()
-    return pc.and_(plain, pa.array(values > 0)), values
+    return pc.and_(plain, pa.array(np.isfinite(values) & (values > 0))), values
 
 
 def parse_positive(text: str, column: str) -> float:
@@ -167,6 +198,11 @@ def is_memory(metric: str) -> bool:
     return metric == "memory"
 
 
+def stored_metric(memory: bool) -> tuple[Literal["latency", "memory"], Literal["ns", "bytes"]]:
+    """The metric and unit a run stores its numbers in (`stored_values`)."""
+    return ("memory", "bytes") if memory else ("latency", "ns")
+
+
 # --- timestamps ------------------------------------------------------------------------------
 # Liger's own form, in ASCII digits: what the column-wise reading cuts apart.
 PLAIN_TIMESTAMP = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[ T][0-9]{2}:[0-9]{2}:[0-9]{2}$"
@@ -182,11 +218,11 @@ class Stamp(NamedTuple):
     slug: str  # slug(form), as names write it
 
 
-def stamps(texts: pa.Array) -> list[Stamp | None]:
-    """The Stamp of each (distinct) timestamp text, None where it is not a time. Texts in
-    Liger's form with a day of month up to 28 (a valid date in every month) are cut apart
-    column-wise: their parts are ASCII digits, which neither slugs nor JSON change. The rest
-    are read by parse_timestamp."""
+def stamps(texts: pa.Array) -> list[Stamp | RowRejected]:
+    """The Stamp of each (distinct) timestamp text, or why it is not a time. Texts in Liger's
+    form with a day of month up to 28 (a valid date in every month) are cut apart column-wise:
+    their parts are ASCII digits, which neither slugs nor JSON change. The rest are read by
+    parse_timestamp."""
     plain = pc.match_substring_regex(texts, PLAIN_TIMESTAMP).to_numpy(zero_copy_only=False)
     parseable = pc.if_else(pa.array(plain), texts, "0001-01-01 00:00:00")
 
@@ -210,11 +246,11 @@ def stamps(texts: pa.Array) -> list[Stamp | None]:
     ]
 
 
-def _stamp(text: str) -> Stamp | None:
+def _stamp(text: str) -> Stamp | RowRejected:
     try:
         observed, form = parse_timestamp(text)
-    except RowRejected:
-        return None
+    except RowRejected as rejected:
+        return rejected
     return Stamp(observed, orjson.dumps(observed).decode(), form, slug(form))
 
 
@@ -242,20 +278,27 @@ def is_baseline(curation: Curation, provider: str) -> bool:
 
 
 # --- a run's externalId and names --------------------------------------------------------------
-def external_id(
-    kernel: str, mode: str, provider: str, gpu: str, case_key: str, stamp: str, memory: bool
-) -> str:
-    """A run's externalId: its series, its workload's case key and its timestamp form."""
-    head = f"{kernel}/{mode}/{provider}/{slug(gpu)}/{case_key}/{stamp}"
-    return head + "/memory" if memory else head
+def external_id_parts(
+    kernel: str, mode: str, provider: str, gpu: str, memory: bool
+) -> tuple[str, str]:
+    """A run's externalId is `head + case_key + "/" + stamp form + tail`: its series, its
+    workload's case key and its timestamp form."""
+    return f"{kernel}/{mode}/{provider}/{slug(gpu)}/", "/memory" if memory else ""
 
 
 def run_name_parts(
     kernel: str, mode: str, provider: str, gpu: str, memory: bool
 ) -> tuple[str, ...]:
-    """The constant parts of a series' run names; a run's name is
-    joined_slug(*parts, case_key, stamp) cut at NAME_LIMIT."""
+    """The constant parts of a series' run names; a run's name is the slug of these parts, its
+    case key and its stamp form joined by hyphens (`joined_slugs`), cut at NAME_LIMIT."""
     return ("liger", kernel, f"{mode}-memory" if memory else mode, provider, gpu)
+
+
+def run_labels(version: str, uncurated: bool) -> dict[str, str]:
+    """A run's metadata.labels: the Liger version that measured it, and whether its workload is
+    uncurated (`runs` are filtered on it: a later curation turns it curated on backfill)."""
+    labels = {"curation": "uncurated"} if uncurated else {}
+    return {**labels, "liger_version": version} if version else labels
 
 
 def run_title(kernel_title: str, provider: str, mode: str, memory: bool) -> str:
@@ -303,8 +346,7 @@ def kernel_of(curation: Curation, kernel: str, config_text: str) -> str:
     picked = next((k for v, k in kernels.items() if v == value and type(v) is type(value)), None)
     if picked is None:
         raise RowRejected(
-            Reason.UNKNOWN_CONFIG_SHAPE,
-            f"{kernel}: config {key}={value!r} names no curated kernel",
+            Reason.UNKNOWN_KERNEL, f"{kernel}: config {key}={value!r} names no curated kernel"
         )
     return picked
 
@@ -329,8 +371,7 @@ def binding_of(
     checked to hold nothing else."""
     binding = kernel.bindings.get(x_name)
     if binding is None:
-        raise RowRejected(
-            Reason.UNKNOWN_CONFIG_SHAPE,
+        raise Uncurated(
             f"{kernel.name} has no curated binding for x_name {x_name!r}",
         )
     if binding.aliases:
@@ -338,8 +379,7 @@ def binding_of(
         for written, bound in binding.aliases.items():
             if written in config:
                 if bound in config:
-                    raise RowRejected(
-                        Reason.UNKNOWN_CONFIG_SHAPE,
+                    raise Uncurated(
                         f"{kernel.name}/{x_name}: config has both {written} and {bound}",
                     )
                 config[bound] = config.pop(written)
@@ -362,8 +402,7 @@ def _check_config_keys(
 ) -> None:
     unexpected = sorted(set(config) - allowed)
     if unexpected:
-        raise RowRejected(
-            Reason.UNKNOWN_CONFIG_SHAPE,
+        raise Uncurated(
             f"{kernel}/{x_name}: unexpected config key(s) {unexpected}",
         )
     for key, expected in require.items():
@@ -373,8 +412,7 @@ def _check_config_keys(
             or type(value) is not type(expected)
             and not (is_integer(value) and is_integer(expected))
         ):
-            raise RowRejected(
-                Reason.UNKNOWN_CONFIG_SHAPE,
+            raise Uncurated(
                 f"{kernel}/{x_name}: config {key}={value!r}, curated for {expected!r}",
             )
 
@@ -382,18 +420,15 @@ def _check_config_keys(
 def positive_integer(text: str, column: str) -> int:
     value = parse_positive(text, column)
     if not value.is_integer():
-        raise RowRejected(Reason.UNKNOWN_CONFIG_SHAPE, f"{column} {text!r} is not an integer size")
+        raise Uncurated(f"{column} {text!r} is not an integer size")
     return int(value)
 
 
 def axis_value(axis: str, value: Any) -> int:
     if not is_integer(value) or value <= 0:
-        raise RowRejected(
-            Reason.UNKNOWN_CONFIG_SHAPE, f"axis {axis} is not a positive integer: {value!r}"
-        )
+        raise Uncurated(f"axis {axis} is not a positive integer: {value!r}")
     if value > MAX_SAFE_INTEGER:  # a JSON number past 2**53 - 1 has no exact canonical form
-        raise RowRejected(
-            Reason.UNKNOWN_CONFIG_SHAPE,
+        raise Uncurated(
             f"axis {axis} is past 2**53 - 1 ({int(value).bit_length()} bits)",
         )
     return int(value)
@@ -403,15 +438,14 @@ def scalars_of(kernel: Kernel, config: dict[str, Any]) -> dict[str, float | int]
     try:
         return {name: _scalar(name, expr.evaluate(config)) for name, expr in kernel.scalars.items()}
     except (ExpressionError, TypeError) as error:
-        raise RowRejected(Reason.UNKNOWN_CONFIG_SHAPE, f"{kernel.name}: {error}") from None
+        raise Uncurated(f"{kernel.name}: {error}") from None
 
 
 def _scalar(name: str, value: Any) -> float | int:
     if type(value) not in (int, float) or not math.isfinite(value):
-        raise RowRejected(Reason.UNKNOWN_CONFIG_SHAPE, f"scalar {name} is not a number: {value!r}")
+        raise Uncurated(f"scalar {name} is not a number: {value!r}")
     if type(value) is int and abs(value) > MAX_SAFE_INTEGER:
-        raise RowRejected(
-            Reason.UNKNOWN_CONFIG_SHAPE,
+        raise Uncurated(
             f"scalar {name} is past 2**53 - 1 ({value.bit_length()} bits)",
         )
     return value
@@ -424,5 +458,5 @@ def sizes_of(kernel: Kernel, axes: dict[str, int]) -> dict[str, int]:
         for axis, expression in kernel.derived_axes.items():
             sizes[axis] = axis_value(axis, expression.evaluate(sizes))
     except (ExpressionError, ZeroDivisionError) as error:
-        raise RowRejected(Reason.UNKNOWN_CONFIG_SHAPE, f"{kernel.name}: {error}") from None
+        raise Uncurated(f"{kernel.name}: {error}") from None
     return sizes

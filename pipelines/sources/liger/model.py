@@ -1,0 +1,574 @@
+"""The Liger source's data model: what rows share, built once per distinct value and cached.
+
+A row becomes a BenchmarkRun plus the six manifests it references, byte-identical (digest for
+digest) to KernelIndex's own Liger importer for every row that importer imports. Memory rows,
+which the importer skips, become runs under a memory protocol (see docs/memory-runs.md); a config
+the curation does not know becomes an uncurated workload (`Normalizer.workload`).
+
+This module holds the shared manifests (Normalizer), a series' run template (Series), the
+workloads, and the one template kind runs are written with (Template). What each text means is
+pipelines/sources/liger/rules.py; a batch of rows is read and its runs are filled column-wise by
+pipelines/sources/liger/columnar.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cached_property, lru_cache
+from operator import itemgetter
+from typing import Any
+
+import orjson
+import pyarrow as pa
+
+from pipelines import API_VERSION
+from pipelines.curation import MODEL_PREFIX, Binding, Curation, ExpressionError, Kernel, load
+from pipelines.records import Record, RunFacts
+from pipelines.records.canonical import (
+    MAX_SAFE_INTEGER,
+    canonical_json_reference,
+    identity,
+    manifest_digest,
+)
+from pipelines.sources.liger.read import COLUMNS
+from pipelines.sources.liger.rules import (
+    LABEL,
+    NAME_LIMIT,
+    ORIGIN,
+    SOURCE,
+    STATUS,
+    Uncurated,
+    axis_value,
+    binding_of,
+    case_key,
+    check_known,
+    environment_name,
+    external_id_parts,
+    implementation_name,
+    is_baseline,
+    is_integer,
+    is_memory,
+    joined_slugs,
+    kernel_of,
+    metric_scale,
+    parse_config,
+    positive_integer,
+    protocol_name,
+    run_name_parts,
+    run_title,
+    scalars_of,
+    sizes_of,
+    slug,
+    stored_metric,
+    workload_title,
+)
+
+PARSER_VERSION = "liger-csv/2"  # the code's version; see parser_version() for the full one
+
+
+def parser_version(curation: Curation | None = None) -> str:
+    """The code's version plus the curation's fingerprint: records made by another curation (a
+    GPU added since, say) are rebuilt by a backfill, not reused."""
+    return f"{PARSER_VERSION}+{(curation or load()).fingerprint}"
+
+
+# The columns the normalizer reads, in this order; x_label is only a caption.
+ROW_COLUMNS = tuple(c for c in COLUMNS if c != "x_label")
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """Where a file's header puts ROW_COLUMNS in each record's fields."""
+
+    width: int  # fields a well-formed record has
+    pick: Callable[[list[str]], tuple[str, ...]]  # its ROW_COLUMNS texts, in order
+    indices: tuple[int, ...]  # where those texts are among the fields
+
+    @classmethod
+    def of(cls, columns: tuple[str, ...]) -> Layout:
+        indices = tuple(columns.index(c) for c in ROW_COLUMNS)
+        return cls(len(columns), itemgetter(*indices), indices)
+
+
+def manifest(kind: str, metadata: Any, spec: Any) -> dict[str, Any]:
+    return {"apiVersion": API_VERSION, "kind": kind, "metadata": metadata, "spec": spec}
+
+
+def _record(document: dict[str, Any]) -> Record:
+    return Record(document["kind"], manifest_digest(document), document)
+
+
+# Where a row's workload goes among the manifests its run references (RowOutcome.records lists
+# the run, then these): its series' operation, project and implementation, the workload, then
+# its series' protocol and environment.
+WORKLOAD_SLOT = 3
+
+
+def references(series: Series, workload: Workload) -> list[Record]:
+    """The manifests a run references, in the order a row's records list them after the run."""
+    shared = series.references
+    return [*shared[:WORKLOAD_SLOT], workload.record, *shared[WORKLOAD_SLOT:]]
+
+
+@dataclass(frozen=True)
+class Workload:
+    case_key: str
+    dtype: str
+    record: Record
+    uncurated: bool  # bound by no curated binding: its parameters as they stand
+
+    @cached_property
+    def case_slug(self) -> str:
+        return slug(self.case_key)
+
+
+class Normalizer:
+    """Builds the records rows share (a series' manifests, workloads), each once, and caches
+    them."""
+
+    def __init__(self, curation: Curation | None = None) -> None:
+        self.curation = curation or load()
+        self._operations = {k.name: _record(k.operation) for k in self.curation.kernels.values()}
+        self.project = lru_cache(maxsize=None)(self._project)
+        self.implementation = lru_cache(maxsize=None)(self._implementation)
+        self.environment = lru_cache(maxsize=None)(self._environment)
+        self.protocol = lru_cache(maxsize=None)(self._protocol)
+        self.workload = lru_cache(maxsize=4096)(self._workload)
+        self.series = lru_cache(maxsize=1024)(self._series)
+        self.kernel_of = lru_cache(maxsize=1024)(self._kernel_of)
+
+    def _kernel_of(self, kernel: str, config_text: str) -> str:
+        return kernel_of(self.curation, kernel, config_text)
+
+    # --- shared manifests -------------------------------------------------------------------
+    def operation(self, kernel: str) -> Record:
+        return self._operations[kernel]
+
+    def _project(self, provider: str) -> Record:
+        entry = self.curation.providers[provider]
+        return _record(
+            manifest("SoftwareProject", {"name": entry.project_slug}, dict(entry.project))
+        )
+
+    def _implementation(self, kernel_name: str, provider_name: str) -> Record:
+        kernel = self.curation.kernels[kernel_name]
+        provider = self.curation.providers[provider_name]
+        metadata: dict[str, Any] = {
+            "name": implementation_name(kernel_name, provider_name),
+            "title": f"{kernel.title} · {provider.title}",
+            "description": provider.description,
+        }
+        if is_baseline(self.curation, provider_name):
+            metadata["labels"] = {"role": "baseline"}
+        metadata["sourceRefs"] = [{"url": self.curation.harness["repository"]}]
+        spec = {
+            "projectRevision": {},
+            "operation": {"specDigest": self.operation(kernel_name).digest},
+            **{k: v for k, v in provider.implementation.items() if k != "projectRevision"},
+        }
+        return _record(manifest("ImplementationRevision", metadata, spec))
+
+    def _environment(self, gpu_name: str) -> Record:
+        gpu = self.curation.gpus[gpu_name]
+        metadata = {
+            "name": environment_name(gpu_name),
+            "title": f"Liger benchmark host · {gpu.title}",
+        }
+        return _record(
+            manifest(
+                "ExecutionEnvironment", metadata, {"hardware": dict(gpu.hardware), "software": {}}
+            )
+        )
+
+    def _protocol(self, metric: str, mode: str) -> Record:
+        method, passing = self.curation.metrics[metric], self.curation.passes[mode]
+        memory = is_memory(metric)
+        metadata = {
+            "name": protocol_name(mode, memory),
+            "title": f"Liger benchmark harness · {passing.title}"
+            + (" · peak memory" if memory else ""),
+        }
+        spec = {
+            "harness": dict(self.curation.harness),
+            "measurement": {"timer": method["timer"], "primaryStatistic": "median"},
+            "comparability": {
+                "family": method["family"],
+                "notes": method["notes"].format(**{"pass": passing.timed}),
+            },
+        }
+        return _record(manifest("BenchmarkProtocol", metadata, spec))
+
+    # --- the workload a row binds -----------------------------------------------------------
+    def _workload(self, kernel_name: str, x_name: str, x_text: str, config_text: str) -> Workload:
+        """The workload of a row's kernel, x and config: curated when a binding of the curation
+        binds them, else uncurated (its parameters as they stand). RowRejected when the config
+        is not JSON or x not a number where the binding reads a size."""
+        kernel = self.curation.kernels[kernel_name]
+        config = parse_config(config_text)
+        try:
+            binding, bound = binding_of(kernel, x_name, config)
+            axes, dtype, scalars = self._bind(kernel, binding, x_text, bound)
+            tensors = _tensors(kernel, axes, dtype)
+        except Uncurated:
+            return self._uncurated(kernel, x_name, x_text, config)
+        key = case_key(((name, str(axes[name])) for name in sorted(axes)), dtype)
+        spec: dict[str, Any] = {
+            "operationSpecDigest": self.operation(kernel_name).digest,
+            "axes": axes,
+            "tensors": tensors,
+        }
+        if scalars:
+            spec["scalars"] = {
+                name: {"dtype": "fp32", "value": value} for name, value in scalars.items()
+            }
+        spec["correctness"] = {"comparator": "not_asserted"}
+        metadata = {
+            "name": f"{kernel.slug}-{slug(key)}"[:NAME_LIMIT],
+            "title": workload_title(kernel.title, ((n, str(v)) for n, v in axes.items()), dtype),
+        }
+        record = _record(manifest("WorkloadCase", metadata, spec))
+        if binding.named_x:
+            # Two models (or labels) may give one workload (same vocab, say): each row stays its
+            # own run, its externalId and name carrying the name its x value gives.
+            key = f"{key}-{x_text.strip()}"
+        return Workload(key, dtype, record, uncurated=False)
+
+    def _uncurated(
+        self, kernel: Kernel, x_name: str, x_text: str, config: dict[str, Any]
+    ) -> Workload:
+        """A workload no binding describes: x and the config as they stand. Its identity holds a
+        hash of them all (the schema has no place for texts); the integer-valued ones whose
+        names the schema allows are its axes; the description writes them out. A later
+        curation turns its runs into curated ones on backfill."""
+        x_value = x_text.strip()
+        parameters = {**config, x_name: int(x_value) if x_value.isdecimal() else x_value}
+        text = json.dumps(parameters, sort_keys=True, ensure_ascii=False)
+        exact = json.dumps([config, x_name, x_value], sort_keys=True)  # (x_name may be a key)
+        fingerprint = hashlib.sha256(exact.encode()).hexdigest()[:12]
+        axes = {
+            name: value
+            for name, value in sorted(parameters.items())
+            if _AXIS_NAME.fullmatch(name) and type(value) is int and abs(value) <= MAX_SAFE_INTEGER
+        }
+        axes["uncurated"] = int(fingerprint, 16)
+        key = f"uncurated-{fingerprint}"
+        dtype = config.get("dtype")
+        dtype = self.curation.dtypes.get(dtype, "unknown") if isinstance(dtype, str) else "unknown"
+        spec = {
+            "operationSpecDigest": self.operation(kernel.name).digest,
+            "axes": axes,
+            "tensors": {},
+            "correctness": {"comparator": "not_asserted"},
+        }
+        metadata = {
+            "name": f"{kernel.slug}-{key}",
+            "title": f"{kernel.title} · uncurated · {x_name}={x_value}"[:200],
+            "description": text[:2000],
+            "labels": {"curation": "uncurated"},
+        }
+        return Workload(key, dtype, _record(manifest("WorkloadCase", metadata, spec)), True)
+
+    def _bind(
+        self, kernel: Kernel, binding: Binding, x_text: str, config: dict[str, Any]
+    ) -> tuple[dict[str, int], str, dict[str, float | int]]:
+        values = {k: v for k, v in config.items() if is_integer(v)}
+        if binding.x == "model":
+            model = self.curation.models.get(x_text.strip())
+            if model is None:
+                raise Uncurated(f"x_value {x_text[:80]!r} names no curated model")
+            values.update({MODEL_PREFIX + name: size for name, size in model.items()})
+        elif binding.x == "label":
+            if not LABEL.fullmatch(x_text.strip()):
+                raise Uncurated(f"x_value {x_text[:80]!r} is not a configuration name")
+        else:
+            values["x"] = positive_integer(x_text, "x_value")
+        try:
+            axes = {
+                axis: axis_value(axis, expr.evaluate(values)) for axis, expr in binding.axes.items()
+            }
+        except (ExpressionError, TypeError) as error:
+            raise Uncurated(f"{kernel.name}: {error}") from None
+        scalars = scalars_of(kernel, config)
+        return axes, self._dtype(kernel, binding, config), scalars
+
+    def _dtype(self, kernel: Kernel, binding: Binding, config: dict[str, Any]) -> str:
+        if "dtype" not in config:
+            default = binding.default_dtype or kernel.default_dtype
+            if default is None:
+                raise Uncurated(f"{kernel.name}: config names no dtype")
+            return default
+        dtype = (
+            self.curation.dtypes.get(config["dtype"]) if isinstance(config["dtype"], str) else None
+        )
+        if dtype is None:
+            raise Uncurated(f"unknown dtype {config['dtype']!r}")
+        return dtype
+
+    def _series(
+        self, kernel: str, provider: str, mode: str, gpu: str, metric_name: str, unit: str
+    ) -> Series:
+        """What every run of one kernel, provider, pass, GPU and metric (in one unit) shares."""
+        scale = metric_scale(self.curation, metric_name, unit)
+        check_known(self.curation, kernel, provider, mode, gpu)
+        return Series(
+            kernel=kernel,
+            provider=provider,
+            mode=mode,
+            gpu=gpu,
+            memory=is_memory(metric_name),
+            unit=unit,
+            scale=scale,
+            kernel_title=self.curation.kernels[kernel].title,
+            architecture=self.curation.gpus[gpu].hardware["architecture"],
+            baseline=is_baseline(self.curation, provider),
+            references=(
+                self.operation(kernel),
+                self.project(provider),
+                self.implementation(kernel, provider),
+                self.protocol(metric_name, mode),
+                self.environment(gpu),
+            ),
+        )
+
+
+RUN_HOLES = (
+    "v0", "v1", "v2", "s0", "s1", "s2", "observed_at", "external_id", "workload",
+    "metadata", "name", "labels",
+)  # fmt: skip
+METADATA_KEY = '"metadata":'
+
+
+@dataclass(frozen=True)
+class Series:
+    """A kernel × provider × pass × GPU × metric: the shared part of its runs.
+
+    A run's canonical JSON differs from its series' other runs only in a few values, so it is
+    written by filling the holes of a template the reference serializer made once per series
+    (`run_template`), column-wise for a batch (pipelines/sources/liger/columnar.py).
+    tests/liger_oracle.py builds the same record the plain way; the tests hold the two equal
+    byte for byte.
+    """
+
+    kernel: str
+    provider: str
+    mode: str
+    gpu: str
+    memory: bool
+    unit: str  # as the row writes it (sourceNative names its metrics after it)
+    scale: float  # from the unit to integer ns (speed) or bytes (memory)
+    kernel_title: str
+    architecture: str
+    baseline: bool
+    references: tuple[Record, Record, Record, Record, Record]  # operation … environment
+
+    @cached_property
+    def references_json(self) -> tuple[bytes, bytes]:
+        """The JSON of its references that a row's records list before the workload, and of
+        those after it, each joined by commas (`references`)."""
+        shared = [r.json_bytes for r in self.references]
+        return b",".join(shared[:WORKLOAD_SLOT]), b",".join(shared[WORKLOAD_SLOT:])
+
+    @cached_property
+    def run_template(self) -> RunTemplate:
+        holes = {name: hole(name) for name in RUN_HOLES}
+        spec = self.spec(
+            [holes["v0"], holes["v1"], holes["v2"]],
+            [holes["s0"], holes["s1"], holes["s2"]],
+            holes["observed_at"],
+            holes["external_id"],
+            holes["workload"],
+        )
+        document = manifest("BenchmarkRun", holes["metadata"], spec)
+        full, meaning = Template.of(document, RUN_HOLES), Template.of(identity(document), RUN_HOLES)
+        # Keys sorted: the identity is the manifest without `"metadata":…,` (after "kind").
+        lead = full.pieces[0]
+        assert full.holes[0] == "metadata" and lead.endswith(METADATA_KEY)
+        assert meaning.pieces[0] == lead.removesuffix(METADATA_KEY) + full.pieces[1][1:]
+        assert (meaning.pieces[1:], meaning.holes) == (full.pieces[2:], full.holes[1:])
+        metadata = {"name": holes["name"], "title": self.title}
+        head, tail = external_id_parts(self.kernel, self.mode, self.provider, self.gpu, self.memory)
+        return RunTemplate(
+            name_head=joined_slugs([pa.array([slug(part)]) for part in self.name_parts])[0].as_py(),
+            external_id_head=head,
+            external_id_tail=tail,
+            manifest=full,
+            metadata=(
+                Template.of(metadata, RUN_HOLES),
+                Template.of({**metadata, "labels": holes["labels"]}, RUN_HOLES),
+            ),
+            identity_head=lead.removesuffix(METADATA_KEY).encode(),
+            metadata_lead=len(lead.encode()) + 1,  # and the comma after the metadata
+        )
+
+    def spec(
+        self,
+        values: list[Any],
+        stats: list[Any],
+        observed_at: str,
+        external_id: str,
+        workload_digest: str,
+    ) -> dict[str, Any]:
+        """A run's spec: the run as the reference importer writes it."""
+        metric, unit = stored_metric(self.memory)
+        _, _, implementation, protocol, environment = self.references
+        spec: dict[str, Any] = {
+            "implementationDigest": implementation.digest,
+            "workloadDigest": workload_digest,
+            "protocolDigest": protocol.digest,
+            "environmentDigest": environment.digest,
+            "status": STATUS,
+        }
+        measured = [("p20", values[1]), ("p80", values[2])]
+        if self.memory:
+            measured.insert(0, ("median", values[0]))
+        else:
+            spec["timing"] = {"primaryStatistic": "median", "latencyNs": {"median": values[0]}}
+        spec["measurements"] = [
+            {"metric": metric, "unit": unit, "statistic": statistic, "value": value}
+            for statistic, value in measured
+        ]
+        spec["sourceNative"] = {
+            "source": SOURCE,
+            "benchmark": f"{self.kernel}/{self.mode}",
+            "externalId": external_id,
+            # The row's own numbers, named after its unit and quantile (ms_50, mb_20, ...).
+            "metrics": dict(
+                zip((f"{self.unit.lower()}_{q}" for q in (50, 20, 80)), stats, strict=True)
+            ),
+        }
+        spec["observedAt"] = observed_at
+        return spec
+
+    @property
+    def title(self) -> str:
+        return run_title(self.kernel_title, self.provider, self.mode, self.memory)
+
+    @property
+    def name_parts(self) -> tuple[str, ...]:
+        return run_name_parts(self.kernel, self.mode, self.provider, self.gpu, self.memory)
+
+    def facts(
+        self,
+        values: list[int],
+        observed_at: str,
+        external_id: str,
+        workload: Workload,
+        version: str,
+    ) -> RunFacts:
+        metric, unit = stored_metric(self.memory)
+        return RunFacts(
+            metric=metric,
+            unit=unit,
+            kernel=self.kernel,
+            provider=self.provider,
+            mode=self.mode,
+            gpu=self.gpu,
+            architecture=self.architecture,
+            dtype=workload.dtype,
+            case_key=workload.case_key,
+            median=values[0],
+            p20=values[1],
+            p80=values[2],
+            observed_at=observed_at,
+            external_id=external_id,
+            liger_version=version or None,
+            origin=ORIGIN,
+            extra={"baseline": self.baseline},
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RunTemplate:
+    """A series' run as templates (`Template`): its manifest, whose metadata hole takes one of
+    its two metadata templates (without labels, with them); and the constant parts of its runs'
+    externalIds and names. A run's digest hashes `identity_head` and then its manifest's bytes
+    from `metadata_lead` plus its metadata's length on: the identity, not copied."""
+
+    name_head: str  # the slug of the name's constant parts, joined (rules.joined_slugs)
+    external_id_head: str
+    external_id_tail: str
+    manifest: Template
+    metadata: tuple[Template, Template]  # without labels, with labels
+    identity_head: bytes
+    metadata_lead: int
+
+
+def _tensors(kernel: Kernel, axes: dict[str, int], dtype: str) -> dict[str, Any]:
+    sizes = sizes_of(kernel, axes)
+    tensors = {}
+    for entry in kernel.operation["spec"]["inputs"]:
+        tensor = entry.get("tensor")
+        if tensor is None:
+            continue
+        shape = [dim if isinstance(dim, int) else sizes[dim] for dim in tensor["shape"]]
+        tensors[entry["name"]] = {
+            "shape": shape,
+            "dtype": dtype if tensor["dtype"] == "float" else tensor["dtype"],
+        }
+    return tensors
+
+
+# The schema's pattern for axis names.
+_AXIS_NAME = re.compile(r"[a-z][a-z0-9_]*")
+
+
+_SHARED_LIMIT = 4
+_shared: dict[str, Normalizer] = {}
+
+
+def shared_normalizer() -> Normalizer:
+    """The normalizer of the curation as the files say now, one per curation this process has
+    met: its caches (run templates, workloads, shared records) then serve every file the process
+    reads, not just one. An edited curation gets a normalizer of its own."""
+    curation = load()
+    normalizer = _shared.get(curation.fingerprint)
+    if normalizer is None:
+        if len(_shared) >= _SHARED_LIMIT:
+            _shared.pop(next(iter(_shared)))
+        normalizer = _shared.setdefault(curation.fingerprint, Normalizer(curation))
+    return normalizer
+
+
+# --- templates ---------------------------------------------------------------------------------
+def hole(name: str) -> str:
+    """A placeholder string, to be cut out of a serialized document (`Template.of`)."""
+    return f"@@kindex-hole:{name}@@"
+
+
+@dataclass(frozen=True, slots=True)
+class Template:
+    """A document's canonical JSON (the reference serializer's) cut at its holes: `pieces` of
+    literal text around `holes`, the names of JSON texts to put in their place."""
+
+    pieces: tuple[str, ...]
+    holes: tuple[str, ...]
+
+    @classmethod
+    def of(cls, document: Any, names: Sequence[str]) -> Template:
+        text = canonical_json_reference(document).decode()
+        at = sorted((text.index(json_string(hole(n))), n) for n in names if hole(n) in text)
+        pieces, holes, start = [], [], 0
+        for position, name in at:
+            pieces.append(text[start:position])
+            holes.append(name)
+            start = position + len(json_string(hole(name)))
+        pieces.append(text[start:])
+        for piece in pieces:
+            assert "@@kindex-hole:" not in piece, "a hole appears twice"
+        return cls(tuple(pieces), tuple(holes))
+
+    def fill(self, texts: dict[str, str]) -> str:
+        """The document with each hole's JSON text in place (for one document: the oracle)."""
+        return (
+            "".join(p + texts[h] for p, h in zip(self.pieces, self.holes, strict=False))
+            + (self.pieces[-1])
+        )
+
+
+def json_string(text: str) -> str:
+    """A string as JSON text; RFC 8785 and orjson escape strings alike (tests/test_canonical.py)."""
+    return orjson.dumps(text).decode()
