@@ -110,7 +110,7 @@ def ingest_history(
     (each version is read before the next replaces it), then publish the index once."""
     target = history_key(settings, history, key)
     files: list[SnapshotRecords] = []
-    tqdm.monitor_interval = 0  # its thread would make the relay fork from a forkserver (ingest.py)
+    tqdm.monitor_interval = 0  # its thread would make worker processes start from a forkserver
     shown = progress and sys.stderr.isatty()
     with tqdm(total=len(history.versions), unit="version", disable=not shown) as bar:
         for version, data in history.contents():

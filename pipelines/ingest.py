@@ -163,8 +163,8 @@ def prepare_snapshot(
 
 @contextmanager
 def parts_folder(settings: Any) -> Iterator[Path]:
-    """An empty folder for the Parquet parts a relay's workers write, beside the local cache
-    (on its file system): once uploaded, a part moves into the cache by a rename, not a copy."""
+    """An empty folder for the Parquet parts a source spools (a large file's runs), beside the
+    local cache (on its file system): once uploaded, a part moves into the cache by a rename."""
     cache = IndexLayout.of(settings).cache_dir
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".parts-", dir=cache) as folder:

@@ -10,9 +10,8 @@ snapshots without touching what an earlier one wrote:
     records/<parser_version>/<snapshot hex>/summary.json        counts; written last = commit mark
     records/<parser_version>/<snapshot hex>/reads/<id>.json     each object version read as it
 
-A large Liger CSV's runs are several parts instead, `runs-<attempt>-000.parquet` and on (one per
-relay worker, encoded on every core; rows by worker, then segment), and its lineage is those
-parts' lineage columns (a run's own snapshot and line), not objects of its own; `summary.json`
+A record set of many runs (a large harness file) holds its runs and lineage as several parts
+instead, `runs-<attempt>-000.parquet` and on, spooled as they were built; `summary.json`
 names each table's objects under "files". A record set without `summary.json` is incomplete (a
 crash mid-write) and is ignored and rewritten.
 """
@@ -406,7 +405,7 @@ UNFILTERED = frozenset({"manifest", "raw", "detail"})
 
 
 def parquet_options(schema: pa.Schema) -> dict[str, Any]:
-    """How record objects are encoded, whoever writes them (this process, or a relay worker)."""
+    """How record objects are encoded, whoever writes them."""
     return {
         "compression": "zstd",
         "use_dictionary": [name for name in schema.names if name not in DISTINCT_PER_ROW],
@@ -432,7 +431,7 @@ def object_names(name: str, parts: int | None, attempt: str) -> list[str]:
 
 @dataclass(slots=True)
 class PartFacts:
-    """What a record set's summary says of the tables a relay's workers wrote as Parquet parts
+    """What a record set's summary says of the tables spooled as Parquet parts
     (the runs), gathered segment by segment in input order."""
 
     rows: Counter[str] = field(default_factory=Counter)  # by table
@@ -458,7 +457,7 @@ class PartFacts:
 @dataclass(slots=True)
 class RecordSetContent:
     """A record set before it is written: tables in memory (one Parquet object each), and
-    tables already encoded as Parquet parts (files a relay's workers wrote), with their facts."""
+    tables already encoded as Parquet parts (a large file's runs, spooled), with their facts."""
 
     rows: int  # rows read from the source
     tables: dict[str, pa.Table]
