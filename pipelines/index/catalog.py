@@ -321,8 +321,12 @@ class IndexCatalog:
         table = self.catalog.create_table_if_not_exists(
             (self.namespace, name), schema=schema, properties=TABLE_PROPERTIES
         )
-        if name == "run_segments" and table.sort_order().is_unsorted:
-            # The order publish.py writes the runs in: readers (Trino, Spark) may rely on it.
+        if name == "run_segments" and table.spec().is_unpartitioned():
+            # Live rows and settled rows in files of their own (publish.py), an identity
+            # partition on `live`: a reader of the latest runs plans only the live files.
+            with table.update_spec() as spec:
+                spec.add_identity("live")
+            # The order publish.py writes the live runs in.
             with table.update_sort_order() as order:
                 for column in RUN_SORT_COLUMNS:
                     order.asc(column, IdentityTransform())

@@ -76,7 +76,12 @@ from pipelines.storage.errors import StorageUnreachable
 
 # DuckDB's memory for a publish: what does not fit spills to disk, so a publish's memory stays
 # flat however large the files it adds.
-PUBLISH_MEMORY_LIMIT = "2GB"
+PUBLISH_MEMORY_LIMIT = "1GB"
+# Live run files at which a publish rewrites them as one (RunChanges.write).
+MAX_LIVE_FILES = 4
+# Rows per row group of a run file: a writer buffers a row group per thread (a run is ~1.4 KB
+# with its manifest), and a filter skips row groups by their bounds.
+RUN_ROW_GROUP_ROWS = 32_768
 # How the rows of the small tables are ordered in their files. Runs and lineage keep the order
 # of their record sets (a file's lines): sorting a million runs with their manifests would cost
 # more than writing them.
@@ -549,6 +554,9 @@ class RunChanges:
                 "WHERE snapshot_digest IN (SELECT snapshot_digest FROM moved_snapshots)",
             )
         )
+        # Live files a publish only appended to (new series, nothing else changed) are merged
+        # once there are a few: the live set stays in few files, and is never compacted.
+        self.rewrite_live = self.rewrite_live or len(live_paths) >= MAX_LIVE_FILES
         stored = [
             f.name
             for f in RUN_SEGMENT_SCHEMA
@@ -621,7 +629,8 @@ def write_runs_file(
     path = layout.cache_dir / f".new-run_segments-{secrets.token_hex(8)}.parquet"
     con.execute(
         f"COPY (SELECT {columns} FROM {rows}{order}) "
-        f"TO {sql_string(str(path))} (FORMAT parquet, COMPRESSION zstd)"
+        f"TO {sql_string(str(path))} "
+        f"(FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE {RUN_ROW_GROUP_ROWS})"
     )
     return path
 

@@ -18,10 +18,12 @@ FROM runs
 GROUP BY operation_digest, workload_digest, protocol_digest, environment_digest, metric
 ;
 -- Latest runs: not superseded by a re-measurement of the same case (retracted runs stay, flagged).
--- Every latest run is live (tables.RUN_SEGMENT_SCHEMA): the settled files are skipped unread.
+-- Every latest run is live (tables.RUN_SEGMENT_SCHEMA): the settled files are skipped unread, by
+-- their bounds of `live`. (`OR NOT live` is a no-op that keeps DuckDB from pushing an IS NULL
+-- filter into the scan, which would read every row group's superseded_by instead.)
 CREATE OR REPLACE VIEW latest_runs AS
 SELECT * EXCLUDE (head_of_version, live) FROM run_segments
-WHERE live AND superseded_by IS NULL
+WHERE live AND (superseded_by IS NULL OR NOT live)
 ;
 -- baseline_providers (provider, rank): the curation's baseline ranks (providers.yaml), a view
 -- pipelines/index/tables.py writes from `curation.load().baseline_ranks()` before these; a
