@@ -332,7 +332,10 @@ def build_version(
     for name in ("lineage", "quarantine"):
         select = parquet_select(pending_files[name], STORED_TABLES[f"{name}_files"])
         con.execute(f"CREATE TEMP VIEW new_{name} AS {select}")
-    add_new_lineage(con, False)
+    # One record set whose lineage is its runs' rows, all new: no lineage row of its own.
+    add_new_lineage(
+        con, not several and runs.all_new and pending_files["lineage"] == pending_files["runs"]
+    )
     recompute_run_state(con, {rs.snapshot_digest for rs in pending})
     run_files = runs.write(con, layout, live_paths)
 
@@ -410,6 +413,7 @@ class RunChanges:
     and the late series' settled files; every other settled file stays as it is, unread."""
 
     new: int = 0
+    all_new: bool = False  # no pending run is stored already
     rewrite_live: bool = False
     settled_rewritten: list[str] = field(default_factory=list)
 
@@ -500,6 +504,7 @@ class RunChanges:
                SEMI JOIN candidate_runs c ON c.run_digest = k.run_digest"""
         )
         if not scalar(con, "SELECT count(*) FROM known_runs"):
+            changes.all_new = True
             con.execute("CREATE TEMP VIEW new_runs AS SELECT * FROM candidate_runs")
         else:
             con.execute(
