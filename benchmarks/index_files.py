@@ -3,7 +3,7 @@ costs as the index grows, against the embedded S3 (SeaweedFS).
 
 Ingests --files small Liger CSVs (--rows rows each) one after another into one home, each its
 own publish, and prints every --every files: the data files per table of the current version,
-the files a full scan of `runs` opens (run_segments, run_state_changes, snapshots: the tables
+the files a full scan of `runs` opens (run_segments: the table
 the `runs` view reads), and the median publish time of the last stretch against the first
 stretch's (the baseline measured in the same run). At the end, the index's fingerprints are
 compared with those of one publish of all the same files into a second home (compaction kept
@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 # The tables the `runs` view reads.
-RUNS_SCAN = ("run_segments", "run_state_changes", "snapshots")
+RUNS_SCAN = ("run_segments",)
 
 
 def main() -> int:

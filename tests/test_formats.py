@@ -191,7 +191,7 @@ def test_every_sample_of_every_format_lands_in_the_index(
     by_source = dict(
         query(
             index_settings,
-            "SELECT source, count(*) FROM runs GROUP BY 1",
+            "SELECT source, count(*) FROM runs JOIN first_reads USING (snapshot_digest) GROUP BY 1",
         )  # fmt: skip
     )
     assert by_source["kernelbench-timing"] == 250
@@ -202,7 +202,8 @@ def test_every_sample_of_every_format_lands_in_the_index(
     statuses = dict(
         query(
             index_settings,
-            "SELECT status, count(*) FROM runs WHERE source = 'flashinfer-trace' GROUP BY 1",
+            "SELECT status, count(*) FROM runs JOIN first_reads USING (snapshot_digest) "
+            "WHERE source = 'flashinfer-trace' GROUP BY 1",
         )  # fmt: skip
     )
     assert statuses == {"passed": 22, "incorrect_numerical": 3}

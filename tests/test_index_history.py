@@ -8,7 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from index_support import csv_bytes, index_settings, ingest_bytes, liger_rows, query
+from index_support import (
+    csv_bytes,
+    fingerprints,
+    index_settings,
+    ingest_bytes,
+    liger_rows,
+    query,
+)
 
 from pipelines.cli import main
 from pipelines.index.layout import IndexLayout
@@ -323,3 +330,44 @@ def test_the_first_publish_after_the_upgrade_mends_a_home_left_wrong(
     publish_index(s3_store, index_settings)
 
     assert retracted(index_settings) == set()
+
+
+def test_late_runs_across_liger_versions_equal_one_publish_of_all(
+    s3_store: Any, index_settings: Any
+) -> None:
+    """Files newest first, each under its own key: every later file is late (its runs are older
+    than the series' newest), so the stored rows it changes (a settled run's successor, a head of
+    a Liger version) are rewritten; every table and view equals one publish of all the files."""
+
+    def measured(cases: str, timestamp: str, version: str) -> list[str]:
+        rows = []
+        for case in cases:
+            fields = row(case, timestamp)
+            fields[HEADER.index("liger_version")] = version
+            rows.append(fields)
+        return rows
+
+    files = [
+        ("incoming/late-1.csv", csv_bytes(HEADER, measured("AD", T3, "0.4.0"))),
+        ("incoming/late-2.csv", csv_bytes(HEADER, measured("AD", T2, "0.3.0"))),
+        ("incoming/late-3.csv", csv_bytes(HEADER, measured("ADB", T1, "0.4.0"))),
+        ("incoming/late-4.csv", csv_bytes(HEADER, measured("A", T2, "0.3.0"))),
+    ]
+    # Between A@T1 (settled by now) and its successor A@T2: A@T1's stored row is rewritten.
+    between = measured("A", T1, "0.3.0")[0]
+    between[HEADER.index("timestamp")] = "2024-10-20 00:00:00"
+    between[HEADER.index("y_value_50")] += "1"
+    files.append(("incoming/late-5.csv", csv_bytes(HEADER, [between])))
+    for key, data in files:
+        ingest_bytes(s3_store, index_settings, [(key, data)])
+    one_by_one = fingerprints(index_settings)
+    assert query(index_settings, "SELECT count(*) FROM version_changes") == [(2,)]
+    assert run_table(index_settings)[at("A", T1)] == ("A@2024-10-20 00:00:00", False)
+
+    other_store = s3_store.with_bucket(s3_store.bucket + "-b")
+    other_store.ensure_bucket()
+    other = index_settings.replace(
+        home=Path(index_settings.home).parent / "all-at-once", bucket=other_store.bucket
+    )
+    ingest_bytes(other_store, other, files)
+    assert fingerprints(other) == one_by_one

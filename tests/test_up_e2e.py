@@ -65,7 +65,8 @@ def check_worker_bundle_lands(kindex_up: KindexUp, tmp_path: Path) -> None:
 FORMATS = ROOT / "tests" / "data" / "formats"
 HARNESS_RUNS = 385  # every sample of every harness format (tests/test_formats.py counts each)
 HARNESS_SQL = (
-    "SELECT count(*) AS n FROM runs WHERE source NOT IN ('liger-csv', 'worker-bundle')"
+    "SELECT count(*) AS n FROM runs JOIN first_reads USING (snapshot_digest) "
+    "WHERE source NOT IN ('liger-csv', 'worker-bundle')"
 )
 
 

@@ -40,9 +40,10 @@ from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.io.pyarrow import parquet_file_to_data_file
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
+from pyiceberg.transforms import IdentityTransform
 from tenacity import retry, stop_after_attempt, wait_random_exponential
 
-from pipelines.index.tables import STORED_TABLES, UTC_US, served_schemas
+from pipelines.index.tables import RUN_SORT_COLUMNS, STORED_TABLES, UTC_US, served_schemas
 from pipelines.settings import Settings
 from pipelines.storage.base import ObjectStore
 from pipelines.storage.credentials import S3Credentials, configured_credentials
@@ -55,10 +56,11 @@ SUMMARY_PREFIX = "kindex."
 # Snapshots past the retention are expired once every this many versions.
 EXPIRE_EVERY_VERSIONS = 8
 # What the tables hold, by the kindex that created them. 2: lineage_files holds only the lineage
-# rows that run_segments does not (tables.lineage_rows). An index of another layout is rebuilt
-# from the record sets by the next publish, and read by nobody before.
+# rows that run_segments does not (tables.lineage_rows). 3: run_segments holds each run's current
+# state and source key (no run_state_changes). An index of another layout is rebuilt from the
+# record sets by the next publish, and read by nobody before.
 LAYOUT_PROPERTY = SUMMARY_PREFIX + "layout"
-LAYOUT = "2"
+LAYOUT = "3"
 TABLE_PROPERTIES = {
     LAYOUT_PROPERTY: LAYOUT,
     "write.parquet.compression-codec": "zstd",
@@ -73,6 +75,10 @@ COMPACT_ABOVE_FILES = 8
 # Merging stops at a file more than this many times the size of what is merged so far: files
 # then grow geometrically, so their number stays logarithmic in the rows.
 COMPACT_SIZE_RATIO = 2
+# A data file this large is never merged again: a publish that adds a million runs costs the
+# same whatever the history (no merge rewrites the millions before it), and a table's files
+# grow in number only by one per this many bytes.
+COMPACT_DONE_BYTES = 64 << 20
 UPLOAD_CHUNK_BYTES = 8 << 20
 
 VERSIONS_SCHEMA = pa.schema(
@@ -312,9 +318,20 @@ class IndexCatalog:
     def _create(self, name: str) -> Table:
         self.catalog.create_namespace_if_not_exists(self.namespace)
         schema = VERSIONS_SCHEMA if name == VERSIONS_TABLE else STORED_TABLES[name]
-        return self.catalog.create_table_if_not_exists(
+        table = self.catalog.create_table_if_not_exists(
             (self.namespace, name), schema=schema, properties=TABLE_PROPERTIES
         )
+        if name == "run_segments" and table.spec().is_unpartitioned():
+            # Live rows and settled rows in files of their own (publish.py), an identity
+            # partition on `live`: a reader of the latest runs plans only the live files.
+            with table.update_spec() as spec:
+                spec.add_identity("live")
+            # The order publish.py writes the live runs in.
+            with table.update_sort_order() as order:
+                for column in RUN_SORT_COLUMNS:
+                    order.asc(column, IdentityTransform())
+            table = self.catalog.load_table((self.namespace, name))
+        return table
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -456,15 +473,40 @@ class IndexCatalog:
             locations, snapshot_properties=dict(properties or {}), check_duplicate_files=False
         )
 
+    def replace_files(self, name: str, deleted: list[str], added: list[str]) -> None:
+        """In one commit, drop the data files at `deleted` from the table `name` and add the
+        Parquet files at `added` (already in the bucket)."""
+        if not deleted:
+            self.add_files(name, added)
+            return
+        table = self.table(name)
+        gone = set(deleted)
+        old = [data_file for _, data_file in live_files(table) if data_file.file_path in gone]
+        if len(old) != len(gone):
+            raise RuntimeError(f"{name}: {len(gone) - len(old)} file(s) to replace are not live")
+        with table.transaction() as transaction:
+            update = transaction.update_snapshot()
+            with update.overwrite() as rewrite:
+                for data_file in old:
+                    rewrite.delete_data_file(data_file)
+                for location in added:
+                    rewrite.append_data_file(
+                        parquet_file_to_data_file(table.io, transaction.table_metadata, location)
+                    )
+
     def compact(self, name: str) -> bool:
         """Merge the newest small files of a table into one (every row kept, in one
-        commit); return whether it did."""
+        commit); return whether it did. Of run_segments, only settled files are merged (a
+        publish rewrites the live ones)."""
         table = self.table(name)
         snapshot = table.current_snapshot()
         summary = snapshot.summary if snapshot else None
         if summary is None or int(summary.get("total-data-files") or 0) <= COMPACT_ABOVE_FILES:
             return False
         live = live_files(table)
+        if name == "run_segments":
+            live = [(seq, f) for seq, f in live if not holds_live_runs(table, f)]
+        live = [(seq, f) for seq, f in live if f.file_size_in_bytes < COMPACT_DONE_BYTES]
         since = plan_compaction([(seq, data_file.file_size_in_bytes) for seq, data_file in live])
         if since is None:
             return False
@@ -532,6 +574,13 @@ class IndexCatalog:
             pq.write_table(row, path)
             location = self.upload(VERSIONS_TABLE, path)
         self.add_files(VERSIONS_TABLE, [location], version.summary())
+
+
+def holds_live_runs(table: Table, data_file: DataFile) -> bool:
+    """Whether a run_segments file holds live rows (its `live` column's upper bound)."""
+    field_id = table.schema().find_field("live").field_id
+    bound = (data_file.upper_bounds or {}).get(field_id)
+    return bound is not None and bound != b"\x00"
 
 
 def plan_compaction(files: list[tuple[int, int]]) -> int | None:

@@ -2,23 +2,23 @@
 
 Given the record sets (see record_objects.py) not yet in the index, a publish adds to the
 Iceberg tables (catalog.py):
-- `run_segments` and `manifest_segments`: the runs and manifests those record sets bring that
-  the index does not hold yet (each distinct record once). Where a record was first seen is its
-  snapshot's first read, which the `runs` and `manifests` views join in;
+- `run_segments`: every run once, as the `runs` view shows it: with where it was first seen
+  (its snapshot's first read) and its current superseded_by and retracted_in_source. Only the
+  live rows (latest runs, and each Liger version's newest run of a series) can change when runs
+  are added, so a publish rewrites the live files and appends the new runs' settled rows; it
+  reads the settled files only of a series that gets a run no newer than its newest (a late
+  series), or of a snapshot whose first read moved, and rewrites just those (RunChanges);
+- `manifest_segments`: the manifests those record sets bring that the index does not hold yet;
 - `lineage_files`: the record sets' lineage rows that `run_segments` does not hold (a run's
   row there is its first lineage row: tables.lineage_rows);
 - `quarantine_files`: the record sets' quarantine rows;
-- `run_state_changes`: a row for each run whose superseded_by or retracted_in_source this
-  version changes (a run's newest change is its state: the `run_state` view). Only the series
-  (kernel, provider, mode, metric, GPU, case) the new runs belong to, and the runs of the keys
-  that were read again, are recomputed;
 - `snapshots`: one row per object version read.
-Every table is only appended to, so a version costs a commit per table it adds rows to. The
-runs and manifests of a record set that are all new join their tables as the record set's own
-Parquet files; other rows are written once, by DuckDB. Then the small files of each table are
+Every table but run_segments is only appended to, so a version costs a commit per table it adds
+rows to. The manifests of a record set that are all new join their table as the record set's
+own Parquet files; other rows are written once, by DuckDB. Then the small files of each table are
 merged, and one row of `index_versions` names the snapshot of every table: that append is the
 commit. Nothing is ever deleted: a superseded run stays a row, and old versions stay readable
-for the retention (`--as-of`).
+for the retention (`--as-of`: a replaced run file stays in the bucket).
 """
 
 from __future__ import annotations
@@ -56,31 +56,38 @@ from pipelines.index.local import (
     published,
 )
 from pipelines.index.reads import NEWEST_ORDER_SQL, ObjectRead
-from pipelines.index.record_objects import READS_DIR, SUMMARY_FILE
+from pipelines.index.record_objects import READS_DIR, RUN_SCHEMA, SUMMARY_FILE
 from pipelines.index.tables import (
     DUCKDB_TYPES,
     MANIFEST_SEGMENT_SCHEMA,
     RUN_SEGMENT_SCHEMA,
+    RUN_SORT_COLUMNS,
+    RUN_STATE_FIELDS,
     SEQ_COLUMN,
     SNAPSHOT_SCHEMA,
     STORED_TABLES,
     empty_select,
-    lineage_rows,
     parquet_select,
-    run_state_select,
     sql_string,
 )
 from pipelines.settings import Settings
 from pipelines.storage.base import ObjectStore
 from pipelines.storage.errors import StorageUnreachable
 
+# DuckDB's memory for a publish: what does not fit spills to disk, so a publish's memory stays
+# flat however large the files it adds.
+PUBLISH_MEMORY_LIMIT = "1GB"
+# Live run files at which a publish rewrites them as one (RunChanges.write).
+MAX_LIVE_FILES = 4
+# Rows per row group of a run file: a writer buffers a row group per thread (a run is ~1.4 KB
+# with its manifest), and a filter skips row groups by their bounds.
+RUN_ROW_GROUP_ROWS = 32_768
 # How the rows of the small tables are ordered in their files. Runs and lineage keep the order
 # of their record sets (a file's lines): sorting a million runs with their manifests would cost
 # more than writing them.
 ROW_ORDER = {
     "manifest_segments": "kind, digest",
     "quarantine_files": "snapshot_digest, source_line",
-    "run_state_changes": "run_digest",
     "snapshots": "taken_at, read_id",
 }
 
@@ -298,10 +305,14 @@ def build_version(
         )
         for name in ("runs", "manifests", "lineage", "quarantine")
     }
-    con = duckdb.connect()
+    con = duckdb.connect(
+        config={"memory_limit": PUBLISH_MEMORY_LIMIT, "preserve_insertion_order": False}
+    )
+    live_paths, settled_paths = split_run_files(local.get("run_segments", []))
     for name, schema in STORED_TABLES.items():
-        con.execute(f"CREATE VIEW old_{name} AS {parquet_select(local.get(name, []), schema)}")
-    con.execute(f"CREATE TEMP TABLE old_run_state AS {run_state_select('old_run_state_changes')}")
+        if name != "run_segments":
+            con.execute(f"CREATE VIEW old_{name} AS {parquet_select(local.get(name, []), schema)}")
+    con.execute(f"CREATE VIEW old_live AS {parquet_select(live_paths, RUN_SEGMENT_SCHEMA)}")
     con.register("new_reads_arrow", reads_table(reads, summaries, layout))
     con.execute(
         "CREATE TEMP TABLE reads AS SELECT * FROM old_snapshots "
@@ -314,48 +325,52 @@ def build_version(
         "min({'at': taken_at, 'id': read_id}) AS first_seen FROM reads GROUP BY snapshot_digest"
     )
     several = len(pending) > 1
-    new_runs, whole_runs = add_new_records(
-        con, "runs", "run_digest", pending_files["runs"], RUN_SEGMENT_SCHEMA, several
-    )
+    runs = RunChanges.find(con, pending_files["runs"], settled_paths, several)
     new_manifests, whole_manifests = add_new_records(
         con, "manifests", "digest", pending_files["manifests"], MANIFEST_SEGMENT_SCHEMA, several
     )
     for name in ("lineage", "quarantine"):
         select = parquet_select(pending_files[name], STORED_TABLES[f"{name}_files"])
         con.execute(f"CREATE TEMP VIEW new_{name} AS {select}")
-    add_new_lineage(con, whole_runs and pending_files["lineage"] == pending_files["runs"])
+    # One record set whose lineage is its runs' rows, all new: no lineage row of its own.
+    add_new_lineage(
+        con, not several and runs.all_new and pending_files["lineage"] == pending_files["runs"]
+    )
     recompute_run_state(con, {rs.snapshot_digest for rs in pending})
+    run_files = runs.write(con, layout, live_paths)
 
     seq = current.version.seq + 1
-    outputs = {  # the largest last: the others upload while it is written
+    outputs = {
         "manifest_segments": "new_manifests",
         "lineage_files": "new_lineage_files",
         "quarantine_files": "new_quarantine",
-        "run_state_changes": "run_state_changes",
         "snapshots": "new_reads_arrow",
-        "run_segments": "new_runs",
     }
-    # A record set whose runs (or manifests) are all new holds them as the table does: its
-    # Parquet files join the table as they are. Any other new rows become one Parquet file
-    # that DuckDB writes into the local cache and that is uploaded. The commits are
-    # independent, so their S3 round trips overlap on threads.
-    whole = {  # table: (the record sets' files it is made of, whether all are new)
-        "run_segments": ("runs", whole_runs and new_runs > 0),
-        "manifest_segments": ("manifests", whole_manifests and new_manifests > 0),
-    }
-    with ThreadPoolExecutor(max_workers=len(outputs)) as pool:
-        commits = []
+    # A record set whose manifests are all new holds them as the table does: its Parquet files
+    # join the table as they are. Any other new rows become one Parquet file that DuckDB writes
+    # into the local cache and that is uploaded. The runs' files replace those they rewrite in
+    # one commit. The commits are independent, so their S3 round trips overlap on threads.
+    with ThreadPoolExecutor(max_workers=len(outputs) + 1) as pool:
+        commits = [
+            pool.submit(
+                replace_run_files, catalog, layout, run_files, runs.deleted_keys(layout, local)
+            )
+        ]
         for name, rows in outputs.items():
-            files, all_new = whole.get(name, ("", False))
-            if all_new and table_files(pending_files[files], name):
-                keys = [key for rs in pending for key in rs.file_keys(files)]
+            if (
+                name == "manifest_segments"
+                and whole_manifests
+                and new_manifests > 0
+                and table_files(pending_files["manifests"], name)
+            ):
+                keys = [key for rs in pending for key in rs.file_keys("manifests")]
                 locations = [f"s3://{layout.bucket}/{key}" for key in keys]
                 commits.append(pool.submit(add_and_compact, catalog, name, locations))
             elif (path := write_data_file(con, layout, name, rows, seq)) is not None:
                 commits.append(pool.submit(commit_data_file, catalog, layout, name, path))
         for commit in commits:
             commit.result()
-    counts = index_counts(con, current.version, new_runs, new_manifests, pending)
+    counts = index_counts(con, current.version, runs.new, new_manifests, pending)
     con.close()
     pause_point(INDEX_FILES_WRITTEN)
     version = Version(
@@ -370,7 +385,274 @@ def build_version(
     catalog.compact(VERSIONS_TABLE)
     if seq % EXPIRE_EVERY_VERSIONS == 0:
         catalog.expire()
-    return version, new_runs
+    return version, runs.new
+
+
+def split_run_files(paths: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The run_segments files (local copies) holding live rows, and those holding settled ones
+    (each file holds one kind: its `live` column's bounds say which)."""
+    live: list[str] = []
+    settled: list[str] = []
+    for path in paths:
+        metadata = pq.read_metadata(path)
+        if metadata.num_rows == 0:
+            continue
+        column = metadata.schema.to_arrow_schema().get_field_index("live")
+        stats = metadata.row_group(0).column(column).statistics
+        (live if stats is not None and stats.has_min_max and stats.max else settled).append(path)
+    return live, settled
+
+
+@dataclass(slots=True)
+class RunChanges:
+    """The runs a publish adds and the stored rows it rewrites.
+
+    Only live rows (latest runs and the heads of each Liger version: tables.RUN_SEGMENT_SCHEMA)
+    can change, except in a series that gets a run observed no later than its newest: a late
+    series, whose settled rows are read too. A publish so reads the live rows, the new runs,
+    and the late series' settled files; every other settled file stays as it is, unread."""
+
+    new: int = 0
+    all_new: bool = False  # no pending run is stored already
+    rewrite_live: bool = False
+    settled_rewritten: list[str] = field(default_factory=list)
+
+    @classmethod
+    def find(
+        cls,
+        con: duckdb.DuckDBPyConnection,
+        files: Sequence[str],
+        settled_paths: Sequence[str],
+        several: bool,
+    ) -> RunChanges:
+        """new_runs (the pending runs the index lacks, once each, with their source key),
+        known_state (the stored runs whose state may change, with their state) and
+        rewritten_settled (the rows of the settled files to rewrite)."""
+        changes = cls()
+        columns = ", ".join(f"c.{name}" for name in RUN_SCHEMA.names) + ", f.source_key"
+        first_only = (
+            """QUALIFY row_number() OVER (
+                    PARTITION BY c.run_digest ORDER BY f.first_seen, c.source_line) = 1"""
+            if several
+            else ""
+        )
+        con.execute(
+            f"""CREATE TEMP {"TABLE" if several else "VIEW"} candidate_runs AS
+                SELECT {columns} FROM ({parquet_select(files, RUN_SCHEMA)}) c
+                JOIN first_reads f USING (snapshot_digest) {first_only}"""
+        )
+        # A late series: a pending run observed no later than the series' newest run (which
+        # is live: nothing observed later supersedes it).
+        con.execute(
+            """CREATE TEMP TABLE candidate_series AS
+               SELECT series_key, min(observed_at) AS first_at FROM candidate_runs
+               GROUP BY series_key"""
+        )
+        con.execute(
+            """CREATE TEMP TABLE late_series AS
+               SELECT c.series_key FROM candidate_series c
+               JOIN (SELECT series_key, max(observed_at) AS last_at FROM old_live
+                     GROUP BY series_key) l USING (series_key)
+               WHERE c.first_at <= l.last_at"""
+        )
+        # Snapshots whose first read moved (a read older than the one their runs were stored
+        # with): their runs are stored again with the new source key.
+        con.execute(
+            """CREATE TEMP TABLE moved_snapshots AS
+               SELECT o.snapshot_digest FROM (
+                   SELECT snapshot_digest,
+                          arg_min(source_key, {'at': taken_at, 'id': read_id}) AS source_key
+                   FROM old_snapshots GROUP BY snapshot_digest) o
+               JOIN first_reads f USING (snapshot_digest)
+               WHERE o.source_key IS DISTINCT FROM f.source_key"""
+        )
+        late = scalar(con, "SELECT count(*) FROM late_series")
+        moved = scalar(con, "SELECT count(*) FROM moved_snapshots")
+        if (late or moved) and settled_paths:
+            found = con.execute(
+                f"""SELECT DISTINCT filename FROM read_parquet(
+                        [{", ".join(sql_string(p) for p in settled_paths)}], filename = true)
+                    WHERE series_key IN (SELECT series_key FROM late_series)
+                       OR snapshot_digest IN (SELECT snapshot_digest FROM moved_snapshots)"""
+            ).fetchall()
+            changes.settled_rewritten = sorted(str(row[0]) for row in found)
+        con.execute(
+            "CREATE TEMP VIEW rewritten_settled AS "
+            + parquet_select(changes.settled_rewritten, RUN_SEGMENT_SCHEMA)
+        )
+        state = ", ".join(
+            [
+                "run_digest",
+                "series_key",
+                "observed_at",
+                "liger_version",
+                "snapshot_digest",
+                "superseded_by",
+                "retracted_in_source",
+                "head_of_version",
+            ]
+        )
+        con.execute(
+            f"""CREATE TEMP TABLE known_state AS
+                SELECT {state}, true AS in_live FROM old_live
+                UNION ALL SELECT {state}, false FROM rewritten_settled
+                WHERE series_key IN (SELECT series_key FROM late_series)"""
+        )
+        con.execute(
+            """CREATE TEMP TABLE known_runs AS
+               SELECT k.run_digest FROM known_state k
+               SEMI JOIN candidate_runs c ON c.run_digest = k.run_digest"""
+        )
+        if not scalar(con, "SELECT count(*) FROM known_runs"):
+            changes.all_new = True
+            con.execute("CREATE TEMP VIEW new_runs AS SELECT * FROM candidate_runs")
+        else:
+            con.execute(
+                """CREATE TEMP TABLE new_runs AS SELECT * FROM candidate_runs
+                   WHERE run_digest NOT IN (SELECT run_digest FROM known_runs)"""
+            )
+        changes.new = scalar(con, "SELECT count(*) FROM new_runs")
+        con.execute(
+            """CREATE TEMP VIEW old_run_state AS
+               SELECT run_digest, superseded_by, retracted_in_source FROM known_state
+               WHERE superseded_by IS NOT NULL OR retracted_in_source"""
+        )
+        return changes
+
+    def write(
+        self, con: duckdb.DuckDBPyConnection, layout: IndexLayout, live_paths: Sequence[str]
+    ) -> list[Path]:
+        """The new data files of run_segments (after recompute_run_state): the live rows, when
+        any changed or any new run is live, and the settled rows that are new or rewritten."""
+        con.execute(
+            """CREATE TEMP TABLE final_state AS
+               WITH everyone AS (
+                   SELECT run_digest, superseded_by, retracted_in_source, head_of_version, in_live
+                   FROM known_state
+                   UNION ALL SELECT run_digest, NULL, false, false, NULL FROM new_runs
+               )
+               SELECT e.run_digest, e.in_live,
+                      e.superseded_by AS old_superseded_by,
+                      e.retracted_in_source AS old_retracted,
+                      e.head_of_version AS old_head,
+                      CASE WHEN c.run_digest IS NULL THEN e.superseded_by
+                           ELSE c.superseded_by END AS superseded_by,
+                      CASE WHEN c.run_digest IS NULL THEN e.retracted_in_source
+                           ELSE c.retracted_in_source END AS retracted_in_source,
+                      coalesce(h.head_of_version, e.head_of_version) AS head_of_version
+               FROM everyone e
+               LEFT JOIN run_state_changes c USING (run_digest)
+               LEFT JOIN heads h USING (run_digest)"""
+        )
+        self.rewrite_live = bool(
+            scalar(
+                con,
+                """SELECT count(*) FROM final_state f WHERE in_live AND (
+                       superseded_by IS DISTINCT FROM old_superseded_by
+                       OR retracted_in_source IS DISTINCT FROM old_retracted
+                       OR head_of_version IS DISTINCT FROM old_head)""",
+            )
+        ) or bool(
+            scalar(
+                con,
+                "SELECT count(*) FROM old_live "
+                "WHERE snapshot_digest IN (SELECT snapshot_digest FROM moved_snapshots)",
+            )
+        )
+        # Live files a publish only appended to (new series, nothing else changed) are merged
+        # once there are a few: the live set stays in few files, and is never compacted.
+        self.rewrite_live = self.rewrite_live or len(live_paths) >= MAX_LIVE_FILES
+        stored = [
+            f.name
+            for f in RUN_SEGMENT_SCHEMA
+            if f.name not in ("source_key", *(s.name for s in RUN_STATE_FIELDS), "head_of_version")
+            and f.name != "live"
+        ]
+        sources = [f"SELECT {', '.join(stored)} FROM new_runs"]
+        if self.rewrite_live and live_paths:
+            sources.append(f"SELECT {', '.join(stored)} FROM old_live")
+        if self.settled_rewritten:
+            sources.append(f"SELECT {', '.join(stored)} FROM rewritten_settled")
+        pool = " UNION ALL ".join(sources)
+        con.execute(
+            f"""CREATE TEMP VIEW written_runs AS
+                SELECT p.*, f.source_key,
+                       CASE WHEN s.run_digest IS NULL THEN o.superseded_by
+                            ELSE s.superseded_by END AS superseded_by,
+                       CASE WHEN s.run_digest IS NULL THEN o.retracted_in_source
+                            ELSE s.retracted_in_source END AS retracted_in_source,
+                       CASE WHEN s.run_digest IS NULL THEN o.head_of_version
+                            ELSE s.head_of_version END AS head_of_version
+                FROM ({pool}) p
+                LEFT JOIN first_reads f USING (snapshot_digest)
+                LEFT JOIN final_state s USING (run_digest)
+                LEFT JOIN (SELECT run_digest, superseded_by, retracted_in_source,
+                                  head_of_version FROM rewritten_settled) o USING (run_digest)"""
+        )
+        paths = []
+        for live in (True, False):
+            rows = (
+                "(SELECT *, superseded_by IS NULL OR head_of_version AS live FROM written_runs "
+                f"WHERE (superseded_by IS NULL OR head_of_version) = {str(live).lower()})"
+            )
+            if (path := write_runs_file(con, layout, rows, ordered=live)) is not None:
+                paths.append(path)
+        return paths
+
+    def deleted_keys(self, layout: IndexLayout, local: dict[str, list[str]]) -> list[str]:
+        """The locations of the stored run files the new ones replace."""
+        keys = current_run_keys(layout, local)
+        live, _ = split_run_files(list(keys))
+        deleted = (live if self.rewrite_live else []) + self.settled_rewritten
+        return [f"s3://{layout.bucket}/{keys[path]}" for path in deleted]
+
+
+def current_run_keys(layout: IndexLayout, local: dict[str, list[str]]) -> dict[str, str]:
+    """Each run_segments file's local path -> its object key."""
+    cache = str(layout.cache_dir) + "/"
+    return {path: path.removeprefix(cache) for path in local.get("run_segments", [])}
+
+
+def scalar(con: duckdb.DuckDBPyConnection, sql: str) -> int:
+    row = con.execute(sql).fetchone()
+    return int(row[0]) if row and row[0] is not None else 0
+
+
+def write_runs_file(
+    con: duckdb.DuckDBPyConnection, layout: IndexLayout, rows: str, *, ordered: bool
+) -> Path | None:
+    """The rows as a new run_segments file (`ordered`: in the table's sort order), or None if
+    none. Settled rows keep their record sets' order: sorting a million runs with their
+    manifests would cost more than writing them."""
+    if not scalar(con, f"SELECT count(*) FROM {rows}"):
+        return None
+    columns = ", ".join(
+        f'CAST("{c.name}" AS {DUCKDB_TYPES[c.type]}) AS "{c.name}"' for c in RUN_SEGMENT_SCHEMA
+    )
+    order = f" ORDER BY {', '.join(RUN_SORT_COLUMNS)}" if ordered else ""
+    layout.cache_dir.mkdir(parents=True, exist_ok=True)
+    path = layout.cache_dir / f".new-run_segments-{secrets.token_hex(8)}.parquet"
+    con.execute(
+        f"COPY (SELECT {columns} FROM {rows}{order}) "
+        f"TO {sql_string(str(path))} "
+        f"(FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE {RUN_ROW_GROUP_ROWS})"
+    )
+    return path
+
+
+def replace_run_files(
+    catalog: IndexCatalog, layout: IndexLayout, paths: list[Path], deleted: list[str]
+) -> None:
+    """Upload the new run files, and in one commit add them and drop those they replace; then
+    compact the settled files."""
+    locations = []
+    for path in paths:
+        location = catalog.upload("run_segments", path)
+        cache_file(path, layout.cached_path(object_key(location, layout.bucket)))
+        locations.append(location)
+    if locations or deleted:
+        catalog.replace_files("run_segments", deleted, locations)
+    catalog.compact("run_segments")
 
 
 def write_data_file(
@@ -485,24 +767,35 @@ def add_new_lineage(con: duckdb.DuckDBPyConnection, lineage_is_new_runs: bool) -
 
 
 def recompute_run_state(con: duckdb.DuckDBPyConnection, new_snapshots: set[str]) -> None:
-    """run_state for the new version: the old one, with the runs the new work can change redone.
-    `new_snapshots`: the snapshots of the record sets being added (their lineage: new_lineage).
+    """run_state_changes: the state each run the new work can change gets, where it differs
+    from its stored one; heads: whether each run of a touched series is its Liger version's
+    newest. `new_snapshots`: the snapshots of the record sets being added (their lineage:
+    new_lineage). The runs looked at are known_state's (the live rows, and the settled ones of
+    late series: RunChanges.find) and the new ones: no other stored run can change.
 
     Supersession: within a series, a run is superseded by the earliest run (lowest digest on a
     tie) observed strictly later. Retraction: a run not superseded and held by no key's newest
     read (newest as pipelines/index/reads.py orders reads: by commit time where a version
     carries one, else by LastModified; then read time). A key that returns to bytes it held
     before is read again, so its newest read is what it holds now."""
-    # The old runs of the new runs' series are probed once; the new runs stay where they are
-    # (their record set's Parquet, or a temporary table), read again column by column.
     con.execute(
         """CREATE TEMP TABLE old_series_runs AS
-           SELECT run_digest, series_key, observed_at, snapshot_digest FROM old_run_segments
+           SELECT run_digest, series_key, observed_at, liger_version, snapshot_digest
+           FROM known_state
            WHERE series_key IN (SELECT DISTINCT series_key FROM new_runs)"""
     )
     con.execute(
         """CREATE TEMP VIEW series_runs AS SELECT * FROM old_series_runs
-           UNION ALL SELECT run_digest, series_key, observed_at, snapshot_digest FROM new_runs"""
+           UNION ALL SELECT run_digest, series_key, observed_at, liger_version, snapshot_digest
+           FROM new_runs"""
+    )
+    # Each Liger version's newest run of a series (version_changes reads only those).
+    con.execute(
+        """CREATE TEMP TABLE heads AS
+           SELECT run_digest, liger_version IS NOT NULL AND row_number() OVER (
+                      PARTITION BY series_key, liger_version
+                      ORDER BY observed_at DESC, run_digest) = 1 AS head_of_version
+           FROM series_runs"""
     )
     # Only a series observed at two times or more has a superseded run (min and max skip
     # NULLs, as count(DISTINCT) does, and cost no hash set per series).
@@ -537,11 +830,24 @@ def recompute_run_state(con: duckdb.DuckDBPyConnection, new_snapshots: set[str])
         "WHERE source_key IN (SELECT source_key FROM new_reads_arrow)"
     )
     touched = [r[0] for r in con.execute("SELECT snapshot_digest FROM touched").fetchall()]
+    # The lineage of the runs looked at: a stored run's own row, the other rows of it that
+    # lineage_files holds, and the new ones. A settled run outside a late series is superseded
+    # and stays so whatever holds it: it is left out.
     con.execute(
-        f"""CREATE TEMP VIEW all_lineage AS
-           SELECT run_digest, snapshot_digest
-           FROM ({lineage_rows("old_run_segments", "old_lineage_files")})
-           UNION ALL SELECT run_digest, snapshot_digest FROM new_lineage"""
+        """CREATE TEMP TABLE old_other_lineage AS
+           SELECT l.run_digest, l.snapshot_digest FROM old_lineage_files l
+           SEMI JOIN (SELECT run_digest FROM known_state
+                      UNION ALL SELECT run_digest FROM new_runs) k
+             ON k.run_digest = l.run_digest"""
+    )
+    con.execute(
+        """CREATE TEMP VIEW all_lineage AS
+           SELECT run_digest, snapshot_digest FROM known_state
+           UNION ALL SELECT run_digest, snapshot_digest FROM old_other_lineage
+           UNION ALL SELECT n.run_digest, n.snapshot_digest FROM new_lineage n
+           SEMI JOIN (SELECT run_digest FROM known_state
+                      UNION ALL SELECT run_digest FROM new_runs) k
+             ON k.run_digest = n.run_digest"""
     )
     con.execute(
         """CREATE TEMP VIEW candidate_rows AS
@@ -603,15 +909,6 @@ def recompute_run_state(con: duckdb.DuckDBPyConnection, new_snapshots: set[str])
               OR (c.superseded_by IS NULL AND NOT c.held)
                  IS DISTINCT FROM coalesce(o.retracted_in_source, false)"""
     )
-    con.execute(
-        """CREATE TEMP TABLE run_state AS
-           SELECT * FROM old_run_state
-           WHERE run_digest NOT IN (SELECT run_digest FROM had_state)
-           UNION ALL
-           SELECT run_digest, superseded_by,
-                  superseded_by IS NULL AND NOT held AS retracted_in_source
-           FROM changed_state WHERE superseded_by IS NOT NULL OR NOT held"""
-    )
 
 
 def _all_held_and_stateless(con: duckdb.DuckDBPyConnection, snapshots: list[str]) -> bool:
@@ -668,6 +965,15 @@ def index_counts(
         + sum(int(rs.summary.get("quarantined", 0)) for rs in pending),
         "lineage": int(old.get("lineage", 0))
         + sum(int(rs.summary.get("lineage", 0)) for rs in pending),
-        "superseded": scalar("SELECT count(*) FROM run_state WHERE superseded_by IS NOT NULL"),
-        "retracted": scalar("SELECT count(*) FROM run_state WHERE retracted_in_source"),
+        # What this version changed of the runs it looked at, added to the counts before.
+        "superseded": int(old.get("superseded", 0))
+        + scalar(
+            "SELECT count(*) FILTER (WHERE superseded_by IS NOT NULL)"
+            " - count(*) FILTER (WHERE old_superseded_by IS NOT NULL) FROM final_state"
+        ),
+        "retracted": int(old.get("retracted", 0))
+        + scalar(
+            "SELECT count(*) FILTER (WHERE retracted_in_source)"
+            " - count(*) FILTER (WHERE old_retracted) FROM final_state"
+        ),
     }

@@ -26,23 +26,40 @@ from pipelines.index.record_objects import (
     UTC_US,
 )
 
-# A run or manifest segment holds its rows as a record set does (it may be one): where a record
-# was first seen is its snapshot's first read, joined in by the `runs` and `manifests` views, so
-# the rows need not be rewritten.
-RUN_SEGMENT_SCHEMA = RUN_SCHEMA
-MANIFEST_SEGMENT_SCHEMA = MANIFEST_SCHEMA
-RUN_STATE_SCHEMA = pa.schema(
+# A run's stored row is what the `runs` view shows: the record set's columns, where the run was
+# first seen (its snapshot's first read) and its current state, stored rather than recomputed
+# by every query. A publish rewrites the rows whose state it changes (publish.py). Two hidden
+# columns keep what changes small: `head_of_version` (the run is its series' newest of its Liger
+# version: the one row `version_changes` reads of each) and `live` (the run is latest or a head:
+# the only rows a later publish may change, unless a run arrives older than its series' newest).
+# A data file holds live rows only or settled rows only, so a publish rewrites the few live files
+# and appends settled ones; a settled file is rewritten only for a late run of its series or a
+# snapshot whose first read moved.
+_RUN_TAIL = ("snapshot_digest", "source_line", "manifest")
+RUN_STATE_FIELDS = (
+    pa.field("superseded_by", pa.string()),
+    pa.field("retracted_in_source", pa.bool_()),
+)
+HIDDEN_RUN_COLUMNS = ("head_of_version", "live")
+RUN_SEGMENT_SCHEMA = pa.schema(
     [
-        ("run_digest", pa.string()),
-        ("superseded_by", pa.string()),
-        ("retracted_in_source", pa.bool_()),
+        *(f for f in RUN_SCHEMA if f.name not in _RUN_TAIL),
+        RUN_SCHEMA.field("snapshot_digest"),
+        pa.field("source_key", pa.string()),
+        RUN_SCHEMA.field("source_line"),
+        *RUN_STATE_FIELDS,
+        RUN_SCHEMA.field("manifest"),
+        pa.field("head_of_version", pa.bool_()),
+        pa.field("live", pa.bool_()),
     ]
 )
-# Every stored row carries the number of the version that added it: the newest state change of
-# a run is its state, and compaction finds the newest files by it.
+# How a run's rows are ordered in a data file (the table's Iceberg sort order too): a filter on
+# kernel, GPU or time skips the row groups (and, through the files' bounds, the files) it
+# cannot match.
+RUN_SORT_COLUMNS = ("kernel", "gpu", "observed_at")
+MANIFEST_SEGMENT_SCHEMA = MANIFEST_SCHEMA
+# Every stored row of the small tables carries the number of the version that added it.
 SEQ_COLUMN = "index_seq"
-# A run's state as each version changed it: a row per change, never rewritten.
-RUN_STATE_CHANGES_SCHEMA = RUN_STATE_SCHEMA.append(pa.field(SEQ_COLUMN, pa.int64()))
 SNAPSHOT_SCHEMA = pa.schema(
     [
         ("read_id", pa.string()),
@@ -73,7 +90,6 @@ CURRENT_RECORD_SET = "arg_max(parser_version, coalesce(processed_at, taken_at))"
 STORED_TABLES: dict[str, pa.Schema] = {
     "run_segments": RUN_SEGMENT_SCHEMA,
     "manifest_segments": MANIFEST_SEGMENT_SCHEMA,
-    "run_state_changes": RUN_STATE_CHANGES_SCHEMA,
     "snapshots": SNAPSHOT_SCHEMA,
     "lineage_files": LINEAGE_SCHEMA,
     "quarantine_files": QUARANTINE_SCHEMA,
@@ -197,17 +213,6 @@ def lineage_rows(run_segments: str, lineage_files: str) -> str:
     return f"SELECT {columns} FROM {run_segments} UNION ALL SELECT {columns} FROM {lineage_files}"
 
 
-def run_state_select(changes: str) -> str:
-    """The runs that are superseded or retracted, each by its newest change (a run whose newest
-    change clears its state has none)."""
-    return f"""SELECT run_digest, s.superseded_by, s.retracted_in_source FROM (
-            SELECT run_digest,
-                   arg_max({{'superseded_by': superseded_by,
-                             'retracted_in_source': retracted_in_source}}, {SEQ_COLUMN}) AS s
-            FROM {changes} GROUP BY run_digest)
-        WHERE s.superseded_by IS NOT NULL OR s.retracted_in_source"""
-
-
 def parquet_sources(files: Mapping[str, Sequence[str]]) -> dict[str, str]:
     """Each stored or served table as a SELECT over its Parquet files (local paths or s3://
     URLs)."""
@@ -223,7 +228,11 @@ def view_statements(sources: Mapping[str, str]) -> list[str]:
         for name, schema in reader_tables().items()
     ]
     statements += [
-        f"CREATE OR REPLACE VIEW run_state AS {run_state_select('run_state_changes')}",
+        f"""CREATE OR REPLACE VIEW runs AS
+           SELECT * EXCLUDE ({", ".join(HIDDEN_RUN_COLUMNS)}) FROM run_segments""",
+        """CREATE OR REPLACE VIEW run_state AS
+           SELECT run_digest, superseded_by, retracted_in_source FROM run_segments
+           WHERE superseded_by IS NOT NULL OR retracted_in_source""",
         # Where a snapshot was first seen: its earliest read (publish.py picks alike), and the
         # source that read it (liger-csv, worker-bundle, nvbench-json...).
         """CREATE OR REPLACE VIEW first_reads AS
@@ -231,15 +240,6 @@ def view_statements(sources: Mapping[str, str]) -> list[str]:
                   arg_min(source_key, {'at': taken_at, 'id': read_id}) AS source_key,
                   arg_min(source, {'at': taken_at, 'id': read_id}) AS source
            FROM snapshots GROUP BY snapshot_digest""",
-        """CREATE OR REPLACE VIEW runs AS
-           SELECT s.* EXCLUDE (manifest, snapshot_digest, source_line),
-                  s.snapshot_digest, f.source_key, f.source, s.source_line,
-                  st.superseded_by,
-                  coalesce(st.retracted_in_source, false) AS retracted_in_source,
-                  s.manifest
-           FROM run_segments s
-           LEFT JOIN run_state st ON st.run_digest = s.run_digest
-           LEFT JOIN first_reads f ON f.snapshot_digest = s.snapshot_digest""",
         """CREATE OR REPLACE VIEW manifests AS
            SELECT m.*, f.source_key FROM manifest_segments m
            LEFT JOIN first_reads f ON f.snapshot_digest = m.snapshot_digest""",
