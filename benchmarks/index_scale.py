@@ -2,8 +2,9 @@
 
 Builds an index of --files Liger CSVs of --rows rows each (default 10 x 1M: ~10M runs), each
 made of the shared CSV's real rows with shifted timestamps, every file re-measuring the cases of
-the one before (so all but the newest run of each case end superseded), ingested one by one with
-`kindex ingest` (a fresh process each) into one fresh home. Prints, in one run:
+the one before, later than all its runs (so all but the newest run of each case end superseded),
+ingested one by one with `kindex ingest` (a fresh process each) into one fresh home. Prints, in
+one run:
 1. the last file's ingest against the first's: wall time and peak RSS (target <= 1.5x each);
 2. a 20-row file (later runs of 20 of the cases) into the big index against into an empty home,
    the median of --repeats each (target <= 1.5x each);
@@ -127,11 +128,24 @@ def shared_rows() -> tuple[list[str], list[list[str]]]:
         return header, list(reader)
 
 
+def csv_span() -> timedelta:
+    """More than the shared CSV's time span: a file shifted by it holds only later runs."""
+    header, shared = shared_rows()
+    at = header.index("timestamp")
+    times = [datetime.strptime(row[at], TIME_FORMAT) for row in shared]
+    return max(times) - min(times) + timedelta(days=1)
+
+
 def shifted_csv(
-    path: Path, rows: int, first_replica: int, base: list[list[str]] | None = None
+    path: Path,
+    rows: int,
+    first_replica: int,
+    base: list[list[str]] | None = None,
+    later: timedelta = timedelta(0),
 ) -> Path:
     """`rows` rows: replicas of the shared CSV (or of `base`), replica r's timestamps shifted
-    by r minutes (the same cases measured again later), from `first_replica` on."""
+    by r minutes (the same cases measured again later), from `first_replica` on, and all by
+    `later`."""
     header, shared = shared_rows()
     source = base or shared
     at = header.index("timestamp")
@@ -140,7 +154,7 @@ def shifted_csv(
         writer.writerow(header)
         written, replica = 0, first_replica
         while written < rows:
-            shift = timedelta(minutes=replica)
+            shift = later + timedelta(minutes=replica)
             for fields in source[: rows - written]:
                 row = list(fields)
                 row[at] = (datetime.strptime(row[at], TIME_FORMAT) + shift).strftime(TIME_FORMAT)
@@ -280,10 +294,16 @@ def main() -> int:
     try:
         _, shared = shared_rows()
         per_file = math.ceil(args.rows / len(shared))
+        span = csv_span()
+        window = timedelta(minutes=per_file * (args.files + 2))
         big = work / "home-big"
         builds: list[Measured] = []
         for k in range(args.files):
-            path = shifted_csv(work / f"file-{k:02}.csv", args.rows, k * per_file)
+            # Each file later than every run of the one before (its replicas' minutes included):
+            # it supersedes the newest runs, as a fleet's next day of measurements does.
+            path = shifted_csv(
+                work / f"file-{k:02}.csv", args.rows, k * per_file, later=k * (span + window)
+            )
             builds.append(ingest(big, path))
             path.unlink()
             print(
@@ -311,7 +331,9 @@ def main() -> int:
         later = (args.files + 1) * per_file
         into_big, into_empty = [], []
         for i in range(args.repeats):
-            small_file = shifted_csv(work / f"twenty-{i}.csv", 20, later + i)
+            small_file = shifted_csv(
+                work / f"twenty-{i}.csv", 20, later + i, later=(args.files + i) * (span + window)
+            )
             into_big.append(ingest(big, small_file))
             into_empty.append(ingest(work / f"home-empty-{i}", small_file))
         line = ratio_text(

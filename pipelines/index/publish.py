@@ -76,7 +76,7 @@ from pipelines.storage.errors import StorageUnreachable
 
 # DuckDB's memory for a publish: what does not fit spills to disk, so a publish's memory stays
 # flat however large the files it adds.
-PUBLISH_MEMORY_LIMIT = "1GB"
+PUBLISH_MEMORY_LIMIT = "2GB"
 # Live run files at which a publish rewrites them as one (RunChanges.write).
 MAX_LIVE_FILES = 4
 # Rows per row group of a run file: a writer buffers a row group per thread (a run is ~1.4 KB
@@ -305,8 +305,14 @@ def build_version(
         )
         for name in ("runs", "manifests", "lineage", "quarantine")
     }
+    layout.cache_dir.mkdir(parents=True, exist_ok=True)
     con = duckdb.connect(
-        config={"memory_limit": PUBLISH_MEMORY_LIMIT, "preserve_insertion_order": False}
+        config={
+            "memory_limit": PUBLISH_MEMORY_LIMIT,
+            "preserve_insertion_order": False,
+            # Where what does not fit spills (temporary tables too), beside the cache.
+            "temp_directory": str(layout.cache_dir / ".publish-spill"),
+        }
     )
     live_paths, settled_paths = split_run_files(local.get("run_segments", []))
     for name, schema in STORED_TABLES.items():
@@ -544,6 +550,9 @@ class RunChanges:
                LEFT JOIN run_state_changes c USING (run_digest)
                LEFT JOIN heads h USING (run_digest)"""
         )
+        # What the state was computed from is no longer needed: its memory goes to the writes.
+        for table in ("successors", "candidates", "changed_state", "held_elsewhere", "had_state"):
+            con.execute(f"DROP TABLE IF EXISTS {table}")
         self.rewrite_live = bool(
             scalar(
                 con,
