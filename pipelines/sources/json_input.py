@@ -140,21 +140,29 @@ def _text(data: bytes | memoryview) -> str:
 _TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
 
 
-def depth_guard(text: str, max_depth: int = MAX_DEPTH) -> None:
-    """Refuse deep nesting before a parser pays for it (`json` recurses once per level).
-    Brackets inside strings do not count."""
+def too_deep_at(text: str, max_depth: int = MAX_DEPTH) -> int | None:
+    """The line where brackets first nest deeper than `max_depth`, or None. Brackets inside
+    strings do not count. Parsers recurse once per level (`json`; ruamel's scanner re-checks
+    every open flow level), so this is asked before either pays for it."""
     if text.count("[") + text.count("{") <= max_depth:
-        return
+        return None
     depth = 0
     for match in _TOKEN.finditer(text):
         token = match.group()
         if token in "[{":
             depth += 1
             if depth > max_depth:
-                line = text.count("\n", 0, match.start()) + 1
-                raise JsonInputError(TOO_DEEP, f"nesting deeper than {max_depth}", line)
+                return text.count("\n", 0, match.start()) + 1
         elif token in "]}":
             depth -= 1
+    return None
+
+
+def depth_guard(text: str, max_depth: int = MAX_DEPTH) -> None:
+    """Refuse deep nesting before a parser pays for it."""
+    line = too_deep_at(text, max_depth)
+    if line is not None:
+        raise JsonInputError(TOO_DEEP, f"nesting deeper than {max_depth}", line)
 
 
 def _parse(text: str, line: int, decoder: json.JSONDecoder = _DECODER) -> Any:

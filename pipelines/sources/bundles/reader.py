@@ -31,6 +31,7 @@ from ruamel.yaml import events as ev
 from ruamel.yaml.error import YAMLError
 
 from pipelines.sources.bundles import reasons
+from pipelines.sources.json_input import too_deep_at
 
 DEFAULT_MAX_BYTES = 16 * 1024 * 1024
 DEFAULT_MAX_DEPTH = 64
@@ -134,24 +135,12 @@ class _NotJson(Exception):
         self.error = error
 
 
-_JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
-
-
 def bracket_depth_guard(text: str, limits: ReadLimits) -> None:
-    """Refuse deep bracket nesting before a parser pays for it: `json` recurses per level, and
-    ruamel's scanner looks ahead up to 1024 characters re-checking every open flow level (about a
-    second for `[` * 10000). Double-quoted strings are skipped; anything else that nests 64
-    brackets deep is not a bundle anyway."""
-    depth = 0
-    for match in _JSON_TOKEN.finditer(text):
-        token = match.group()
-        if token in "[{":
-            depth += 1
-            if depth > limits.max_depth:
-                line = text.count("\n", 0, match.start()) + 1
-                raise ReadError(reasons.TOO_DEEP, f"nesting deeper than {limits.max_depth}", line)
-        elif token in "]}":
-            depth -= 1
+    """Refuse deep bracket nesting before a parser pays for it (json_input's rule): anything
+    that nests 64 brackets deep is not a bundle anyway."""
+    line = too_deep_at(text, limits.max_depth)
+    if line is not None:
+        raise ReadError(reasons.TOO_DEEP, f"nesting deeper than {limits.max_depth}", line)
 
 
 def _reject_constant(name: str) -> Any:
