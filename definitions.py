@@ -2,21 +2,22 @@
 
 from dagster import Definitions, in_process_executor
 
-from assets.files import FILE_ASSETS
+from assets.files import FILE_ASSETS, FILE_JOBS
 from assets.index import index
 from assets.lost_runs import lost_runs_sensor
 from assets.reconcile import reconcile_sensor
 from assets.resources import KindexResource
-from assets.sensors import automation_sensor, incoming_files_sensor, index_catchup_sensor
+from assets.sensors import incoming_files_sensor, index_catchup_sensor, ledger_sensor
 
 defs = Definitions(
     assets=[*FILE_ASSETS, index],
+    jobs=FILE_JOBS,
     sensors=[
         incoming_files_sensor,
-        index_catchup_sensor,
+        ledger_sensor,
         reconcile_sensor,
+        index_catchup_sensor,
         lost_runs_sensor,
-        automation_sensor,
     ],
     resources={"kindex": KindexResource.from_env()},
     # One process per run, not per step: a run over many files is one Python process.

@@ -8,7 +8,6 @@ from dagster import (
     AssetCheckSpec,
     AssetExecutionContext,
     AssetKey,
-    AutomationCondition,
     MaterializeResult,
     MetadataValue,
     asset,
@@ -21,16 +20,6 @@ INDEX_KEY = AssetKey("index")
 # One writer at a time (the instance gives every pool a limit of 1, see `kindex up`).
 INDEX_POOL = "kindex_index"
 
-# `eager()` waits while any partition of `records` is missing or failed, so one bad file would
-# hold the index back forever. This fires after any file's records update, once none is running.
-# The update is remembered until the index is next *requested* (not materialized): records that
-# land while an index run is already going (it started before them) still get a run of their own.
-INDEX_CONDITION = (
-    AutomationCondition.any_deps_updated().since(AutomationCondition.newly_requested())
-    & ~AutomationCondition.any_deps_in_progress()
-    & ~AutomationCondition.in_progress()
-).with_label("after any file's records, not waiting on failed or missing files")
-
 
 @asset(
     key=INDEX_KEY,
@@ -38,7 +27,6 @@ INDEX_CONDITION = (
     deps=[RECORDS_KEY],
     pool=INDEX_POOL,
     retry_policy=FILE_RETRY_POLICY,
-    automation_condition=INDEX_CONDITION,
     check_specs=[
         AssetCheckSpec(
             "row_counts_match_snapshots",
@@ -48,12 +36,13 @@ INDEX_CONDITION = (
         AssetCheckSpec(
             "every_version_processed",
             asset=INDEX_KEY,
-            description="Every object version under incoming/ has a snapshot and a record set "
-            "of the current parser (the reconcile sensor requests the missing ones again).",
+            description="Every object version under incoming/ is indexed, quarantined or gone in "
+            "the file ledger (the ledger and reconcile sensors request the others again).",
         ),
     ],
     description="DuckDB/Parquet index over all record sets (runs, manifests, quarantine, views); "
-    "published as a new version, then a pointer, so readers never see half an index.",
+    "published as a new version, then a pointer, so readers never see half an index. Each batch "
+    "run of `records` publishes it too; a run of its own catches up what a lost run left.",
     kinds={"duckdb", "parquet"},
 )
 def index(context: AssetExecutionContext, kindex: KindexResource) -> MaterializeResult:
@@ -75,17 +64,17 @@ def index(context: AssetExecutionContext, kindex: KindexResource) -> Materialize
 
 
 def missing_versions_check(kindex: KindexResource) -> AssetCheckResult:
-    from pipelines.intake.reconcile import reconcile
+    from pipelines.intake.ledger import unprocessed_versions
 
-    found = reconcile(kindex.store, kindex.settings)
-    examples = [m.info.key for m in found.missing[:10]]
+    listing, missing = unprocessed_versions(kindex.store, kindex.settings, kindex.ledger)
+    examples = [m.key for m in missing[:10]]
     return AssetCheckResult(
         check_name="every_version_processed",
-        passed=found.missing_count == 0,
+        passed=not missing,
         severity=AssetCheckSeverity.WARN,
         metadata={
-            "missing_versions": MetadataValue.int(found.missing_count),
-            "object_versions": MetadataValue.int(found.objects),
+            "missing_versions": MetadataValue.int(len(missing)),
+            "object_versions": MetadataValue.int(len(listing)),
             "examples": MetadataValue.md("\n".join(f"- `{k}`" for k in examples) or "none"),
         },
     )

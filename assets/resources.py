@@ -11,6 +11,8 @@ from dagster import ConfigurableResource, EnvVar
 from pipelines.settings import ENV_PREFIX, SETTING_NAMES
 
 if TYPE_CHECKING:
+    from pipelines.intake.ledger import Ledger
+    from pipelines.intake.notifications import ChangeFeed
     from pipelines.settings import Settings
     from pipelines.storage.base import ObjectStore
 
@@ -60,3 +62,16 @@ class KindexResource(ConfigurableResource):
         from pipelines.storage.s3 import S3Store
 
         return S3Store.from_settings(self.settings)
+
+    @cached_property
+    def ledger(self) -> Ledger:
+        from pipelines.intake.ledger import Ledger
+
+        return Ledger.of(self.store, self.settings)
+
+    @cached_property
+    def feed(self) -> ChangeFeed | None:
+        """The store's change notifications, where configured (KINDEX_NOTIFICATIONS)."""
+        from pipelines.intake.notifications import change_feed
+
+        return change_feed(self.settings)

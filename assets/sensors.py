@@ -1,13 +1,29 @@
-"""Sensors: new object versions under `incoming/` become partitions and runs; automation keeps
-the index current. Both are declared here running by default, so `kindex up` needs no click."""
+"""Sensors: new object versions become pending rows of the file ledger and batch runs.
+
+- `incoming_files_sensor` reads the store's change notifications (the embedded SeaweedFS's filer
+  subscription, or S3 events in SQS: pipelines/intake/notifications.py); where none are
+  configured, it lists `incoming/` with a cursor that cannot miss a file.
+- `ledger_sensor` requests again what the ledger says is due: failed files whose backoff has
+  passed, and pending files whose run never reported.
+- `index_catchup_sensor` publishes record sets the index lacks, once the ledger moved and no run
+  is in flight (a batch run publishes its own; this covers one that died in between).
+
+All run by default, so `kindex up` needs no click. Whatever finds a file writes its pending row
+before it requests the file's run: a run that is lost is found again from the ledger.
+"""
+
+from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+import json
+import secrets
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
 
 from dagster import (
-    AssetKey,
     AssetSelection,
-    AutomationConditionSensorDefinition,
     DagsterInstance,
     DagsterRunStatus,
     DefaultSensorStatus,
@@ -15,35 +31,27 @@ from dagster import (
     RunsFilter,
     SensorEvaluationContext,
     SensorResult,
+    SkipReason,
     sensor,
 )
 
-from assets.files import FILE_ASSETS, RECORDS_KEY
+from assets.files import MAX_FILES_PER_RUN, RECORDS_KEY
 from assets.index import INDEX_KEY
-from assets.partitions import INCOMING_FILES
 from assets.resources import KindexResource
-from pipelines.intake.sensor_cursor import TickPlan, plan_tick
-from pipelines.intake.snapshots import record_reread
+from pipelines.intake.ledger import FileEntry, FileState, Ledger, new_versions, version_of
+from pipelines.intake.notifications import ChangeFeed, ObjectChange
+from pipelines.intake.sensor_cursor import ListingCursor, advance
+from pipelines.storage.base import ObjectInfo, ObjectStore
 
-# One tick never lists more new versions than this into runs; the rest wait for the next tick.
+# One tick never takes more new versions than this; the rest wait for the next tick.
 MAX_FILES_PER_TICK = 1000
-# A run processes a contiguous range of new partitions (single-run backfill policy): 20 files in
-# one run took 9 s where 20 runs took 104 s. The cap keeps a run's log and memory reasonable.
-MAX_FILES_PER_RUN = 250
 TICK_INTERVAL_SECONDS = 5
-# The automation condition normally updates the index within a tick; this only catches what an
-# update racing an index run could leave behind.
+LEDGER_INTERVAL_SECONDS = 30
 CATCHUP_INTERVAL_SECONDS = 30
-# Dagster's run tags for a run over a range of partitions (a single-run backfill): the public way
-# to ask for one from a sensor in Dagster 1.13, whose RunRequest reads them back as its
-# `partition_key_range`.
-PARTITION_RANGE_START_TAG = "dagster/asset_partition_range_start"
-PARTITION_RANGE_END_TAG = "dagster/asset_partition_range_end"
-
-
-# The sensors' runs are of the records step alone; it takes each file's snapshot too
-# (assets/files.py). Each asset of a run costs Dagster a planned event per file.
-SENSOR_RUN_ASSETS = [RECORDS_KEY]
+# A pending file whose batch has not reported for this long, with no run in flight, is
+# requested again (its run was lost before it started, or killed).
+STALE_PENDING = timedelta(minutes=5)
+clock = time.time  # the sensors' notion of now (tests move it)
 UNFINISHED = [
     DagsterRunStatus.QUEUED,
     DagsterRunStatus.NOT_STARTED,
@@ -53,111 +61,222 @@ UNFINISHED = [
 ]
 
 
+def now_utc() -> datetime:
+    return datetime.fromtimestamp(clock(), UTC)
+
+
 def runs_in_flight(instance: DagsterInstance) -> bool:
-    """Whether any run is queued or running. The sensors that judge the whole bucket wait for
-    them: a burst is judged once it has landed, not on every tick while it lands (each look
-    lists the bucket, and an index published mid-burst is soon stale)."""
+    """Whether any run is queued or running."""
     return bool(instance.get_runs(filters=RunsFilter(statuses=UNFINISHED), limit=1))
 
 
-def range_request(
-    first: str, last: str, files: int, run_key: str, assets: Sequence[AssetKey]
-) -> RunRequest:
-    """One run of `assets` over the partitions from `first` to `last` (in Dagster's order)."""
-    return RunRequest(
-        run_key=run_key,
-        asset_selection=list(assets),
-        tags={
-            PARTITION_RANGE_START_TAG: first,
-            PARTITION_RANGE_END_TAG: last,
-            "kindex/files": str(files),
-        },
-    )
-
-
-def run_requests_for(partition_keys: Sequence[str]) -> list[RunRequest]:
-    """As few runs as possible: each covers a contiguous range of the partitions just added."""
-    requests = []
-    for start in range(0, len(partition_keys), MAX_FILES_PER_RUN):
-        chunk = partition_keys[start : start + MAX_FILES_PER_RUN]
-        run_key = hashlib.sha256("\n".join(chunk).encode()).hexdigest()[:24]
-        requests.append(range_request(chunk[0], chunk[-1], len(chunk), run_key, SENSOR_RUN_ASSETS))
+def batch_requests(ledger: Ledger, entries: Sequence[FileEntry], why: str) -> list[RunRequest]:
+    """Runs for these files: a batch per arrival window and MAX_FILES_PER_RUN files, written to
+    the ledger as pending (one commit) before any run is requested."""
+    by_window: dict[str, list[FileEntry]] = {}
+    for entry in entries:
+        by_window.setdefault(entry.arrival_window, []).append(entry)
+    pending: list[FileEntry] = []
+    requests: list[RunRequest] = []
+    for window, files in sorted(by_window.items()):
+        for start in range(0, len(files), MAX_FILES_PER_RUN):
+            chunk = files[start : start + MAX_FILES_PER_RUN]
+            batch = batch_id(chunk)
+            pending += [
+                replace(e, state=FileState.PENDING, batch=batch, updated_at=None) for e in chunk
+            ]
+            requests.append(
+                RunRequest(
+                    run_key=batch,
+                    partition_key=window,
+                    asset_selection=[RECORDS_KEY],
+                    run_config={"ops": {"records": {"config": {"batch": batch}}}},
+                    tags={"kindex/files": str(len(chunk)), "kindex/why": why},
+                )
+            )
+    ledger.append(pending)
     return requests
 
 
-def tick_run_requests(plan: TickPlan) -> list[RunRequest]:
-    """The runs of a tick: the new partitions in ranges; each existing partition whose version
-    came back (uploaded again) in a run of its own, since they are not contiguous. A re-read one
-    redoes its records (its snapshot's new read is recorded); an unread one gets its snapshot
-    in the same step."""
-    requests = run_requests_for(plan.new_partitions)
-    for key in [*plan.reread_partitions, *plan.unread_partitions]:
-        # Unique per upload (the cursor moved past it), so Dagster never drops it as a repeat.
-        run_key = hashlib.sha256(f"again\n{key}\n{plan.cursor}".encode()).hexdigest()[:24]
-        requests.append(range_request(key, key, 1, run_key, SENSOR_RUN_ASSETS))
-    return requests
+def batch_id(files: Sequence[FileEntry]) -> str:
+    """Unique per request: the same files asked for again are another batch."""
+    text = "\n".join(f"{e.key}\0{e.etag}\0{e.last_modified.isoformat()}" for e in files)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+    return f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{digest}-{secrets.token_hex(3)}"
+
+
+def versions_of_changes(store: ObjectStore, changes: Iterable[ObjectChange]) -> list[ObjectInfo]:
+    """The object versions the notifications name, once each: a notification without an ETag
+    or a time is completed by a HEAD (one that names a version gone since is dropped: the
+    notification of what replaced it follows)."""
+    found: dict[tuple[str, str, datetime], ObjectInfo] = {}
+    for change in changes:
+        if change.deleted or change.key.endswith("/"):
+            continue
+        info: ObjectInfo | None
+        if change.etag and change.last_modified is not None:
+            info = ObjectInfo(change.key, change.etag, change.size or 0, change.last_modified)
+        else:
+            info = store.head(change.key)
+        if info is not None:
+            found.setdefault(version_of(info), info)
+    return list(found.values())
+
+
+@dataclass(frozen=True, slots=True)
+class DiscoveryCursor:
+    feed: str | None = None  # the notification feed's position
+    listing: str | None = None  # the listing cursor, where no feed is configured
+
+    def to_json(self) -> str:
+        return json.dumps({"feed": self.feed, "listing": self.listing}, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str | None) -> DiscoveryCursor:
+        if not text:
+            return cls()
+        try:
+            data = json.loads(text)
+        except ValueError:
+            return cls()
+        if not isinstance(data, dict) or "listing" not in data:
+            return cls()  # a cursor of the listing-only sensor: start over (the ledger dedups)
+        return cls(data.get("feed"), data.get("listing"))
 
 
 @sensor(
     name="incoming_files_sensor",
-    description="Lists incoming/ and gives every new object version a partition and a run.",
+    description="Finds new object versions under incoming/ from the store's notifications (or a "
+    "listing where none are configured), writes them to the file ledger and requests a run "
+    "per batch.",
     minimum_interval_seconds=TICK_INTERVAL_SECONDS,
     default_status=DefaultSensorStatus.RUNNING,
-    asset_selection=AssetSelection.assets(*FILE_ASSETS),
+    asset_selection=AssetSelection.assets(RECORDS_KEY),
 )
-def incoming_files_sensor(context: SensorEvaluationContext, kindex: KindexResource) -> SensorResult:
-    store, settings = kindex.store, kindex.settings
-    listing = list(store.list(settings.incoming_prefix))
-    existing = set(context.instance.get_dynamic_partitions(INCOMING_FILES.name or ""))
-    plan = plan_tick(
-        context.cursor,
-        listing,
-        existing,
-        lambda obj: record_reread(store, settings, obj),
-        limit=MAX_FILES_PER_TICK,
-    )
-    keys = plan.new_partitions
-    again = len(plan.reread_partitions) + len(plan.unread_partitions)
-    if keys or again or plan.deferred:
+def incoming_files_sensor(
+    context: SensorEvaluationContext, kindex: KindexResource
+) -> SensorResult | SkipReason:
+    cursor = DiscoveryCursor.from_json(context.cursor)
+    feed = kindex.feed
+    if feed is None:
+        return listed_files(context, kindex, cursor)
+    return notified_files(context, kindex, feed, cursor)
+
+
+def notified_files(
+    context: SensorEvaluationContext,
+    kindex: KindexResource,
+    feed: ChangeFeed,
+    cursor: DiscoveryCursor,
+) -> SensorResult | SkipReason:
+    page = feed.poll(cursor.feed, MAX_FILES_PER_TICK)
+    versions = versions_of_changes(kindex.store, page.changes)
+    requests = new_file_requests(kindex, versions)
+    feed.acknowledge(page)  # recorded in the ledger: the store need not tell again
+    if requests:
         context.log.info(
-            f"{len(listing)} objects listed, {len(keys)} new, {again} uploaded again, "
-            f"{plan.deferred} deferred"
+            f"{len(page.changes)} notifications, {len(versions)} versions, {len(requests)} batches"
+        )
+    return SensorResult(run_requests=requests, cursor=replace(cursor, feed=page.cursor).to_json())
+
+
+def listed_files(
+    context: SensorEvaluationContext, kindex: KindexResource, cursor: DiscoveryCursor
+) -> SensorResult:
+    store, settings = kindex.store, kindex.settings
+    listing = [o for o in store.list(settings.incoming_prefix) if not o.key.endswith("/")]
+    step = advance(ListingCursor.from_json(cursor.listing), listing, limit=MAX_FILES_PER_TICK)
+    requests = new_file_requests(kindex, step.new_objects)
+    if requests or step.deferred:
+        context.log.info(
+            f"{len(listing)} objects listed, {len(step.new_objects)} new, {step.deferred} deferred"
         )
     return SensorResult(
-        run_requests=tick_run_requests(plan),
-        dynamic_partitions_requests=[INCOMING_FILES.build_add_request(keys)] if keys else [],
-        cursor=plan.cursor,
+        run_requests=requests,
+        cursor=replace(cursor, listing=step.cursor.to_json()).to_json(),
+    )
+
+
+def new_file_requests(kindex: KindexResource, versions: Sequence[ObjectInfo]) -> list[RunRequest]:
+    """Runs for the versions the ledger has no row of."""
+    if not versions:
+        return []
+    known = kindex.ledger.known_versions({v.key for v in versions})
+    bucket = kindex.store.bucket
+    new = [FileEntry.pending(bucket, info) for info in new_versions(versions, known)]
+    return batch_requests(kindex.ledger, new, "new")
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerCursor:
+    head: int | None = None  # the ledger commit the last look saw
+    waiting: bool = False  # failed or pending files were left then: look again anyway
+
+    def to_json(self) -> str:
+        return json.dumps({"head": self.head, "waiting": self.waiting})
+
+    @classmethod
+    def from_json(cls, text: str | None) -> LedgerCursor:
+        if not text:
+            return cls()
+        data = json.loads(text)
+        return cls(data.get("head"), bool(data.get("waiting")))
+
+
+@sensor(
+    name="ledger_sensor",
+    description="Requests again the files the ledger says are due: failed ones whose backoff "
+    "has passed, and pending ones whose run never reported.",
+    minimum_interval_seconds=LEDGER_INTERVAL_SECONDS,
+    default_status=DefaultSensorStatus.RUNNING,
+    asset_selection=AssetSelection.assets(RECORDS_KEY),
+)
+def ledger_sensor(
+    context: SensorEvaluationContext, kindex: KindexResource
+) -> SensorResult | SkipReason:
+    cursor = LedgerCursor.from_json(context.cursor)
+    ledger = kindex.ledger
+    head = ledger.head()
+    if head == cursor.head and not cursor.waiting:
+        return SkipReason("the ledger has not changed and nothing waits")
+    now = now_utc()
+    due = ledger.due(now, stale_before=now - STALE_PENDING)
+    if runs_in_flight(context.instance):  # a pending file may be in one of them
+        due = [e for e in due if e.state is FileState.FAILED]
+    requests = batch_requests(ledger, due, "retry") if due else []
+    if due:
+        context.log.info(f"requesting {len(due)} files again in {len(requests)} batches")
+    waiting = bool(ledger.current("state IN ('failed', 'pending')"))
+    return SensorResult(
+        run_requests=requests, cursor=LedgerCursor(ledger.head(), waiting).to_json()
     )
 
 
 @sensor(
     name="index_catchup_sensor",
     description="Requests an index run when the bucket holds record sets the published index "
-    "lacks and no run is in flight: a safety net under the automation condition, judged from "
-    "the bucket's state.",
+    "lacks and no run is in flight: a batch run that died between its record sets and its "
+    "publish. Looks only after the ledger moved.",
     minimum_interval_seconds=CATCHUP_INTERVAL_SECONDS,
     default_status=DefaultSensorStatus.RUNNING,
     asset_selection=AssetSelection.assets(INDEX_KEY),
 )
-def index_catchup_sensor(context: SensorEvaluationContext, kindex: KindexResource) -> SensorResult:
+def index_catchup_sensor(
+    context: SensorEvaluationContext, kindex: KindexResource
+) -> SensorResult | SkipReason:
     from pipelines.index.publish import unpublished_record_sets
 
-    if runs_in_flight(context.instance):  # the automation condition follows them
-        return SensorResult(run_requests=[])
+    cursor = LedgerCursor.from_json(context.cursor)
+    head = kindex.ledger.head()
+    if head == cursor.head and not cursor.waiting:
+        return SkipReason("the ledger has not changed")
+    if runs_in_flight(context.instance):  # they publish; judged once they are done
+        return SkipReason("runs in flight")
     pending = unpublished_record_sets(kindex.store, kindex.settings)
-    if not pending:
-        return SensorResult(run_requests=[])
-    # The same pending state gives the same run key, so a slow index run is not requested twice.
-    run_key = hashlib.sha256("\n".join(pending).encode()).hexdigest()[:16]
-    context.log.info(f"{len(pending)} record sets not in the index yet")
-    return SensorResult(run_requests=[RunRequest(run_key=run_key, asset_selection=[INDEX_KEY])])
-
-
-# Declared in code so it runs by default (the built-in one starts stopped).
-automation_sensor = AutomationConditionSensorDefinition(
-    name="kindex_automation",
-    target=AssetSelection.all(),
-    default_status=DefaultSensorStatus.RUNNING,
-    minimum_interval_seconds=TICK_INTERVAL_SECONDS,
-    description="Updates the index after files are processed, without waiting on failed ones.",
-)
+    requests = []
+    if pending:
+        # The same pending state gives the same run key: a slow index run is not asked twice.
+        run_key = hashlib.sha256("\n".join(pending).encode()).hexdigest()[:16]
+        context.log.info(f"{len(pending)} record sets not in the index yet")
+        requests = [RunRequest(run_key=run_key, asset_selection=[INDEX_KEY])]
+    return SensorResult(run_requests=requests, cursor=LedgerCursor(head, bool(pending)).to_json())

@@ -1,5 +1,18 @@
-"""The ingest steps, plain Python: a snapshot into record objects, record objects into the index,
-and files on disk all the way through (`kindex ingest`). Dagster assets call the same functions.
+"""The ingest steps, plain Python, in the order a batch of dropped files takes them:
+
+1. find what is new: the sensors, from the store's notifications and the ledger
+   (pipelines/intake/);
+2. snapshot: each file's GET and its immutable copy (`snapshot_file`);
+3. normalize, through the file's source (`prepare_records`, pipelines/sources/);
+4. write its record set (`write_records`);
+5. commit each file's outcome to the ledger, one append for the batch (`process_batch`);
+6. publish the index (`publish_resolving`).
+
+A batch is committed to the ledger only once its record sets are durable: a crash before redoes
+the batch, and a redone file finds its record set written (content-addressed) and adds no run
+twice. A crash between the commit and the publish leaves record sets the index lacks, which the
+next publish takes (the index catch-up sensor asks for one). `kindex ingest` takes steps 2-4 and
+6 for files on disk.
 """
 
 from __future__ import annotations
@@ -10,9 +23,9 @@ import sys
 import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,11 +51,12 @@ from pipelines.index.record_objects import (
     value_counts,
 )
 from pipelines.intake.incoming import incoming_key, put_incoming, upload_incoming
+from pipelines.intake.ledger import FileEntry, FileState, Ledger
 from pipelines.sources import Source, SourceContext, source_of
-from pipelines.storage.base import ObjectStore
+from pipelines.storage.base import NoSuchKey, ObjectInfo, ObjectStore
 
 if TYPE_CHECKING:
-    from pipelines.intake.snapshots import TakenSnapshot
+    from pipelines.intake.snapshots import Snapshot, TakenSnapshot
 
 
 @dataclass(slots=True)
@@ -527,3 +541,124 @@ def schema_verdict(manifests: Sequence[str], limit: int = 10) -> SchemaVerdict:
         if len(failures) >= limit:
             break
     return SchemaVerdict(len(chosen), len(manifests), failures)
+
+
+# -- a batch of dropped files -------------------------------------------------------------------
+
+# A file costs a few small S3 requests, which wait on the network: several files at once.
+FILE_THREADS = 8
+
+
+@dataclass(slots=True)
+class FileResult:
+    """What one file of a batch became: its ledger row, and its records when it has them."""
+
+    entry: FileEntry
+    records: SnapshotRecords | None = None
+
+
+@dataclass(slots=True)
+class BatchResult:
+    batch: str
+    files: list[FileResult]
+    index: IndexVersion | None = None
+    resolved: int = 0  # files whose rows awaited another file, processed again
+
+    def count(self, state: FileState) -> int:
+        return sum(1 for f in self.files if f.entry.state is state)
+
+
+def describe(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
+
+
+def process_batch(
+    store: ObjectStore,
+    settings: Any,
+    entries: Sequence[FileEntry],
+    batch: str,
+    *,
+    publish: bool = True,
+) -> BatchResult:
+    """Snapshot, normalize and write each file (one file's failure is its own ledger row),
+    commit the batch's rows to the ledger in one append, then publish the index (which shows
+    the ledger as committed)."""
+    from pipelines.intake.reconcile import snapshots_of_versions
+    from pipelines.intake.sensor_cursor import ObjectVersionRef
+
+    refs = {entry.version: ObjectVersionRef(entry.key, entry.etag) for entry in entries}
+    known = snapshots_of_versions(store, settings, list(refs.values()))
+    work = lambda entry: process_file(  # noqa: E731
+        store, settings, entry, known.get(refs[entry.version]), batch
+    )
+    files = list(each_file(work, entries))
+    result = BatchResult(batch, files)
+    Ledger.of(store, settings).append([f.entry for f in files])
+    if publish and files:
+        result.index, result.resolved = publish_resolving(store, settings)
+    return result
+
+
+def each_file(
+    work: Callable[[FileEntry], FileResult], entries: Sequence[FileEntry]
+) -> list[FileResult]:
+    """`work` over each file on a few threads, in the batch's order. `work` never raises."""
+    if len(entries) <= 1:
+        return [work(entry) for entry in entries]
+    results: dict[int, FileResult] = {}
+    with ThreadPoolExecutor(FILE_THREADS, thread_name_prefix="kindex-file") as pool:
+        futures = {pool.submit(work, entry): i for i, entry in enumerate(entries)}
+        for future in as_completed(futures):
+            results[futures[future]] = future.result()
+    return [results[i] for i in range(len(entries))]
+
+
+def process_file(
+    store: ObjectStore, settings: Any, entry: FileEntry, known: Snapshot | None, batch: str
+) -> FileResult:
+    """One file of a batch, start to record set; never raises, so that one file's failure
+    (its bytes, its key, an S3 error) is its ledger row alone."""
+    from pipelines.intake.snapshots import VersionChanged
+
+    entry = replace(entry, batch=batch)
+    try:
+        records = snapshot_and_write(store, settings, entry, known)
+    except (VersionChanged, NoSuchKey) as gone:
+        reason = f"overwritten or deleted before it was read ({describe(gone)})"
+        return FileResult(replace(entry, state=FileState.GONE, reason=reason))
+    except Exception as error:  # this file's alone; the others go on
+        return FileResult(entry.failed(describe(error), datetime.now(UTC)))
+    quarantine = Counter(records.quarantined_by_reason)
+    state = FileState.QUARANTINED if records.runs == 0 and quarantine else FileState.INDEXED
+    done = replace(
+        entry,
+        state=state,
+        reason=", ".join(reason for reason, _ in quarantine.most_common(3)) or None,
+        attempts=entry.attempts + 1,
+        snapshot_digest=records.snapshot_digest,
+        runs=records.runs,
+        quarantined=records.quarantined,
+        next_attempt_at=None,
+    )
+    return FileResult(done, records)
+
+
+def snapshot_and_write(
+    store: ObjectStore, settings: Any, entry: FileEntry, known: Snapshot | None
+) -> SnapshotRecords:
+    """The file's snapshot (taken unless this very upload was read before: a later upload of
+    bytes the key held before is read again, so that the index judges the key again), then its
+    record set."""
+    from pipelines.intake.ledger import version_of
+    from pipelines.intake.snapshots import read_and_keep
+
+    if known is not None and version_of(known_info(known)) == entry.version:
+        return process_snapshot(store, settings, known)
+    taken = read_and_keep(store, settings, entry.key, etag=entry.etag)
+    return process_snapshot(store, settings, taken.snapshot, taken)
+
+
+def known_info(snapshot: Snapshot) -> ObjectInfo:
+    return ObjectInfo(
+        snapshot.key, snapshot.etag, snapshot.size, snapshot.last_modified, snapshot.version_id
+    )

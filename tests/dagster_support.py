@@ -14,33 +14,27 @@ from dagster import (
     SensorResult,
     build_sensor_context,
 )
-from dagster._core.storage.tags import (
-    ASSET_PARTITION_RANGE_END_TAG,
-    ASSET_PARTITION_RANGE_START_TAG,
-)
-
 import definitions
-from assets.files import FILE_ASSETS
 from assets.resources import KindexResource
 from assets.sensors import incoming_files_sensor
 
 INDEX = AssetKey("index")
 
 
-def backfill_request(partition_key: str) -> RunRequest:
-    """What a backfill of one file launches: the file assets for that partition."""
+def backfill_request(window: str, last: str | None = None) -> RunRequest:
+    """What a backfill of arrival windows from the UI launches: one run of `records` over them."""
     return RunRequest(
-        asset_selection=[a.key for a in FILE_ASSETS],
+        asset_selection=[AssetKey("records")],
         tags={
-            ASSET_PARTITION_RANGE_START_TAG: partition_key,
-            ASSET_PARTITION_RANGE_END_TAG: partition_key,
+            "dagster/asset_partition_range_start": window,
+            "dagster/asset_partition_range_end": last or window,
         },
     )
 
 
 class SensorDriver:
     """Ticks of the incoming-files sensor with the cursor carried between them, as the daemon
-    does; each tick's new partitions are added to the instance."""
+    does."""
 
     def __init__(self, instance: DagsterInstance) -> None:
         self.instance = instance
@@ -54,15 +48,8 @@ class SensorDriver:
         )
         result = incoming_files_sensor(context)
         assert isinstance(result, SensorResult)
-        for request in result.dynamic_partitions_requests or []:
-            self.instance.add_dynamic_partitions(
-                request.partitions_def_name, list(request.partition_keys)
-            )
         self.cursor = result.cursor
         return result
-
-    def partition_keys(self) -> list[str]:
-        return list(self.instance.get_dynamic_partitions("incoming_files"))
 
 
 def execute(instance: DagsterInstance, request: RunRequest) -> ExecuteInProcessResult:
@@ -71,6 +58,8 @@ def execute(instance: DagsterInstance, request: RunRequest) -> ExecuteInProcessR
     return job.execute_in_process(
         instance=instance,
         asset_selection=list(request.asset_selection or []),
+        partition_key=request.partition_key,
+        run_config=request.run_config or None,
         tags=dict(request.tags),
         raise_on_error=False,
     )
@@ -104,12 +93,17 @@ def check_evaluations(result: ExecuteInProcessResult) -> dict[str, Any]:
     }
 
 
-def latest_metadata(instance: DagsterInstance, asset: str, partition: str) -> dict[str, Any]:
-    """The metadata values of the newest materialization of one partition of an asset."""
+def latest_metadata(
+    instance: DagsterInstance, asset: str, partition: str | None = None
+) -> dict[str, Any]:
+    """The metadata values of the newest materialization of an asset (of one partition)."""
     from dagster import AssetRecordsFilter
 
     records = instance.fetch_materializations(
-        AssetRecordsFilter(asset_key=AssetKey(asset), asset_partitions=[partition]), limit=1
+        AssetRecordsFilter(
+            asset_key=AssetKey(asset), asset_partitions=[partition] if partition else None
+        ),
+        limit=1,
     ).records
     assert records, f"no materialization of {asset} {partition}"
     materialization = records[0].asset_materialization

@@ -19,6 +19,7 @@ from dagster_support import (
 from index_support import LIGER_CSV, query, s3_requests
 
 from pipelines.cli import main as kindex
+from pipelines.intake.ledger import window_of
 from pipelines.settings import Settings
 
 LIGER_RUNS = 2448
@@ -30,49 +31,46 @@ def instance() -> Iterator[DagsterInstance]:
         yield ephemeral
 
 
-def test_liger_csv_and_garbage_become_partitions_and_the_index(
+def test_liger_csv_and_garbage_are_one_batch_run_the_index_and_the_ledger(
     s3_store: Any, instance: DagsterInstance, capsys: pytest.CaptureFixture[str]
 ) -> None:
     liger = s3_store.put_bytes("incoming/liger/all_benchmark_data.csv", LIGER_CSV.read_bytes())
-    garbage = s3_store.put_bytes("incoming/garbage.bin", os.urandom(4096) + b"\0\xff" * 64)
+    s3_store.put_bytes("incoming/garbage.bin", os.urandom(4096) + b"\0\xff" * 64)
     driver = SensorDriver(instance)
 
     tick = driver.tick()
 
-    keys = driver.partition_keys()
-    liger_key = f"incoming/liger/all_benchmark_data.csv@{liger.etag[:8]}"
-    garbage_key = f"incoming/garbage.bin@{garbage.etag[:8]}"
-    assert sorted(keys) == sorted([liger_key, garbage_key])
     assert len(tick.run_requests or []) == 1  # both files in one run
+    request = (tick.run_requests or [])[0]
+    assert request.partition_key == window_of(liger.last_modified)
 
-    run = execute(instance, (tick.run_requests or [])[0])
+    run = execute(instance, request)
 
     assert run.success  # the garbage file does not fail the run of the good one
-    liger_meta = latest_metadata(instance, "records", liger_key)
-    assert liger_meta["runs"] == LIGER_RUNS
-    assert liger_meta["source_key"] == "incoming/liger/all_benchmark_data.csv"
-    assert str(liger_meta["snapshot_digest"]).startswith("sha256:")
-    assert "| series | cohorts | speedup |" in str(liger_meta["speedups"])
-    assert "](data:image/png;base64," in str(liger_meta["speedup_chart"])
-    assert "warnings" not in liger_meta
-    assert "| kernel |" in str(liger_meta["runs_preview"])
-    garbage_meta = latest_metadata(instance, "records", garbage_key)
-    assert garbage_meta["runs"] == 0 and garbage_meta["quarantined_rows"] == 1
-    # The check says which file and why.
-    quarantine_check = check_evaluations(run)["no_quarantined_rows"]
-    assert not quarantine_check.passed
-    per_file = str(quarantine_check.metadata["per_file"].value)
-    garbage_line = next(line for line in per_file.splitlines() if garbage_key in line)
-    assert "unrecognized" in garbage_line
-    assert check_evaluations(run)["unique_external_ids"].passed
-    assert check_evaluations(run)["records_match_schemas"].passed
-
-    index_run = materialize_index(instance)
-
+    meta = latest_metadata(instance, "records", request.partition_key)
+    assert meta["files"] == 2 and meta["files_indexed"] == 1 and meta["files_quarantined"] == 1
+    assert meta["runs"] == LIGER_RUNS and meta["quarantined_rows"] == 1
+    assert "| series | cohorts | speedup |" in str(meta["speedups"])
+    assert "](data:image/png;base64," in str(meta["speedup_chart"])
+    assert "warnings" not in meta
+    garbage_line = next(line for line in str(meta["per_file"]).splitlines() if "garbage" in line)
+    assert "quarantined" in garbage_line and "unrecognized" in garbage_line
+    checks = check_evaluations(run)
+    assert not checks["no_quarantined_rows"].passed
+    assert checks["every_file_processed"].passed
+    assert checks["unique_external_ids"].passed
+    assert checks["records_match_schemas"].passed
+    # The batch run published the index: nothing else to run for the file to be queryable.
     settings = Settings.from_env()
     assert query(settings, "select count(*) from runs") == [(LIGER_RUNS,)]
     assert query(settings, "select count(*) from quarantine") == [(1,)]
+    assert query(settings, "select key, state, runs from files order by key") == [
+        ("incoming/garbage.bin", "quarantined", 0),
+        ("incoming/liger/all_benchmark_data.csv", "indexed", LIGER_RUNS),
+    ]
+    index_run = materialize_index(instance)
     assert check_evaluations(index_run)["row_counts_match_snapshots"].passed
+    assert check_evaluations(index_run)["every_version_processed"].passed
     capsys.readouterr()
     assert kindex(["query", "select count(*) as n from runs", "--format", "csv"]) == 0
     assert capsys.readouterr().out.split() == ["n", str(LIGER_RUNS)]
@@ -87,8 +85,7 @@ def test_a_second_tick_without_new_objects_requests_nothing(
 
     again = driver.tick()
 
-    assert not again.run_requests and not again.dynamic_partitions_requests
-    assert len(driver.partition_keys()) == 1
+    assert not again.run_requests
 
 
 def test_index_materializes_with_no_files(s3_store: Any, instance: DagsterInstance) -> None:
@@ -119,9 +116,10 @@ def test_new_bytes_are_processed_without_looking_up_what_cannot_exist_yet(
     sent.clear()
     s3_store.put_bytes("incoming/second.csv", data)
 
-    assert execute(instance, (driver.tick().run_requests or [])[0]).success
+    request = (driver.tick().run_requests or [])[0]
+    assert execute(instance, request).success
 
     assert ("head", summary) in sent and ("put", summary) not in sent
     assert not [key for action, key in sent if action == "copy"]
-    second = latest_metadata(instance, "records", driver.partition_keys()[-1])
-    assert second["runs"] == LIGER_RUNS and second["source_key"] == "incoming/second.csv"
+    second = latest_metadata(instance, "records", request.partition_key)
+    assert second["runs"] == LIGER_RUNS and second["files"] == 1

@@ -102,7 +102,10 @@ STORED_TABLES: dict[str, pa.Schema] = {
 # snapshot when they are set up: its newest (the local database when built or synced, `kindex
 # connect`), or the one it had when the version was published (`--as-of`). A publish never reads
 # or writes one.
-SERVED_TABLES: dict[str, str] = {}
+SERVED_TABLES: dict[str, str] = {"file_ledger": "pipelines.intake.ledger:LEDGER_SCHEMA"}
+# Views over the served tables, from the module that writes each: name -> "module:attribute" of
+# its SELECT (the file ledger's `files`: each object version's newest row).
+SERVED_VIEWS: dict[str, str] = {"files": "pipelines.intake.ledger:FILES_VIEW"}
 
 
 def served_schemas() -> dict[str, pa.Schema]:
@@ -112,6 +115,15 @@ def served_schemas() -> dict[str, pa.Schema]:
         module, _, attribute = where.partition(":")
         schemas[name] = getattr(import_module(module), attribute)
     return schemas
+
+
+def served_views() -> dict[str, str]:
+    """The served views' SELECTs, by name (SERVED_VIEWS)."""
+    views = {}
+    for name, where in SERVED_VIEWS.items():
+        module, _, attribute = where.partition(":")
+        views[name] = str(getattr(import_module(module), attribute))
+    return views
 
 
 def reader_tables() -> dict[str, pa.Schema]:
@@ -260,6 +272,9 @@ def view_statements(sources: Mapping[str, str]) -> list[str]:
            FROM quarantine_files q
            SEMI JOIN current_record_sets c USING (snapshot_digest, parser_version)
            LEFT JOIN first_reads f USING (snapshot_digest)""",
+    ]
+    statements += [
+        f"CREATE OR REPLACE VIEW {name} AS {sql}" for name, sql in served_views().items()
     ]
     for view, (kind, readable) in KIND_VIEWS.items():
         statements.append(

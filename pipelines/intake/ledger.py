@@ -1,0 +1,407 @@
+"""The file ledger: every object version seen under `incoming/`, its state, reason and attempts.
+
+Per-file state lives here, not in Dagster: a Dagster run processes a batch of files and costs a
+few events whatever its size, while each file keeps its own row. The ledger is an Iceberg table
+(`file_ledger`) in the index's catalog, written only by appends: a sensor tick appends the
+versions it found (`pending`), a batch appends what became of each of its files (`indexed`,
+`quarantined`, `failed` with a reason and its attempts, or `gone`), and the `files` view (every
+reader of the index has it, `kindex connect` too) shows each version's newest row. An append is
+one commit per tick or batch, never per file.
+
+A version is (bucket, key, ETag, LastModified): an upload of bytes the key held before (A, B, A)
+is a version of its own, since the key holds A again and the index must judge it again.
+
+The ledger is derived from what kindex writes anyway: a lost one is rebuilt from the published
+index's reads (the `snapshots` table) and a listing of `incoming/` (`rebuild`).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import random
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, replace
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+import duckdb
+import pyarrow as pa
+from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
+from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_random_exponential
+
+from pipelines.index.record_objects import UTC_US
+from pipelines.settings import Settings
+from pipelines.storage.base import ObjectInfo, ObjectStore
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
+
+    from pipelines.index.catalog import IndexCatalog
+
+LEDGER_TABLE = "file_ledger"
+# Arrival windows: the hour of an object version's LastModified (the store's clock). Dagster's
+# partitions are these windows (assets/partitions.py), so their number grows with time, not with
+# files; an hour is the unit a person backfills, and a fleet's hour is a batch-sized set of files.
+WINDOW_FORMAT = "%Y-%m-%d-%H:%M"
+WINDOW = timedelta(hours=1)
+FIRST_BACKOFF = timedelta(seconds=30)
+MAX_BACKOFF = timedelta(hours=6)
+
+LEDGER_SCHEMA = pa.schema(
+    [
+        ("bucket", pa.string()),
+        ("key", pa.string()),
+        ("etag", pa.string()),
+        ("last_modified", UTC_US),
+        ("size", pa.int64()),
+        ("version_id", pa.string()),
+        ("arrival_window", pa.string()),
+        ("state", pa.string()),
+        ("reason", pa.string()),
+        ("attempts", pa.int32()),
+        ("batch", pa.string()),
+        ("snapshot_digest", pa.string()),
+        ("runs", pa.int64()),
+        ("quarantined", pa.int64()),
+        ("updated_at", UTC_US),
+        ("next_attempt_at", UTC_US),
+    ]
+)
+VERSION_COLUMNS = ("bucket", "key", "etag", "last_modified")
+# A version's newest row. Rows appended in the same microsecond (never by one writer) fall back
+# to the further state: done before failed before pending.
+CURRENT_ROWS = f"""
+    SELECT * FROM {{table}}
+    QUALIFY row_number() OVER (
+        PARTITION BY {", ".join(VERSION_COLUMNS)}
+        ORDER BY updated_at DESC,
+                 CASE state WHEN 'pending' THEN 2 WHEN 'failed' THEN 1 ELSE 0 END,
+                 attempts DESC
+    ) = 1
+"""
+# The `files` view every reader of the index has (pipelines/index/tables.py).
+FILES_VIEW = CURRENT_ROWS.format(table=LEDGER_TABLE)
+
+
+class FileState(StrEnum):
+    PENDING = "pending"  # found, not processed yet (or being processed)
+    INDEXED = "indexed"  # its record set is written: the index holds, or next publishes, it
+    QUARANTINED = "quarantined"  # read, but not one row became a run: the quarantine says why
+    FAILED = "failed"  # could not be processed; retried with backoff (`next_attempt_at`)
+    GONE = "gone"  # overwritten or deleted before it was read: nothing left to process
+
+
+DONE_STATES = frozenset({FileState.INDEXED, FileState.QUARANTINED, FileState.GONE})
+
+
+def window_of(moment: datetime) -> str:
+    """The arrival window (a Dagster partition key) of a LastModified."""
+    start = moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    return start.strftime(WINDOW_FORMAT)
+
+
+def window_start(window: str) -> datetime:
+    return datetime.strptime(window, WINDOW_FORMAT).replace(tzinfo=UTC)
+
+
+def _second(moment: datetime) -> datetime:
+    """S3 lists LastModified to the second; notifications may carry more."""
+    return moment.astimezone(UTC).replace(microsecond=0)
+
+
+@dataclass(frozen=True, slots=True)
+class FileEntry:
+    """One row of the ledger: a version and what became of it."""
+
+    bucket: str
+    key: str
+    etag: str
+    last_modified: datetime
+    size: int
+    version_id: str | None
+    state: FileState
+    reason: str | None = None
+    attempts: int = 0
+    batch: str | None = None
+    snapshot_digest: str | None = None
+    runs: int = 0
+    quarantined: int = 0
+    updated_at: datetime | None = None
+    next_attempt_at: datetime | None = None
+
+    @property
+    def version(self) -> tuple[str, str, datetime]:
+        return (self.key, self.etag, self.last_modified)
+
+    @property
+    def arrival_window(self) -> str:
+        return window_of(self.last_modified)
+
+    @property
+    def info(self) -> ObjectInfo:
+        return ObjectInfo(self.key, self.etag, self.size, self.last_modified, self.version_id)
+
+    @classmethod
+    def pending(cls, bucket: str, info: ObjectInfo, batch: str | None = None) -> FileEntry:
+        return cls(
+            bucket=bucket,
+            key=info.key,
+            etag=info.etag,
+            last_modified=_second(info.last_modified),
+            size=info.size,
+            version_id=info.version_id,
+            state=FileState.PENDING,
+            batch=batch,
+        )
+
+    def failed(self, reason: str, now: datetime, rng: random.Random | None = None) -> FileEntry:
+        """This version failed once more: its next attempt waits exponentially longer, with
+        jitter so that many failing files do not come back in step."""
+        attempts = self.attempts + 1
+        wait = min(MAX_BACKOFF, FIRST_BACKOFF * 2 ** (attempts - 1))
+        wait *= (rng or random.Random()).uniform(0.8, 1.2)
+        return replace(
+            self,
+            state=FileState.FAILED,
+            reason=reason,
+            attempts=attempts,
+            next_attempt_at=now + wait,
+        )
+
+
+def version_of(info: ObjectInfo) -> tuple[str, str, datetime]:
+    return (info.key, info.etag, _second(info.last_modified))
+
+
+class Ledger:
+    """The ledger of one bucket, in the index's catalog."""
+
+    def __init__(self, catalog: IndexCatalog, bucket: str) -> None:
+        self.catalog = catalog
+        self.bucket = bucket
+
+    @classmethod
+    def of(cls, store: ObjectStore, settings: Settings) -> Ledger:
+        from pipelines.index.catalog import IndexCatalog
+
+        return cls(IndexCatalog.beside(store, settings), store.bucket)
+
+    # -- writing -------------------------------------------------------------------------
+
+    def _table(self, *, refresh: bool = False) -> Table | None:
+        try:
+            return self.catalog.table(LEDGER_TABLE, refresh=refresh)
+        except NoSuchTableError:
+            return None
+
+    def _created(self) -> Table:
+        from pipelines.index.catalog import TABLE_PROPERTIES
+
+        table = self._table()
+        if table is not None:
+            return table
+        catalog = self.catalog.catalog
+        catalog.create_namespace_if_not_exists(self.catalog.namespace)
+        catalog.create_table_if_not_exists(
+            (self.catalog.namespace, LEDGER_TABLE),
+            schema=LEDGER_SCHEMA,
+            properties=TABLE_PROPERTIES,
+        )
+        return self.catalog.table(LEDGER_TABLE, refresh=True)
+
+    # Writers are sensors and batch runs in other processes: a commit that lost the race
+    # starts again from the table's new head.
+    @retry(
+        retry=retry_if_exception_type(CommitFailedException),
+        stop=stop_after_attempt(8),
+        wait=wait_random_exponential(0.05, 2),
+        reraise=True,
+    )
+    def append(self, entries: Sequence[FileEntry]) -> None:
+        """Append rows in one commit (stamped now)."""
+        if not entries:
+            return
+        now = datetime.now(UTC)
+        rows = [
+            {
+                **asdict(entry),
+                "state": str(entry.state),
+                "arrival_window": entry.arrival_window,
+                "updated_at": entry.updated_at or now,
+            }
+            for entry in entries
+        ]
+        self._created()
+        table = self.catalog.table(LEDGER_TABLE, refresh=True)
+        table.append(pa.Table.from_pylist(rows, schema=LEDGER_SCHEMA))
+
+    def compact(self) -> bool:
+        """Merge the ledger's small data files (one per append) as the index's tables are."""
+        if self._table() is None:
+            return False
+        try:
+            return self.catalog.compact(LEDGER_TABLE)
+        except CommitFailedException:
+            return False  # an append won the race; the next compaction merges both
+
+    # -- reading -------------------------------------------------------------------------
+
+    def head(self) -> int | None:
+        """The id of the ledger's newest commit: a reader that saw it has seen everything."""
+        table = self._table(refresh=True)
+        snapshot = table.current_snapshot() if table is not None else None
+        return snapshot.snapshot_id if snapshot is not None else None
+
+    def exists(self) -> bool:
+        return self.head() is not None
+
+    def current(self, where: str = "", parameters: Sequence[object] = ()) -> list[FileEntry]:
+        """Each version's newest row (the `files` view), filtered by a SQL condition on it."""
+        table = self._table(refresh=True)
+        if table is None or table.current_snapshot() is None:
+            return []
+        rows = table.scan().to_arrow()
+        con = duckdb.connect()
+        try:
+            con.register(LEDGER_TABLE, rows)
+            sql = f"SELECT * FROM ({CURRENT_ROWS.format(table=LEDGER_TABLE)})"
+            if where:
+                sql += f" WHERE {where}"
+            found = con.execute(
+                sql + " ORDER BY last_modified, key", list(parameters)
+            ).to_arrow_table()
+        finally:
+            con.close()
+        return [entry_of(row) for row in found.to_pylist()]
+
+    def of_batch(self, batch: str) -> list[FileEntry]:
+        return self.current("batch = ?", [batch])
+
+    def known_versions(
+        self, keys: Iterable[str] | None = None
+    ) -> dict[tuple[str, str, datetime], FileEntry]:
+        """The newest row of each version (of these keys only, when given)."""
+        chosen = sorted(set(keys)) if keys is not None else None
+        if chosen is not None and not chosen:
+            return {}
+        entries = (
+            self.current("list_contains(?, key)", [chosen])
+            if chosen is not None
+            else self.current()
+        )
+        return {entry.version: entry for entry in entries}
+
+    def due(self, now: datetime, stale_before: datetime) -> list[FileEntry]:
+        """Versions to process (again): failed ones whose backoff has passed, and pending ones
+        whose batch never reported (a run lost before it started, or killed)."""
+        return self.current(
+            "(state = 'failed' AND next_attempt_at <= ?) OR (state = 'pending' AND updated_at < ?)",
+            [now, stale_before],
+        )
+
+    def select(
+        self,
+        *,
+        patterns: Sequence[str] = (),
+        quarantined: bool = False,
+        windows: tuple[str, str] | None = None,
+    ) -> list[FileEntry]:
+        """The versions a backfill re-processes: of the keys matching any glob (or named
+        exactly), each key's newest version; with `quarantined`, only versions with quarantine
+        rows; with `windows` (first, last), the versions that arrived in those windows."""
+        conditions, parameters = ["state <> 'gone'"], []
+        if windows is not None:
+            conditions.append("arrival_window BETWEEN ? AND ?")
+            parameters += [windows[0], windows[1]]
+        if quarantined:
+            conditions.append("(quarantined > 0 OR state = 'quarantined')")
+        entries = self.current(" AND ".join(conditions), parameters)
+        if patterns:
+            entries = [e for e in entries if any(fnmatch.fnmatchcase(e.key, p) for p in patterns)]
+            newest: dict[str, FileEntry] = {}
+            for entry in entries:  # ordered by LastModified
+                newest[entry.key] = entry
+            entries = list(newest.values())
+        return entries
+
+
+def entry_of(row: dict[str, object]) -> FileEntry:
+    fields = {name: row[name] for name in FileEntry.__dataclass_fields__}
+    fields["state"] = FileState(str(row["state"]))
+    return FileEntry(**fields)  # type: ignore[arg-type]
+
+
+def new_versions(
+    listing: Iterable[ObjectInfo], known: dict[tuple[str, str, datetime], FileEntry]
+) -> Iterator[ObjectInfo]:
+    """The listed versions the ledger has no row of."""
+    for info in listing:
+        if not info.key.endswith("/") and version_of(info) not in known:
+            yield info
+
+
+def rebuild(
+    store: ObjectStore, settings: Settings, listing: Sequence[ObjectInfo]
+) -> list[FileEntry]:
+    """The ledger of a home that has none (kindex before the ledger, or a ledger lost): each
+    listed version the bucket shows processed (its read and a current record set) is indexed
+    or quarantined, with its counts from the published index; the rest are pending."""
+    from pipelines.intake.reconcile import reconcile
+
+    found = reconcile(store, settings)
+    unprocessed = {version_of(m.info) for m in found.missing}
+    counts = published_counts(settings)
+    entries = []
+    for info in listing:
+        if info.key.endswith("/"):
+            continue
+        entry = FileEntry.pending(store.bucket, info, batch="rebuild")
+        held = counts.get((info.key, info.etag))
+        if version_of(info) not in unprocessed and held is not None:
+            digest, runs, quarantined = held
+            state = FileState.QUARANTINED if runs == 0 and quarantined else FileState.INDEXED
+            entry = replace(
+                entry,
+                state=state,
+                snapshot_digest=digest,
+                runs=runs,
+                quarantined=quarantined,
+                attempts=1,
+            )
+        entries.append(entry)
+    return entries
+
+
+def published_counts(settings: Settings) -> dict[tuple[str, str], tuple[str, int, int]]:
+    """(key, ETag) -> (snapshot digest, runs, quarantine rows) of each read the index holds."""
+    from pipelines.index.local import open_index
+
+    try:
+        con = open_index(settings)
+    except Exception:  # no index yet: nothing was published
+        return {}
+    try:
+        rows = con.execute(
+            """SELECT source_key, etag, arg_max(snapshot_digest, taken_at),
+                      arg_max(runs, taken_at), arg_max(quarantined, taken_at)
+               FROM snapshots GROUP BY source_key, etag"""
+        ).fetchall()
+    finally:
+        con.close()
+    return {(key, etag): (digest, int(runs), int(q)) for key, etag, digest, runs, q in rows}
+
+
+def unprocessed_versions(
+    store: ObjectStore, settings: Settings, ledger: Ledger
+) -> tuple[list[ObjectInfo], list[ObjectInfo]]:
+    """The versions listed under `incoming/`, and those of them the ledger does not hold done
+    (indexed, quarantined or gone): 0 at rest."""
+    listing = [o for o in store.list(settings.incoming_prefix) if not o.key.endswith("/")]
+    known = ledger.known_versions()
+    missing = [
+        o
+        for o in listing
+        if (entry := known.get(version_of(o))) is None or entry.state not in DONE_STATES
+    ]
+    return listing, missing
