@@ -15,7 +15,7 @@ file that arrived in them. `reprocess_files` is the launchpad's job for a glob o
 
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from dagster import (
     AssetCheckResult,
@@ -184,10 +184,10 @@ def log_failures(context: AssetExecutionContext | OpExecutionContext, result: Ba
             context.log.warning(f"{file.entry.key}: {file.entry.reason}")
 
 
-def batch_metadata(result: BatchResult, checks: "BatchChecks") -> dict[str, object]:
+def batch_metadata(result: BatchResult, checks: "BatchChecks") -> dict[str, Any]:
     runs = sum(f.entry.runs for f in result.files)
     quarantined = sum(f.entry.quarantined for f in result.files)
-    meta: dict[str, object] = {
+    meta: dict[str, Any] = {
         "batch": result.batch,
         "files": MetadataValue.int(len(result.files)),
         **{

@@ -358,7 +358,7 @@ def records_from_summary(
     )
 
 
-def ingest_file(store: ObjectStore, settings: Any, path: Path) -> SnapshotRecords:
+def ingest_file(store: ObjectStore, settings: Any, path: Path) -> FileResult:
     """Upload a file to its incoming key, snapshot that version and write its records.
 
     A file that fits one PUT is read once, and the bytes sent are the bytes hashed and parsed:
@@ -370,9 +370,8 @@ def ingest_file(store: ObjectStore, settings: Any, path: Path) -> SnapshotRecord
 
     if path.stat().st_size > SINGLE_PUT_LIMIT:
         info = upload_incoming(store, settings, path)
-        return process_snapshot(
-            store, settings, take_snapshot(store, settings, info.key, info.etag)
-        )
+        snapshot = take_snapshot(store, settings, info.key, info.etag)
+        return ingested(store, snapshot, process_snapshot(store, settings, snapshot))
     data = path.read_bytes()
     digest = content_digest(data)
     with (
@@ -393,7 +392,13 @@ def ingest_file(store: ObjectStore, settings: Any, path: Path) -> SnapshotRecord
             )
         finally:
             snapshot = upload.result()
-        return write_records(store, settings, snapshot, prepared)
+        return ingested(store, snapshot, write_records(store, settings, snapshot, prepared))
+
+
+def ingested(store: ObjectStore, snapshot: Snapshot, records: SnapshotRecords) -> FileResult:
+    """A file `kindex ingest` processed, as the ledger row a batch run would have written."""
+    entry = FileEntry.pending(store.bucket, known_info(snapshot), batch="kindex-ingest")
+    return FileResult(done_entry(entry, records), records)
 
 
 def _upload_and_snapshot(
@@ -458,7 +463,7 @@ def ingest_paths(
 
         with store_session(settings) as session_store:
             return ingest_paths(paths, settings, progress, session_store)
-    files: list[SnapshotRecords] = []
+    done: list[FileResult] = []
     # tqdm's monitor thread (it only nudges stalled bars) would make this process fork its
     # workers from a forkserver (pipelines/forked.py), which costs about half a second per file.
     tqdm.monitor_interval = 0
@@ -474,9 +479,11 @@ def ingest_paths(
     with bar:
         for path, size in zip(map(Path, paths), sizes, strict=True):
             bar.set_description(path.name)
-            files.append(ingest_file(store, settings, path))
+            done.append(ingest_file(store, settings, path))
             bar.update(size)
+        files = [f.records for f in done if f.records is not None]
         files.extend(resolve_awaiting(store, settings, files))
+        Ledger.of(store, settings).append([f.entry for f in done])
         bar.set_description("publishing index")
         index = publish_index(store, settings)
     return IngestSummary(files, index)
@@ -628,9 +635,15 @@ def process_file(
         return FileResult(replace(entry, state=FileState.GONE, reason=reason))
     except Exception as error:  # this file's alone; the others go on
         return FileResult(entry.failed(describe(error), datetime.now(UTC)))
+    return FileResult(done_entry(entry, records), records)
+
+
+def done_entry(entry: FileEntry, records: SnapshotRecords) -> FileEntry:
+    """A file's ledger row once its record set is written: quarantined when not one of its
+    rows became a run, with the top reasons."""
     quarantine = Counter(records.quarantined_by_reason)
     state = FileState.QUARANTINED if records.runs == 0 and quarantine else FileState.INDEXED
-    done = replace(
+    return replace(
         entry,
         state=state,
         reason=", ".join(reason for reason, _ in quarantine.most_common(3)) or None,
@@ -640,7 +653,6 @@ def process_file(
         quarantined=records.quarantined,
         next_attempt_at=None,
     )
-    return FileResult(done, records)
 
 
 def snapshot_and_write(

@@ -9,7 +9,10 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from graphql import parse, validate
@@ -23,8 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.mark.parametrize(
     "document",
     [
-        backfill.PARTITIONS_QUERY,
-        backfill.MATERIALIZATIONS_QUERY,
+        backfill.JOB_LOCATION_QUERY,
         backfill.LAUNCH_MUTATION,
         backfill.STATUS_QUERY,
     ],
@@ -77,7 +79,6 @@ def webserver(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     dagster_home = tmp_path / "dagster"
     dagster_home.mkdir()
     monkeypatch.setenv("DAGSTER_HOME", str(dagster_home))
-    monkeypatch.setenv("KINDEX_HOME", str(tmp_path / "home"))
     port = free_port()
     log = (tmp_path / "webserver.log").open("wb")
     process = subprocess.Popen(
@@ -96,7 +97,7 @@ def webserver(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
             assert process.poll() is None, (tmp_path / "webserver.log").read_text()
             assert time.monotonic() < deadline, "the webserver did not start"
             try:
-                backfill.partition_keys(backfill.graphql_url(url))
+                backfill.job_selector(backfill.graphql_url(url))
                 break
             except (OSError, backfill.GraphQLError):
                 time.sleep(1)
@@ -112,35 +113,44 @@ def webserver(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
 
 
 @pytest.mark.slow
-def test_backfill_of_10000_files_found_through_up_json(
-    webserver: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_backfill_chooses_files_through_the_ledger_and_launches_the_job(
+    s3_store: Any, webserver: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from dagster import AssetMaterialization, DagsterInstance
+    """10,000 files in the ledger, three of them with quarantined rows: the glob and
+    --quarantined choose through the ledger, and the launched run carries the choice."""
+    from dagster import DagsterInstance
 
     from pipelines.cli import main
+    from pipelines.intake.ledger import FileEntry, FileState, Ledger
+    from pipelines.settings import Settings
+    from pipelines.storage.base import ObjectInfo
 
-    keys = [f"incoming/file-{i:05d}.csv@{i:08x}" for i in range(10_000)]
-    quarantined = keys[17], keys[5_000], keys[9_999]
-    with DagsterInstance.get() as instance:
-        instance.add_dynamic_partitions("incoming_files", keys)
-        for key in keys[:20] + keys[4_990:5_010] + [keys[-1]]:
-            instance.report_runless_asset_event(
-                AssetMaterialization(
-                    "records",
-                    partition=key,
-                    metadata={"quarantined_rows": 3 if key in quarantined else 0},
-                )
-            )
-    home = tmp_path / "home"
-    home.mkdir()
+    at = datetime(2026, 12, 1, 12, tzinfo=UTC)
+    entries = [
+        replace(
+            FileEntry.pending(
+                s3_store.bucket, ObjectInfo(f"incoming/file-{i:05d}.csv", f"{i:032x}", 10, at)
+            ),
+            state=FileState.INDEXED,
+            runs=1,
+            quarantined=3 if i in (17, 5_000, 9_999) else 0,
+        )
+        for i in range(10_000)
+    ]
+    Ledger.of(s3_store, Settings.from_env()).append(entries)
+    home = Path(os.environ["KINDEX_HOME"])
+    home.mkdir(parents=True, exist_ok=True)
     # what `kindex up` writes; the pid is a live process
     (home / "up.json").write_text(json.dumps({"url": webserver, "pid": os.getpid()}))
 
     assert main(["backfill", "incoming/*", "--quarantined"]) == 0
     out, err = capsys.readouterr()
     assert "3 files" in err, err
-    assert main(["backfill", "incoming/*"]) == 0
+    assert main(["backfill", "incoming/file-0*"]) == 0
     out, err = capsys.readouterr()
     assert "10000 files" in err, err
-    status = backfill.backfill_status(backfill.graphql_url(webserver), out.strip())
-    assert status == "REQUESTED"
+    assert main(["backfill", "incoming/nothing*"]) == 1
+    with DagsterInstance.get() as instance:
+        run = instance.get_run_by_id(out.strip())
+        assert run is not None and run.job_name == "reprocess_files"
+        assert run.run_config == backfill.reprocess_config(["incoming/file-0*"], False)

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from dagster import AssetKey, DefaultSensorStatus, Definitions
+from dagster import AssetKey, DefaultSensorStatus, Definitions, TimeWindowPartitionsDefinition
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -19,22 +19,20 @@ def test_definitions_load_and_validate() -> None:
     Definitions.validate_loadable(definitions.defs)
     repo = definitions.defs.get_repository_def()
     graph = repo.asset_graph
-    assert {k.to_user_string() for k in graph.get_all_asset_keys()} >= {
-        "snapshot",
-        "records",
-        "index",
-    }
+    assert {k.to_user_string() for k in graph.get_all_asset_keys()} == {"records", "index"}
     index = graph.get(AssetKey("index"))
-    assert index.automation_condition is not None
     assert index.pools == {"kindex_index"}
     records = graph.get(AssetKey("records"))
+    # Partitions are arrival windows: their number grows with time, never with files.
+    assert isinstance(records.partitions_def, TimeWindowPartitionsDefinition)
     policy = records.backfill_policy
     assert policy is not None and policy.max_partitions_per_run is None  # single run
-    for key in ("snapshot", "records", "index"):  # transient faults are retried, with backoff
+    for key in ("records", "index"):  # transient faults are retried, with backoff
         retry = definitions.defs.resolve_assets_def(key).op.retry_policy
         assert retry is not None and retry.max_retries >= 2 and retry.backoff is not None
     checks = {k.name for k in graph.asset_check_keys}
     assert checks >= {
+        "every_file_processed",
         "no_quarantined_rows",
         "unique_external_ids",
         "records_match_schemas",
@@ -44,13 +42,16 @@ def test_definitions_load_and_validate() -> None:
     sensors = {s.name: s for s in repo.sensor_defs}
     assert set(sensors) == {
         "incoming_files_sensor",
+        "ledger_sensor",
         "index_catchup_sensor",
         "reconcile_sensor",
         "lost_runs_sensor",
-        "kindex_automation",
     }
     for sensor in sensors.values():
         assert sensor.default_status == DefaultSensorStatus.RUNNING
+    # The launchpad's job for a glob or a list of keys.
+    job = definitions.defs.get_job_def("reprocess_files")
+    assert "files" in job.graph.node_named("reprocess").definition.config_schema.config_type.fields
 
 
 def test_dg_check_defs_passes() -> None:

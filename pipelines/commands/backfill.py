@@ -1,70 +1,58 @@
 """`kindex backfill`: re-process chosen files with the current parser on a running Dagster.
 
-Launches the same partition backfill as the UI, through the GraphQL `launchPartitionBackfill`
-mutation (Dagster has no CLI command for it), and prints the backfill id. Files are chosen by a
-glob over partition keys (`incoming/liger*`), by having quarantined rows (e.g. after the curation
-learned a new GPU name), or all of them.
+Files are chosen through the file ledger: by a glob over object keys (`incoming/liger*`, each
+key's newest version), by having had quarantined rows (e.g. after the curation learned a new GPU
+name), or all of them. It launches the `reprocess_files` job with the same choice in its config
+(the launchpad takes it too), through Dagster's GraphQL `launchRun`, and prints the run's id. To
+re-process the files that arrived in some hours, backfill those windows of `records` in the UI.
 """
 
 from __future__ import annotations
 
 import argparse
-import fnmatch
 import json
 import sys
 import time
 import urllib.request
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from pipelines.forked import pid_alive
 
 UP_FILE = "up.json"  # where `kindex up` says it serves: {"url": ..., "pid": ...}
-# Partitions per request: a request's size, and what it asks of Dagster's storage, stay bounded
-# however many files there are.
-PARTITIONS_PER_REQUEST = 1000
-FILE_ASSETS = (["snapshot"], ["records"])
-TERMINAL_STATUSES = {"COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED"}
+REPROCESS_JOB = "reprocess_files"
+TERMINAL_STATUSES = {"SUCCESS", "FAILURE", "CANCELED"}
 
-PARTITIONS_QUERY = """
-query ($path: [String!]!) {
-  assetNodeOrError(assetKey: {path: $path}) {
+JOB_LOCATION_QUERY = """
+query {
+  repositoriesOrError {
     __typename
-    ... on AssetNode { partitionKeys }
-  }
-}"""
-
-MATERIALIZATIONS_QUERY = """
-query ($path: [String!]!, $partitions: [String!]) {
-  assetNodeOrError(assetKey: {path: $path}) {
-    ... on AssetNode {
-      latestMaterializationByPartition(partitions: $partitions) {
-        partition
-        metadataEntries { label ... on IntMetadataEntry { intValue } }
-      }
+    ... on RepositoryConnection {
+      nodes { name location { name } jobs { name } }
     }
+    ... on PythonError { message }
   }
 }"""
 
 LAUNCH_MUTATION = """
-mutation ($params: LaunchBackfillParams!) {
-  launchPartitionBackfill(backfillParams: $params) {
+mutation ($params: ExecutionParams!) {
+  launchRun(executionParams: $params) {
     __typename
-    ... on LaunchBackfillSuccess { backfillId }
+    ... on LaunchRunSuccess { run { runId } }
     ... on PythonError { message }
+    ... on RunConfigValidationInvalid { errors { message } }
+    ... on InvalidSubsetError { message }
     ... on UnauthorizedError { message }
-    ... on PartitionSetNotFoundError { message }
-    ... on InvalidStepError { invalidStepKey }
-    ... on InvalidOutputError { invalidOutputName }
+    ... on PipelineNotFoundError { message }
   }
 }"""
 
 STATUS_QUERY = """
-query ($id: String!) {
-  partitionBackfillOrError(backfillId: $id) {
+query ($id: ID!) {
+  runOrError(runId: $id) {
     __typename
-    ... on PartitionBackfill { id status }
+    ... on Run { id status }
+    ... on RunNotFoundError { message }
     ... on PythonError { message }
   }
 }"""
@@ -115,84 +103,73 @@ def graphql(url: str, query: str, variables: dict[str, Any], timeout: float = 60
     return dict(payload["data"])
 
 
-def partition_keys(url: str) -> list[str]:
-    node = graphql(url, PARTITIONS_QUERY, {"path": ["records"]})["assetNodeOrError"]
-    if node["__typename"] != "AssetNode":
-        raise GraphQLError(f"no records asset at {url}: {node['__typename']}")
-    return list(node["partitionKeys"])
+def job_selector(url: str, job: str = REPROCESS_JOB) -> dict[str, str]:
+    """Where the Dagster instance at `url` serves `job`: its code location and repository."""
+    data = graphql(url, JOB_LOCATION_QUERY, {})["repositoriesOrError"]
+    if data["__typename"] != "RepositoryConnection":
+        raise GraphQLError(f"{data['__typename']}: {data}")
+    for repository in data["nodes"]:
+        if any(j["name"] == job for j in repository["jobs"]):
+            return {
+                "repositoryLocationName": repository["location"]["name"],
+                "repositoryName": repository["name"],
+                "jobName": job,
+            }
+    raise GraphQLError(f"no job {job} at {url}")
 
 
-def partitions_with_quarantine(url: str, keys: Sequence[str]) -> list[str]:
-    """Files whose latest records materialization reported quarantined rows, asked a bounded
-    number of partitions at a time (Dagster answers one latest event per partition)."""
-    chosen = []
-    for start in range(0, len(keys), PARTITIONS_PER_REQUEST):
-        chunk = list(keys[start : start + PARTITIONS_PER_REQUEST])
-        data = graphql(url, MATERIALIZATIONS_QUERY, {"path": ["records"], "partitions": chunk})
-        events = data["assetNodeOrError"].get("latestMaterializationByPartition") or []
-        for key, event in zip(chunk, events, strict=True):
-            if event is None:
-                continue
-            count = next(
-                (
-                    e.get("intValue") or 0
-                    for e in event["metadataEntries"]
-                    if e["label"] == "quarantined_rows"
-                ),
-                0,
-            )
-            if count > 0:
-                chosen.append(key)
-    return chosen
+def reprocess_config(patterns: list[str], quarantined: bool) -> dict[str, Any]:
+    return {"ops": {"reprocess": {"config": {"files": patterns, "quarantined": quarantined}}}}
 
 
-def choose(url: str, glob: str | None, quarantined: bool) -> list[str]:
-    keys = partition_keys(url)
-    if glob:
-        keys = [k for k in keys if fnmatch.fnmatchcase(k, glob)]
-    if quarantined and keys:
-        keys = partitions_with_quarantine(url, keys)
-    return keys
-
-
-def launch_backfill(url: str, keys: Sequence[str], title: str | None = None) -> str:
-    params: dict[str, Any] = {
-        "assetSelection": [{"path": path} for path in FILE_ASSETS],
-        "partitionNames": list(keys),
-        "fromFailure": False,
-        "tags": [{"key": "kindex/backfill", "value": "cli"}],
+def launch_reprocess(url: str, patterns: list[str], quarantined: bool) -> str:
+    params = {
+        "selector": job_selector(url),
+        "runConfigData": reprocess_config(patterns, quarantined),
+        "executionMetadata": {"tags": [{"key": "kindex/backfill", "value": "cli"}]},
     }
-    if title:
-        params["title"] = title
-    result = graphql(url, LAUNCH_MUTATION, {"params": params})["launchPartitionBackfill"]
-    if result["__typename"] != "LaunchBackfillSuccess":
+    result = graphql(url, LAUNCH_MUTATION, {"params": params})["launchRun"]
+    if result["__typename"] != "LaunchRunSuccess":
         raise GraphQLError(f"{result['__typename']}: {result}")
-    return str(result["backfillId"])
+    return str(result["run"]["runId"])
 
 
-def backfill_status(url: str, backfill_id: str) -> str:
-    result = graphql(url, STATUS_QUERY, {"id": backfill_id})["partitionBackfillOrError"]
-    if result["__typename"] != "PartitionBackfill":
+def run_status(url: str, run_id: str) -> str:
+    result = graphql(url, STATUS_QUERY, {"id": run_id})["runOrError"]
+    if result["__typename"] != "Run":
         raise GraphQLError(f"{result['__typename']}: {result}")
     return str(result["status"])
 
 
-def wait_for(url: str, backfill_id: str, timeout: float, interval: float = 2.0) -> str:
+def wait_for(url: str, run_id: str, timeout: float, interval: float = 2.0) -> str:
     deadline = time.monotonic() + timeout
-    status = backfill_status(url, backfill_id)
+    status = run_status(url, run_id)
     while status not in TERMINAL_STATUSES and time.monotonic() < deadline:
         time.sleep(interval)
-        status = backfill_status(url, backfill_id)
+        status = run_status(url, run_id)
     return status
+
+
+def chosen_files(patterns: list[str], quarantined: bool) -> int:
+    """How many files the ledger holds that the choice takes."""
+    from pipelines.intake.ledger import Ledger
+    from pipelines.settings import Settings
+    from pipelines.storage.s3 import store_session
+
+    settings = Settings.from_env()
+    with store_session(settings) as store:
+        return len(Ledger.of(store, settings).select(patterns=patterns, quarantined=quarantined))
 
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "backfill",
-        help="re-process files with the current parser (a Dagster partition backfill)",
+        help="re-process files with the current parser (the reprocess_files job)",
         description=__doc__,
     )
-    parser.add_argument("glob", nargs="?", help="partition key glob, e.g. 'incoming/liger*'")
+    parser.add_argument(
+        "glob", nargs="?", default="incoming/*", help="object key glob, e.g. 'incoming/liger*'"
+    )
     parser.add_argument(
         "--quarantined",
         action="store_true",
@@ -203,34 +180,29 @@ def register(subparsers: Any) -> None:
         help="the Dagster webserver, e.g. http://127.0.0.1:3000 (default: where `kindex up` "
         f"in this home serves, from $KINDEX_HOME/{UP_FILE})",
     )
-    parser.add_argument("--wait", action="store_true", help="wait until the backfill finishes")
+    parser.add_argument("--wait", action="store_true", help="wait until the run finishes")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds --wait waits")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        if args.url:
-            url = graphql_url(args.url)
-        else:
-            from pipelines.settings import Settings
+    from pipelines.settings import Settings
 
-            url = graphql_url(running_instance_url(Settings.from_env().home))
-        keys = choose(url, args.glob, args.quarantined)
-        if not keys:
+    patterns = [args.glob]
+    try:
+        url = graphql_url(args.url or running_instance_url(Settings.from_env().home))
+        files = chosen_files(patterns, args.quarantined)
+        if not files:
             print("kindex backfill: no file matches; nothing launched", file=sys.stderr)
             return 1
-        backfill_id = launch_backfill(url, keys, title=f"kindex backfill of {len(keys)} files")
-        print(backfill_id, flush=True)
-        print(
-            f"{len(keys)} files; see {url.removesuffix('/graphql')}/runs/b/{backfill_id}",
-            file=sys.stderr,
-        )
+        run_id = launch_reprocess(url, patterns, args.quarantined)
+        print(run_id, flush=True)
+        print(f"{files} files; see {url.removesuffix('/graphql')}/runs/{run_id}", file=sys.stderr)
         if not args.wait:
             return 0
-        status = wait_for(url, backfill_id, args.timeout)
+        status = wait_for(url, run_id, args.timeout)
         print(status)
-        return 0 if status in {"COMPLETED", "COMPLETED_SUCCESS"} else 1
+        return 0 if status == "SUCCESS" else 1
     except NoInstance as error:
         print(f"kindex backfill: {error}", file=sys.stderr)
         return 2
