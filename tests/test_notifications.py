@@ -127,6 +127,18 @@ def test_a_multipart_upload_carries_the_etag_s3_reports(
     assert [(c.key, c.etag, c.size) for c in page.changes] == [(key, head.etag, head.size)]
 
 
+def test_a_feed_left_behind_catches_up_an_hour_a_poll(
+    embedded_s3: EmbeddedS3, s3_store: S3Store
+) -> None:
+    feed = filer_feed(embedded_s3, s3_store.bucket)
+    hour = 3600 * 10**9
+    three_hours_ago = time.time_ns() - 3 * hour
+    page = feed.poll(FilerCursor(three_hours_ago).to_text(), 10)
+    cursor = FilerCursor.from_text(page.cursor)
+    assert page.changes == [] and cursor is not None
+    assert cursor.ts_ns == three_hours_ago + hour
+
+
 def test_the_client_config_is_private_and_under_the_home(
     embedded_s3: EmbeddedS3, s3_store: S3Store
 ) -> None:

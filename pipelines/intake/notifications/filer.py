@@ -61,6 +61,9 @@ DEFAULT_TIMEOUT_SECONDS = 15.0
 # (events before the window are dropped here).
 LAUNCH_SLACK_NS = 1_000_000_000
 UNTIL_TIME_AGO_NS = 1_000_000  # -untilTimeAgo=1ms: the smallest bound that still exits
+# The most log one poll reads past its cursor: a feed left behind for days catches up an hour a
+# poll, instead of parsing days of events again for every page of `limit`.
+MAX_WINDOW = timedelta(hours=1)
 CURSOR_VERSION = 1
 IDENTITY_BYTES = 8
 ERROR_CHARS = 300
@@ -141,6 +144,7 @@ class FilerFeed:
         config_dir: Path,
         weed: Path | None = None,
         overlap: timedelta = DEFAULT_OVERLAP,
+        max_window: timedelta = MAX_WINDOW,
         timeout: float = DEFAULT_TIMEOUT_SECONDS,
     ) -> None:
         self.filer = filer
@@ -149,7 +153,8 @@ class FilerFeed:
         self.tls_dir = tls_dir
         self.config_dir = config_dir
         self.weed = weed
-        self.overlap_ns = int(overlap.total_seconds() * 1e9)
+        self.overlap_ns = _ns(overlap)
+        self.max_window_ns = _ns(max_window)
         self.timeout = timeout
 
     @classmethod
@@ -182,9 +187,9 @@ class FilerFeed:
         if state is None:
             # From now on: the reconciliation listing covers what came before. The overlap's
             # events count as reported, so the next poll does not bring them up again.
-            events = self.tail(since_ns=now - self.overlap_ns, now_ns=now)
-            seen = tuple((e.ts_ns, _identity(e)) for e in events)
             until = now - UNTIL_TIME_AGO_NS
+            events = self.tail(since_ns=now - self.overlap_ns, until_ns=until, now_ns=now)
+            seen = tuple((e.ts_ns, _identity(e)) for e in events)
             return ChangePage(
                 [], FilerCursor(until, _recent(seen, until, self.overlap_ns)).to_text()
             )
@@ -192,7 +197,8 @@ class FilerFeed:
 
     def _read(self, state: FilerCursor, limit: int, now: int) -> ChangePage:
         window_start = state.ts_ns - self.overlap_ns
-        events = self.tail(since_ns=window_start, now_ns=now)
+        until = min(now - UNTIL_TIME_AGO_NS, state.ts_ns + self.max_window_ns)
+        events = self.tail(since_ns=window_start, until_ns=until, now_ns=now)
         seen = {identity for _, identity in state.seen}
         changes: list[ObjectChange] = []
         reported: list[tuple[int, str]] = []
@@ -212,25 +218,27 @@ class FilerFeed:
             last_ts = max(last_ts, event.ts_ns)
             if found:
                 reported.append((event.ts_ns, identity))
-        # A complete read covered the log up to weed's bound (1 ms ago), events or not: the next
-        # window starts there, so an idle feed re-reads only the overlap.
-        ts = max(last_ts, now - UNTIL_TIME_AGO_NS) if complete else last_ts
+        # A complete read covered the log up to its bound (1 ms ago at most), events or not: the
+        # next window starts there, so an idle feed re-reads only the overlap.
+        ts = max(last_ts, until) if complete else last_ts
         kept = _recent((*state.seen, *reported), ts, self.overlap_ns)
         return ChangePage(changes, FilerCursor(ts, kept).to_text())
 
     def acknowledge(self, page: ChangePage) -> None:
         """Nothing to do: the cursor is the acknowledgement."""
 
-    def tail(self, *, since_ns: int, now_ns: int) -> list[FilerEvent]:
-        """The filer's events under the prefix from `since_ns` to 1 ms before weed starts."""
+    def tail(self, *, since_ns: int, until_ns: int, now_ns: int) -> list[FilerEvent]:
+        """The filer's events under the prefix from `since_ns` to `until_ns` (both in the
+        clock that gave `now_ns`; weed takes them as times before its own start)."""
         time_ago = now_ns - since_ns + LAUNCH_SLACK_NS
+        until_ago = max(now_ns - until_ns, UNTIL_TIME_AGO_NS)
         command = [
             str(self.weed or _weed()),
             "filer.meta.tail",
             f"-filer={self.filer}",
             f"-pathPrefix={self.path_prefix}",
             f"-timeAgo={time_ago}ns",
-            f"-untilTimeAgo={UNTIL_TIME_AGO_NS}ns",
+            f"-untilTimeAgo={until_ago}ns",
         ]
         self._write_client_config()
         try:
@@ -365,6 +373,10 @@ def _recent(
 ) -> tuple[tuple[int, str], ...]:
     """The identities the next poll's overlap re-reads; older ones cannot come again."""
     return tuple(sorted({s for s in seen if s[0] > ts_ns - overlap_ns}))
+
+
+def _ns(duration: timedelta) -> int:
+    return duration // timedelta(microseconds=1) * 1000
 
 
 def _shown(output: bytes) -> str:
