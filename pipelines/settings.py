@@ -36,6 +36,12 @@ SETTING_NAMES = (
     "INDEX_RETENTION_VERSIONS",
 )
 OTHER_NAMES = ("CURATION_DIR", "FAULT_PAUSE", "FAULT_DIR")
+# The change-notification feed (pipelines/intake/notifications): Settings fields too, kept out
+# of SETTING_NAMES until KindexResource (assets/resources.py) has a field for each.
+NOTIFICATION_NAMES = ("NOTIFICATIONS", "SQS_QUEUE_URL")
+# KINDEX_NOTIFICATIONS: where new objects are heard of. "filer": the embedded SeaweedFS's
+# metadata log; "sqs": S3 event notifications in KINDEX_SQS_QUEUE_URL; "none": listing only.
+NOTIFICATION_KINDS = ("filer", "sqs", "none")
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
@@ -62,6 +68,9 @@ class Settings:
     # How many of the newest versions stay readable (`kindex query --as-of`); older snapshots
     # expire (their files stay in the bucket).
     index_retention_versions: int = 32
+    # None: chosen from the rest (see `notification_kind`).
+    notifications: str | None = None
+    sqs_queue_url: str | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -107,6 +116,10 @@ class Settings:
                 get("INDEX_RETENTION_VERSIONS"),
                 cls.index_retention_versions,
             ),
+            notifications=_parse_notifications(
+                get("NOTIFICATIONS"), get("SQS_QUEUE_URL"), embedded=endpoint is None
+            ),
+            sqs_queue_url=get("SQS_QUEUE_URL"),
         )
 
     def replace(self, **changes: object) -> Settings:
@@ -116,6 +129,16 @@ class Settings:
     def embedded(self) -> bool:
         """True when kindex runs (or attaches to) its own SeaweedFS rather than an endpoint."""
         return self.s3_endpoint is None
+
+    @property
+    def notification_kind(self) -> str:
+        """The feed that reports new objects: the one configured, else "sqs" when a queue is
+        set, "filer" for the embedded server, "none" (listing only) for other endpoints."""
+        if self.notifications is not None:
+            return self.notifications
+        if self.sqs_queue_url is not None:
+            return "sqs"
+        return "filer" if self.embedded else "none"
 
     @property
     def endpoint_url(self) -> str:
@@ -150,7 +173,7 @@ def find_home(start: Path | None = None) -> Path:
 def unknown_names(environ: Mapping[str, str] | None = None) -> Iterator[str]:
     """A warning for each KINDEX_* variable kindex does not read, naming the closest real one."""
     env = os.environ if environ is None else environ
-    known = [ENV_PREFIX + name for name in SETTING_NAMES + OTHER_NAMES]
+    known = [ENV_PREFIX + name for name in SETTING_NAMES + OTHER_NAMES + NOTIFICATION_NAMES]
     for name in sorted(env):
         if name.startswith(ENV_PREFIX) and name not in known:
             close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
@@ -193,6 +216,24 @@ def _parse_bool(name: str, value: str | None, default: bool) -> bool:
     if lowered in _FALSE:
         return False
     raise SettingsError(f"{ENV_PREFIX}{name}={value!r}: expected true or false")
+
+
+def _parse_notifications(value: str | None, queue_url: str | None, *, embedded: bool) -> str | None:
+    if value is None:
+        return None
+    kind = value.lower()
+    if kind not in NOTIFICATION_KINDS:
+        raise SettingsError(
+            f"{ENV_PREFIX}NOTIFICATIONS={value!r}: expected one of {', '.join(NOTIFICATION_KINDS)}"
+        )
+    if kind == "sqs" and queue_url is None:
+        raise SettingsError(f"{ENV_PREFIX}NOTIFICATIONS=sqs needs {ENV_PREFIX}SQS_QUEUE_URL")
+    # The filer's metadata log is reached over the embedded server's own gRPC port.
+    if kind == "filer" and not embedded:
+        raise SettingsError(
+            f"{ENV_PREFIX}NOTIFICATIONS=filer needs the embedded server (no KINDEX_S3_ENDPOINT)"
+        )
+    return kind
 
 
 def _parse_port(name: str, value: str | None, default: int) -> int:

@@ -430,6 +430,16 @@ def seaweedfs_security_config(certificates: GrpcCertificates) -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
+def seaweedfs_client_security_config(certificates: GrpcCertificates) -> bytes:
+    """security.toml for a weed command (`weed filer.meta.tail`) that calls the server's gRPC
+    ports: the certificate and the authority only, none of the server's signing keys."""
+    lines = ["# Written by kindex for weed client commands. Secret: mode 0600."]
+    lines += ["", "[grpc]", f"ca = {_toml_string(certificates.ca)}"]
+    lines += ["", "[grpc.client]", f"cert = {_toml_string(certificates.cert)}"]
+    lines += [f"key = {_toml_string(certificates.key)}"]
+    return ("\n".join(lines) + "\n").encode()
+
+
 def _toml_string(path: Path) -> str:
     return json.dumps(str(path))  # a TOML basic string: JSON's escapes
 

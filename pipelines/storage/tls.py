@@ -30,6 +30,13 @@ class GrpcCertificates:
     key: Path
 
 
+def certificate_paths(directory: Path) -> GrpcCertificates:
+    """Where `write_grpc_certificates` keeps them: what a client of the same server presents."""
+    return GrpcCertificates(
+        ca=directory / "ca.crt", cert=directory / "node.crt", key=directory / "node.key"
+    )
+
+
 def write_grpc_certificates(directory: Path) -> GrpcCertificates:
     """A new authority and a certificate it signed, for both ends of weed's gRPC calls."""
     now = datetime.datetime.now(datetime.UTC)
@@ -59,9 +66,7 @@ def write_grpc_certificates(directory: Path) -> GrpcCertificates:
         )
         .sign(ca_key, hashes.SHA256())
     )
-    certificates = GrpcCertificates(
-        ca=directory / "ca.crt", cert=directory / "node.crt", key=directory / "node.key"
-    )
+    certificates = certificate_paths(directory)
     pem = serialization.Encoding.PEM
     write_private_file(certificates.ca, ca_cert.public_bytes(pem))
     write_private_file(certificates.cert, node_cert.public_bytes(pem))
