@@ -35,6 +35,8 @@ class KindexResource(ConfigurableResource):
     index_prefix: str | None = None
     catalog_uri: str | None = None
     index_retention_versions: str | None = None
+    notifications: str | None = None
+    sqs_queue_url: str | None = None
 
     @classmethod
     def from_env(cls) -> KindexResource:

@@ -39,7 +39,7 @@ from assets.files import MAX_FILES_PER_RUN, RECORDS_KEY
 from assets.index import INDEX_KEY
 from assets.resources import KindexResource
 from pipelines.intake.ledger import FileEntry, FileState, Ledger, new_versions, version_of
-from pipelines.intake.notifications import ChangeFeed, ObjectChange
+from pipelines.intake.notifications import ChangeFeed, NotificationError, ObjectChange
 from pipelines.intake.sensor_cursor import ListingCursor, advance
 from pipelines.storage.base import ObjectInfo, ObjectStore
 
@@ -169,7 +169,10 @@ def notified_files(
     feed: ChangeFeed,
     cursor: DiscoveryCursor,
 ) -> SensorResult | SkipReason:
-    page = feed.poll(cursor.feed, MAX_FILES_PER_TICK)
+    try:
+        page = feed.poll(cursor.feed, MAX_FILES_PER_TICK)
+    except NotificationError as error:  # nothing consumed: the next tick asks again
+        return SkipReason(f"the {feed.name} notifications cannot be read now: {error}")
     versions = versions_of_changes(kindex.store, page.changes)
     requests = new_file_requests(kindex, versions)
     feed.acknowledge(page)  # recorded in the ledger: the store need not tell again

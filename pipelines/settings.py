@@ -34,11 +34,10 @@ SETTING_NAMES = (
     "INDEX_PREFIX",
     "CATALOG_URI",
     "INDEX_RETENTION_VERSIONS",
+    "NOTIFICATIONS",
+    "SQS_QUEUE_URL",
 )
 OTHER_NAMES = ("CURATION_DIR", "FAULT_PAUSE", "FAULT_DIR")
-# The change-notification feed (pipelines/intake/notifications): Settings fields too, kept out
-# of SETTING_NAMES until KindexResource (assets/resources.py) has a field for each.
-NOTIFICATION_NAMES = ("NOTIFICATIONS", "SQS_QUEUE_URL")
 # KINDEX_NOTIFICATIONS: where new objects are heard of. "filer": the embedded SeaweedFS's
 # metadata log; "sqs": S3 event notifications in KINDEX_SQS_QUEUE_URL; "none": listing only.
 NOTIFICATION_KINDS = ("filer", "sqs", "none")
@@ -173,7 +172,7 @@ def find_home(start: Path | None = None) -> Path:
 def unknown_names(environ: Mapping[str, str] | None = None) -> Iterator[str]:
     """A warning for each KINDEX_* variable kindex does not read, naming the closest real one."""
     env = os.environ if environ is None else environ
-    known = [ENV_PREFIX + name for name in SETTING_NAMES + OTHER_NAMES + NOTIFICATION_NAMES]
+    known = [ENV_PREFIX + name for name in SETTING_NAMES + OTHER_NAMES]
     for name in sorted(env):
         if name.startswith(ENV_PREFIX) and name not in known:
             close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)

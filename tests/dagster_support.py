@@ -14,6 +14,7 @@ from dagster import (
     SensorResult,
     build_sensor_context,
 )
+
 import definitions
 from assets.resources import KindexResource
 from assets.sensors import incoming_files_sensor
