@@ -118,7 +118,9 @@ def ingest_history(
             written = put_incoming(
                 store, settings, Path(history.name), data, key=target, commit=version.commit
             )
-            snapshot = snapshot_written(store, settings, written, data, content_digest(data))
+            snapshot = snapshot_written(
+                store, settings, written, data, content_digest(data)
+            ).snapshot
             files.append(process_snapshot(store, settings, snapshot))
             bar.update()
     return IngestSummary(files, publish_index(store, settings))

@@ -50,9 +50,10 @@ from pipelines.index.record_objects import (
     preview,
     value_counts,
 )
-from pipelines.intake.incoming import incoming_key, put_incoming, upload_incoming
+from pipelines.intake.incoming import put_incoming, upload_incoming
 from pipelines.intake.ledger import FileEntry, FileState, Ledger
 from pipelines.sources import Source, SourceContext, source_of
+from pipelines.sources.source import SourceObject
 from pipelines.storage.base import NoSuchKey, ObjectInfo, ObjectStore
 
 if TYPE_CHECKING:
@@ -87,6 +88,7 @@ class SnapshotRecords:
 class IngestSummary:
     files: list[SnapshotRecords]
     index: IndexVersion
+    failed: list[FileEntry] = field(default_factory=list)  # files that could not be processed
 
     @property
     def rows(self) -> int:
@@ -358,56 +360,50 @@ def records_from_summary(
     )
 
 
-def ingest_file(store: ObjectStore, settings: Any, path: Path) -> FileResult:
-    """Upload a file to its incoming key, snapshot that version and write its records.
-
-    A file that fits one PUT is read once, and the bytes sent are the bytes hashed and parsed:
-    nothing is read back from the bucket (the snapshot is copied on the server while the key
-    still holds the version written). The upload runs while the records are built, and the
-    records are written only once the snapshot is taken. A larger file streams up first and is
-    read back."""
-    from pipelines.intake.snapshots import content_digest, take_snapshot
+def uploaded_file(store: ObjectStore, settings: Any, path: Path) -> FileWork:
+    """Upload a file to its incoming key and snapshot that version: the batch steps' first two
+    for a file on disk. A file that fits one PUT is read once, and the bytes sent are the bytes
+    hashed and parsed: nothing is read back from the bucket (the snapshot is copied on the
+    server while the key still holds the version written). A larger file streams up first and
+    is read back."""
+    from pipelines.intake.snapshots import content_digest, read_and_keep, snapshot_written
 
     if path.stat().st_size > SINGLE_PUT_LIMIT:
         info = upload_incoming(store, settings, path)
-        snapshot = take_snapshot(store, settings, info.key, info.etag)
-        return ingested(store, snapshot, process_snapshot(store, settings, snapshot))
-    data = path.read_bytes()
-    digest = content_digest(data)
-    with (
-        parts_folder(settings) as parts_dir,
-        ThreadPoolExecutor(max_workers=1, thread_name_prefix="kindex-upload") as pool,
-    ):
-        # The file lands whatever becomes of its records; it uploads while they are built.
-        upload = pool.submit(_upload_and_snapshot, store, settings, path, data, digest)
-        try:
-            prepared = prepare_records(
-                store,
-                settings,
-                incoming_key(settings, path),
-                digest,
-                data,
-                parts_dir=parts_dir,
-                received_at=lambda: utc_text(upload.result().last_modified),
-            )
-        finally:
-            snapshot = upload.result()
-        return ingested(store, snapshot, write_records(store, settings, snapshot, prepared))
+        taken = read_and_keep(store, settings, info.key, info.etag)
+    else:
+        data = path.read_bytes()
+        written = put_incoming(store, settings, path, data)
+        taken = snapshot_written(store, settings, written, data, content_digest(data))
+    entry = FileEntry.pending(store.bucket, known_info(taken.snapshot), batch=INGEST_BATCH)
+    return FileWork(entry, taken.snapshot, taken.data, taken.kept_now)
 
 
-def ingested(store: ObjectStore, snapshot: Snapshot, records: SnapshotRecords) -> FileResult:
-    """A file `kindex ingest` processed, as the ledger row a batch run would have written."""
-    entry = FileEntry.pending(store.bucket, known_info(snapshot), batch="kindex-ingest")
-    return FileResult(done_entry(entry, records), records)
+INGEST_BATCH = "kindex-ingest"
+# Files `kindex ingest` takes through the steps at once: a batch's bytes stay in memory.
+INGEST_BATCH_FILES = 250
+INGEST_BATCH_BYTES = 256 << 20
 
 
-def _upload_and_snapshot(
-    store: ObjectStore, settings: Any, path: Path, data: bytes, digest: str
-) -> Any:
-    from pipelines.intake.snapshots import snapshot_written
-
-    written = put_incoming(store, settings, path, data)
-    return snapshot_written(store, settings, written, data, digest)
+def ingest_batches(paths: Sequence[Path], sizes: Sequence[int]) -> Iterator[list[int]]:
+    """The files in order, in batches of bounded count and bytes. Two files with one name go
+    to one key, so never into one batch: the second is uploaded after the first is done."""
+    batch: list[int] = []
+    names: set[str] = set()
+    held = 0
+    for i, path in enumerate(paths):
+        if batch and (
+            len(batch) >= INGEST_BATCH_FILES
+            or held + sizes[i] > INGEST_BATCH_BYTES
+            or path.name in names
+        ):
+            yield batch
+            batch, names, held = [], set(), 0
+        batch.append(i)
+        names.add(path.name)
+        held += sizes[i]
+    if batch:
+        yield batch
 
 
 def resolve_awaiting(
@@ -429,6 +425,7 @@ def resolve_awaiting(
         return []
     reads = load_reads(store, [read_record_key(settings, k, d) for d, k in sorted(waiting)])
     resolved: list[SnapshotRecords] = []
+    entries: list[FileEntry] = []
     done: set[str] = set()
     for snapshot in reads:
         if snapshot.digest in done:
@@ -437,7 +434,11 @@ def resolve_awaiting(
         with parts_folder(settings) as parts_dir:
             prepared = prepare_snapshot(store, settings, snapshot, parts_dir)
             if prepared.content is not None:  # what it waits for is indexed now
-                resolved.append(write_records(store, settings, snapshot, prepared))
+                records = write_records(store, settings, snapshot, prepared)
+                resolved.append(records)
+                entry = FileEntry.pending(store.bucket, known_info(snapshot), batch="resolved")
+                entries.append(done_entry(entry, records))
+    Ledger.of(store, settings).append(entries)  # the files' rows, with their new counts
     return resolved
 
 
@@ -463,12 +464,12 @@ def ingest_paths(
 
         with store_session(settings) as session_store:
             return ingest_paths(paths, settings, progress, session_store)
-    done: list[FileResult] = []
     # tqdm's monitor thread (it only nudges stalled bars) would make this process fork its
     # workers from a forkserver (pipelines/forked.py), which costs about half a second per file.
     tqdm.monitor_interval = 0
+    files = [Path(path) for path in paths]
     # Counts the files' bytes, so that a big file weighs what it costs.
-    sizes = [Path(path).stat().st_size for path in paths]
+    sizes = [path.stat().st_size for path in files]
     bar = tqdm(
         total=sum(sizes),
         unit="B",
@@ -476,17 +477,29 @@ def ingest_paths(
         unit_divisor=1024,
         disable=not (progress and sys.stderr.isatty()),
     )
+    done: list[FileResult] = []
     with bar:
-        for path, size in zip(map(Path, paths), sizes, strict=True):
-            bar.set_description(path.name)
-            done.append(ingest_file(store, settings, path))
-            bar.update(size)
-        files = [f.records for f in done if f.records is not None]
-        files.extend(resolve_awaiting(store, settings, files))
-        Ledger.of(store, settings).append([f.entry for f in done])
+        for batch in ingest_batches(files, sizes):
+            bar.set_description(f"{files[batch[0]].name} and {len(batch) - 1} more")
+            with ThreadPoolExecutor(FILE_THREADS, thread_name_prefix="kindex-upload") as pool:
+                works = list(pool.map(lambda i: uploaded_file(store, settings, files[i]), batch))
+            with parts_folder(settings) as parts_dir:
+                normalize_files(store, settings, works, parts_dir)
+                each_file(works, lambda work: write_file(store, settings, work))
+            done += commit_and_publish(store, settings, INGEST_BATCH, works, publish=False).files
+            bar.update(sum(sizes[i] for i in batch))
+        records = [f.records for f in done if f.records is not None]
+        # A file whose rows awaited another of the batch (a trace its definition) is listed
+        # once, as it was processed again.
+        resolved = {
+            (r.source_key, r.snapshot_digest): r for r in resolve_awaiting(store, settings, records)
+        }
+        records = [resolved.pop((r.source_key, r.snapshot_digest), r) for r in records]
+        records += resolved.values()
         bar.set_description("publishing index")
         index = publish_index(store, settings)
-    return IngestSummary(files, index)
+    failed = [f.entry for f in done if f.records is None]
+    return IngestSummary(records, index, failed)
 
 
 def record_set_table(
@@ -579,6 +592,40 @@ def describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
+@dataclass(slots=True)
+class FileWork:
+    """One file of a batch on its way through the steps. `failed`: its ledger row, once a
+    step failed it (or found it gone); the later steps pass it by."""
+
+    entry: FileEntry
+    snapshot: Snapshot | None = None
+    data: bytes = b""
+    kept_now: bool = False  # its bytes were kept just now: no record set of them can exist
+    written: bool = False  # its record set exists: nothing to normalize or write
+    source: Source | None = None
+    prepared: PreparedRecords | None = None
+    records: SnapshotRecords | None = None
+    failed: FileEntry | None = None
+
+    def fail(self, error: BaseException) -> None:
+        from pipelines.intake.snapshots import VersionChanged
+
+        if isinstance(error, VersionChanged | NoSuchKey):
+            reason = f"overwritten or deleted before it was read ({describe(error)})"
+            self.failed = replace(self.entry, state=FileState.GONE, reason=reason)
+        else:
+            self.failed = self.entry.failed(describe(error), datetime.now(UTC))
+
+    def result(self) -> FileResult:
+        if self.failed is not None or self.records is None:
+            return FileResult(self.failed or self.entry.failed("not processed", utc_now()))
+        return FileResult(done_entry(self.entry, self.records), self.records)
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
 def process_batch(
     store: ObjectStore,
     settings: Any,
@@ -587,62 +634,143 @@ def process_batch(
     *,
     publish: bool = True,
 ) -> BatchResult:
-    """Snapshot, normalize and write each file (one file's failure is its own ledger row),
-    commit the batch's rows to the ledger in one append, then publish the index (which shows
-    the ledger as committed)."""
-    from pipelines.intake.reconcile import snapshots_of_versions
-    from pipelines.intake.sensor_cursor import ObjectVersionRef
+    """The steps over a batch of files, in order; one file's failure (its bytes, its key, an S3
+    error) is its own ledger row, never its neighbours'."""
+    files = [FileWork(replace(entry, batch=batch)) for entry in entries]
+    each_file(files, lambda work: snapshot_file(store, settings, work))
+    with parts_folder(settings) as parts_dir:
+        normalize_files(store, settings, files, parts_dir)
+        each_file(files, lambda work: write_file(store, settings, work))
+    return commit_and_publish(store, settings, batch, files, publish=publish)
 
-    refs = {entry.version: ObjectVersionRef(entry.key, entry.etag) for entry in entries}
-    known = snapshots_of_versions(store, settings, list(refs.values()))
-    work = lambda entry: process_file(  # noqa: E731
-        store, settings, entry, known.get(refs[entry.version]), batch
-    )
-    files = list(each_file(work, entries))
-    result = BatchResult(batch, files)
-    Ledger.of(store, settings).append([f.entry for f in files])
+
+def commit_and_publish(
+    store: ObjectStore, settings: Any, batch: str, files: Sequence[FileWork], *, publish: bool
+) -> BatchResult:
+    """Steps 5 and 6: the batch's ledger rows in one append, then the index."""
+    result = BatchResult(batch, [work.result() for work in files])
+    Ledger.of(store, settings).append([f.entry for f in result.files])
     if publish and files:
         result.index, result.resolved = publish_resolving(store, settings)
     return result
 
 
-def each_file(
-    work: Callable[[FileEntry], FileResult], entries: Sequence[FileEntry]
-) -> list[FileResult]:
-    """`work` over each file on a few threads, in the batch's order. `work` never raises."""
-    if len(entries) <= 1:
-        return [work(entry) for entry in entries]
-    results: dict[int, FileResult] = {}
+def each_file(files: Sequence[FileWork], step: Callable[[FileWork], None]) -> None:
+    """A step over each file not failed yet, on a few threads (a file's step is mostly small S3
+    requests, which wait on the network); what a file's step raises fails that file alone."""
+
+    def guarded(work: FileWork) -> None:
+        try:
+            step(work)
+        except Exception as error:  # this file's alone; the others go on
+            work.fail(error)
+
+    todo = [work for work in files if work.failed is None]
+    if len(todo) <= 1:
+        for work in todo:
+            guarded(work)
+        return
     with ThreadPoolExecutor(FILE_THREADS, thread_name_prefix="kindex-file") as pool:
-        futures = {pool.submit(work, entry): i for i, entry in enumerate(entries)}
-        for future in as_completed(futures):
-            results[futures[future]] = future.result()
-    return [results[i] for i in range(len(entries))]
+        for future in as_completed([pool.submit(guarded, work) for work in todo]):
+            future.result()
 
 
-def process_file(
-    store: ObjectStore, settings: Any, entry: FileEntry, known: Snapshot | None, batch: str
-) -> FileResult:
-    """One file of a batch, start to record set; never raises, so that one file's failure
-    (its bytes, its key, an S3 error) is its ledger row alone."""
-    from pipelines.intake.snapshots import VersionChanged
+def snapshot_file(store: ObjectStore, settings: Any, work: FileWork) -> None:
+    """Step 2: the file's GET and its immutable copy (the copy and the read record are written
+    once). A version processed before is not copied again: its read is loaded."""
+    from pipelines.intake.ledger import version_of
+    from pipelines.intake.snapshots import load_reads, read_and_keep, read_record_key
 
-    entry = replace(entry, batch=batch)
+    entry = work.entry
+    if entry.snapshot_digest is not None:
+        record_key = read_record_key(settings, entry.key, entry.snapshot_digest)
+        reads = load_reads(store, [record_key])
+        known = [r for r in reads if version_of(known_info(r)) == entry.version]
+        if known:
+            work.snapshot = known[0]
+            work.data = snapshot_data(store, settings, known[0])
+            return
+    taken = read_and_keep(store, settings, entry.key, etag=entry.etag)
+    work.snapshot, work.data, work.kept_now = taken.snapshot, taken.data, taken.kept_now
+
+
+def normalize_files(
+    store: ObjectStore, settings: Any, files: Sequence[FileWork], parts_dir: Path
+) -> None:
+    """Step 3: each file's source and parser version, and the record sets not written yet,
+    built a source at a time: a batch of small files of one source pays its fixed cost once."""
+    layout = IndexLayout.of(settings)
+    known = known_manifests(store, settings)
+    context = SourceContext(known_digest=known, manifest_named=known.named)
+
+    def place(work: FileWork) -> None:
+        assert work.snapshot is not None
+        source = source_of(work.entry.key, work.data)
+        version = source.version_of(work.data, source_context(context, work))
+        prefix = layout.record_set_prefix(version, work.snapshot.digest)
+        work.source = source
+        work.prepared = PreparedRecords(version, source.name, prefix, None)
+        # Written already: the same bytes under another key, or a retry.
+        work.written = not work.kept_now and store.head(prefix + SUMMARY_FILE) is not None
+
+    each_file(files, place)
+    by_source: dict[str, list[FileWork]] = {}
+    for work in files:
+        if work.failed is None and work.prepared is not None and not work.written:
+            by_source.setdefault(work.prepared.source, []).append(work)
+    for group in by_source.values():
+        build_record_sets(group, context, parts_dir)
+
+
+def source_context(context: SourceContext, work: FileWork) -> SourceContext:
+    assert work.snapshot is not None
+    return replace(context, received_at=utc_text(work.snapshot.last_modified))
+
+
+def build_record_sets(group: Sequence[FileWork], context: SourceContext, parts_dir: Path) -> None:
+    """The record sets of a group of files of one source, in one call; if the call fails, each
+    file on its own, so that the failure is the failing file's alone."""
+    source = group[0].source
+    assert source is not None
+    objects = [
+        SourceObject(w.snapshot.digest, w.data, utc_text(w.snapshot.last_modified))
+        for w in group
+        if w.snapshot is not None
+    ]
+    folder = Path(tempfile.mkdtemp(prefix="batch-", dir=parts_dir))
     try:
-        records = snapshot_and_write(store, settings, entry, known)
-    except (VersionChanged, NoSuchKey) as gone:
-        reason = f"overwritten or deleted before it was read ({describe(gone)})"
-        return FileResult(replace(entry, state=FileState.GONE, reason=reason))
-    except Exception as error:  # this file's alone; the others go on
-        return FileResult(entry.failed(describe(error), datetime.now(UTC)))
-    return FileResult(done_entry(entry, records), records)
+        contents = source.record_sets(objects, context, folder)
+    except Exception:
+        if len(group) == 1:
+            raise
+        for i, work in enumerate(group):
+            try:
+                own = Path(tempfile.mkdtemp(prefix=f"file-{i}-", dir=parts_dir))
+                content = source.record_sets(objects[i : i + 1], context, own)[0]
+                assert work.prepared is not None
+                work.prepared.content = content
+            except Exception as error:  # this file's alone
+                work.fail(error)
+        return
+    for work, content in zip(group, contents, strict=True):
+        assert work.prepared is not None
+        work.prepared.content = content
+
+
+def write_file(store: ObjectStore, settings: Any, work: FileWork) -> None:
+    """Step 4: the file's record set (unless it exists) and its read."""
+    assert work.snapshot is not None and work.prepared is not None
+    work.records = write_records(store, settings, work.snapshot, work.prepared)
 
 
 def done_entry(entry: FileEntry, records: SnapshotRecords) -> FileEntry:
     """A file's ledger row once its record set is written: quarantined when not one of its
     rows became a run, with the top reasons."""
     quarantine = Counter(records.quarantined_by_reason)
-    state = FileState.QUARANTINED if records.runs == 0 and quarantine else FileState.INDEXED
+    # Rows that wait for another file (a trace for its definition) are not bad input: the file
+    # is processed again once that file is indexed.
+    unusable = [reason for reason in quarantine if not is_awaiting(reason)]
+    state = FileState.QUARANTINED if records.runs == 0 and unusable else FileState.INDEXED
     return replace(
         entry,
         state=state,
@@ -653,21 +781,6 @@ def done_entry(entry: FileEntry, records: SnapshotRecords) -> FileEntry:
         quarantined=records.quarantined,
         next_attempt_at=None,
     )
-
-
-def snapshot_and_write(
-    store: ObjectStore, settings: Any, entry: FileEntry, known: Snapshot | None
-) -> SnapshotRecords:
-    """The file's snapshot (taken unless this very upload was read before: a later upload of
-    bytes the key held before is read again, so that the index judges the key again), then its
-    record set."""
-    from pipelines.intake.ledger import version_of
-    from pipelines.intake.snapshots import read_and_keep
-
-    if known is not None and version_of(known_info(known)) == entry.version:
-        return process_snapshot(store, settings, known)
-    taken = read_and_keep(store, settings, entry.key, etag=entry.etag)
-    return process_snapshot(store, settings, taken.snapshot, taken)
 
 
 def known_info(snapshot: Snapshot) -> ObjectInfo:

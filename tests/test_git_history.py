@@ -236,7 +236,9 @@ def test_ingest_git_brings_in_the_whole_history_run_by_run(
     written = put_incoming(
         s3_store, index_settings, Path(FILE), data, key=KEY, commit=oldest.commit
     )
-    snapshot = snapshot_written(s3_store, index_settings, written, data, content_digest(data))
+    snapshot = snapshot_written(
+        s3_store, index_settings, written, data, content_digest(data)
+    ).snapshot
     process_snapshot(s3_store, index_settings, snapshot)
     publish_index(s3_store, index_settings)
     assert run_state(index_settings) == before
@@ -252,7 +254,9 @@ def test_versions_uploaded_in_any_order_are_judged_by_commit_time(
         written = put_incoming(
             s3_store, index_settings, Path(FILE), data, key=KEY, commit=version.commit
         )
-        snapshot = snapshot_written(s3_store, index_settings, written, data, content_digest(data))
+        snapshot = snapshot_written(
+            s3_store, index_settings, written, data, content_digest(data)
+        ).snapshot
         process_snapshot(s3_store, index_settings, snapshot)
     publish_index(s3_store, index_settings)
     assert index_states(index_settings, ours) == expected_states()

@@ -195,7 +195,7 @@ def test_a_version_just_written_is_snapshotted_without_reading_it_back(
         return get_object(key)  # read records are read, to keep the newest one
 
     monkeypatch.setattr(s3_store, "get_object", no_read_back)
-    snap = snapshot_written(s3_store, settings, written, data, content_digest(data))
+    snap = snapshot_written(s3_store, settings, written, data, content_digest(data)).snapshot
     monkeypatch.undo()
     assert snap.digest == "sha256:" + hashlib.sha256(data).hexdigest()
     assert (snap.key, snap.etag, snap.size) == ("incoming/mine.csv", written.etag, len(data))

@@ -56,11 +56,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"kindex ingest: {error}", file=sys.stderr)
         return 1
     print(format_summary(summary))
+    for entry in summary.failed:
+        print(f"kindex ingest: {entry.key} failed: {entry.reason}", file=sys.stderr)
     # A file of manifests alone (a FlashInfer definition, a bundle of operations) is not empty.
     empty = [f for f in summary.files if f.runs == 0 and not f.manifests_by_kind]
     for f in empty:
         print(f"kindex ingest: {no_run_message(f)}", file=sys.stderr)
-    return 1 if empty else 0
+    return 1 if empty or summary.failed else 0
 
 
 def no_run_message(f: SnapshotRecords) -> str:

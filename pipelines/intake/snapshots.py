@@ -162,15 +162,15 @@ def read_and_keep(
 
 def snapshot_written(
     store: ObjectStore, settings: Settings, written: ObjectInfo, data: bytes, digest: str
-) -> Snapshot:
+) -> TakenSnapshot:
     """The snapshot of the version this process just wrote from `data` (`written`: what the PUT
     returned; `digest`: the caller's content_digest of `data`). Its bytes are known, so they are
     not read back; the key must still hold that version (its ETag), else this refuses as
     take_snapshot does with an ETag."""
     info = store.head(written.key)
     if info is None or info.etag != written.etag:
-        return take_snapshot(store, settings, written.key, etag=written.etag)
-    return _keep(store, settings, info, data, digest).snapshot
+        return read_and_keep(store, settings, written.key, etag=written.etag)
+    return _keep(store, settings, info, data, digest)
 
 
 def _keep(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -49,10 +49,12 @@ class SourceContext:
 
 @dataclass(frozen=True, slots=True)
 class SourceObject:
-    """The bytes of one object version, and their content digest (its snapshot's)."""
+    """The bytes of one object version, their content digest (its snapshot's), and when the
+    version was received (the time of a run whose format records none)."""
 
     snapshot_digest: str
     data: bytes
+    received_at: str | None = None
 
 
 class Source(Protocol):
@@ -132,7 +134,13 @@ class RecordsOfOutcomes(ABC):
     def record_sets(
         self, objects: Sequence[SourceObject], context: SourceContext, parts_dir: Path
     ) -> list[RecordSetContent]:
-        return [self.record_set(o.data, o.snapshot_digest, context, parts_dir) for o in objects]
+        sets = []
+        for i, o in enumerate(objects):
+            folder = parts_dir / str(i)  # each object's parts apart: they are named by number
+            folder.mkdir(exist_ok=True)
+            own = replace(context, received_at=o.received_at)
+            sets.append(self.record_set(o.data, o.snapshot_digest, own, folder))
+        return sets
 
 
 class HarnessSource(RecordsOfOutcomes):

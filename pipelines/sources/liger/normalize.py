@@ -53,12 +53,16 @@ def record_set(data: bytes, snapshot_digest: str, parser_version: str) -> Record
     return RecordSetContent(rows, tables, lineage_in_runs=True)
 
 
+PARALLEL_FROM_BYTES = 8 << 20
+
+
 def record_sets(files: Sequence[tuple[bytes, str]], parser_version: str) -> list[RecordSetContent]:
     """The record sets of several (bytes, snapshot digest), in their order: one file per
     process, on every core the files can use."""
     workers = min(len(files), usable_cpus())
     datas, digests = [data for data, _ in files], [digest for _, digest in files]
-    if workers < 2:
+    # Worker processes cost more to start and feed than small files cost to normalize.
+    if workers < 2 or sum(map(len, datas)) < PARALLEL_FROM_BYTES:
         return list(map(record_set, datas, digests, repeat(parser_version)))
     context = worker_context(__name__)
     with ProcessPoolExecutor(workers, mp_context=context) as pool:
