@@ -198,7 +198,7 @@ class Ledger:
     def _created(self) -> Table:
         from pipelines.index.catalog import TABLE_PROPERTIES
 
-        table = self._table()
+        table = self._table(refresh=True)
         if table is not None:
             return table
         catalog = self.catalog.catalog
