@@ -51,6 +51,7 @@ def reconcile_sensor(
     listing = [o for o in store.list(settings.incoming_prefix) if not o.key.endswith("/")]
     if not ledger.exists():
         entries = rebuild(store, settings, listing)
+        ledger.create()  # made, even empty: the next tick finds it
         ledger.append([e for e in entries if e.state is not FileState.PENDING])
         missing = [e for e in entries if e.state is FileState.PENDING]
         context.log.info(

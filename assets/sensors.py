@@ -173,7 +173,8 @@ def notified_files(
         page = feed.poll(cursor.feed, MAX_FILES_PER_TICK)
     except NotificationError as error:  # nothing consumed: the next tick asks again
         return SkipReason(f"the {feed.name} notifications cannot be read now: {error}")
-    versions = versions_of_changes(kindex.store, page.changes)
+    # An idle tick's page is empty: no S3 client, no ledger, nothing but the poll.
+    versions = versions_of_changes(kindex.store, page.changes) if page.changes else []
     requests = new_file_requests(kindex, versions)
     feed.acknowledge(page)  # recorded in the ledger: the store need not tell again
     if requests:

@@ -1,5 +1,6 @@
-"""After the curation grows (a new GPU), backfilling a file turns its quarantine rows into runs,
-and the index follows: the Dagster assets for real, in-process, on a real SeaweedFS bucket."""
+"""After the curation grows (a new GPU), backfilling a file (its arrival window from the UI, or
+the `reprocess_files` job by glob) turns its quarantine rows into runs, and the index follows:
+the Dagster assets for real, in-process, on a real SeaweedFS bucket."""
 
 from __future__ import annotations
 
@@ -11,10 +12,11 @@ from typing import Any
 
 import pytest
 from dagster import DagsterInstance
-from dagster_support import SensorDriver, backfill_request, execute, materialize_index
+from dagster_support import SensorDriver, backfill_request, execute, latest_metadata
 from index_support import query
 from liger_support import HEADER, csv_lines
 
+import definitions
 from pipelines.curation import CURATION_DIR_VARIABLE, CURATION_FILES
 from pipelines.settings import Settings
 
@@ -39,19 +41,32 @@ def curation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return folder
 
 
+def backfill(instance: DagsterInstance, window: str, how: str) -> None:
+    if how == "window":  # a backfill of the arrival window from the UI
+        run = execute(instance, backfill_request(window))
+    else:  # `kindex backfill 'incoming/*'`
+        job = definitions.defs.get_job_def("reprocess_files")
+        run = job.execute_in_process(
+            instance=instance,
+            run_config={"ops": {"reprocess": {"config": {"files": ["incoming/*"]}}}},
+        )
+    assert run.success
+
+
+@pytest.mark.parametrize("how", ["window", "reprocess_files"])
 def test_backfill_after_a_new_gpu_turns_quarantine_into_runs(
-    s3_store: Any, instance: DagsterInstance, curation: Path
+    s3_store: Any, instance: DagsterInstance, curation: Path, how: str
 ) -> None:
     known, unknown = csv_lines([2212, 1843])
     h200_row = unknown.replace("NVIDIA B200", NEW_GPU)
     s3_store.put_bytes("incoming/h200.csv", f"{HEADER}\n{known}\n{h200_row}\n".encode())
     driver = SensorDriver(instance)
-    tick = driver.tick()
-    assert execute(instance, (tick.run_requests or [])[0]).success
-    materialize_index(instance)
+    (request,) = driver.tick().run_requests or []
+    assert execute(instance, request).success
     settings = Settings.from_env()
     assert query(settings, "select count(*) from runs") == [(1,)]
     assert query(settings, "select reason, source_line from quarantine") == [("unknown_gpu", 3)]
+    assert query(settings, "select state, runs, quarantined from files") == [("indexed", 1, 1)]
 
     gpus = curation / "gpus.yaml"
     gpus.write_text(
@@ -59,13 +74,17 @@ def test_backfill_after_a_new_gpu_turns_quarantine_into_runs(
         + f"  {NEW_GPU}: {{vendor: nvidia, product: NVIDIA H20, architecture: sm_90,"
         + " title: H20}\n"
     )
-    (partition,) = driver.partition_keys()
-    assert execute(instance, backfill_request(partition)).success
-    materialize_index(instance)
+    backfill(instance, str(request.partition_key), how)
 
+    # The backfill published the index: nothing else to run.
     assert query(settings, "select count(*) from quarantine") == [(0,)]
     rows = query(settings, "select gpu, architecture, source_line from runs order by source_line")
     assert rows == [("NVIDIA B200", "sm_100", 2), (NEW_GPU, "sm_90", 3)]
+    assert query(settings, "select state, runs, quarantined, attempts from files") == [
+        ("indexed", 2, 0, 2)
+    ]
+    meta = latest_metadata(instance, "records", request.partition_key)
+    assert meta["files"] == 1 and meta["runs"] == 2 and meta["quarantined_rows"] == 0
     assert not driver.tick().run_requests  # the backfill is not mistaken for a new drop
 
 
@@ -75,9 +94,10 @@ def test_unchanged_curation_reuses_the_record_set(
     (row,) = csv_lines([2212])
     s3_store.put_bytes("incoming/one.csv", f"{HEADER}\n{row}\n".encode())
     driver = SensorDriver(instance)
-    assert execute(instance, (driver.tick().run_requests or [])[0]).success
+    (request,) = driver.tick().run_requests or []
+    assert execute(instance, request).success
     before = sorted(o.key for o in s3_store.list("records/"))
-    (partition,) = driver.partition_keys()
-    assert execute(instance, backfill_request(partition)).success
+    backfill(instance, str(request.partition_key), "window")
     assert sorted(o.key for o in s3_store.list("records/")) == before
+    assert query(Settings.from_env(), "select count(*) from runs") == [(1,)]
     shutil.rmtree(curation)  # later tests read the packaged curation again

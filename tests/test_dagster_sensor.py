@@ -1,31 +1,43 @@
 """The incoming-files sensor against a real SeaweedFS bucket: nothing dropped is missed (many
 files at once, same-second uploads, overwrites, keys sorting before others), deleted keys do not
-wedge it, and a tick's files go into few runs."""
+wedge it, and a tick's files go into few runs (a batch per arrival window, at most
+MAX_FILES_PER_RUN files each)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from dagster import AssetKey, DagsterEventType, DagsterInstance, PartitionKeyRange
+from dagster import (
+    AssetKey,
+    AssetRecordsFilter,
+    DagsterEventType,
+    DagsterInstance,
+    RunRequest,
+)
 from dagster_support import (
     SensorDriver,
+    check_evaluations,
     execute,
     execute_all,
     failure_messages,
     latest_metadata,
-    materialize_index,
 )
 from index_support import csv_bytes, liger_rows, query
 
-from assets.sensors import MAX_FILES_PER_RUN
-from pipelines.intake.sensor_cursor import partition_key_for
+import assets.sensors
+from assets.sensors import MAX_FILES_PER_RUN, batch_requests
+from pipelines.intake.ledger import FileEntry, FileState, Ledger, window_of
 from pipelines.settings import Settings
+from pipelines.storage.base import ObjectInfo
 
 MANY_FILES = 1000
 SAME_SECOND_ATTEMPTS = 10
+RECORDS = AssetKey("records")
 
 
 @pytest.fixture
@@ -40,7 +52,30 @@ def tiny_csv(line: int) -> bytes:
     return csv_bytes(header, rows)
 
 
-@pytest.mark.slow  # ~150 s on a shared 2-core machine: 1,000 files through S3 and Dagster
+def ledger_of(store: Any) -> Ledger:
+    return Ledger.of(store, Settings.from_env())
+
+
+def batch_of(request: RunRequest) -> str:
+    return str(request.run_config["ops"]["records"]["config"]["batch"])
+
+
+def requested(store: Any, requests: Sequence[RunRequest]) -> list[FileEntry]:
+    """The ledger's rows of the files these runs process (pending until they run)."""
+    ledger = ledger_of(store)
+    return [entry for r in requests for entry in ledger.of_batch(batch_of(r))]
+
+
+def versions(entries: list[FileEntry]) -> set[tuple[str, str]]:
+    return {(e.key, e.etag) for e in entries}
+
+
+def rows_of(store: Any, key: str) -> list[FileEntry]:
+    """Each version of a key in the ledger (its newest row), oldest first."""
+    return ledger_of(store).current("key = ?", [key])
+
+
+@pytest.mark.slow  # ~390 s on a shared 2-core machine: 1,000 files through S3 and Dagster
 def test_a_thousand_files_dropped_at_once_are_all_processed_in_few_runs(
     s3_store: Any, instance: DagsterInstance
 ) -> None:
@@ -59,38 +94,99 @@ def test_a_thousand_files_dropped_at_once_are_all_processed_in_few_runs(
     tick = driver.tick()
 
     requests = tick.run_requests or []
-    assert set(driver.partition_keys()) == {partition_key_for(o) for o in dropped}
-    assert len(requests) == -(-MANY_FILES // MAX_FILES_PER_RUN)  # 4 runs, not 1,000
+    windows: dict[str, int] = {}
+    for info in dropped:
+        windows[window_of(info.last_modified)] = windows.get(window_of(info.last_modified), 0) + 1
+    # 4 runs, not 1,000 (5 when the burst straddles an hour)
+    assert len(requests) == sum(-(-n // MAX_FILES_PER_RUN) for n in windows.values())
+    assert {r.partition_key for r in requests} == set(windows)
     assert sum(int(r.tags["kindex/files"]) for r in requests) == MANY_FILES
+    assert versions(requested(s3_store, requests)) == {(o.key, o.etag) for o in dropped}
     assert not driver.tick().run_requests
 
     execute_all(instance, requests)
-    materialize_index(instance)
 
-    materialized = instance.get_materialized_partitions(AssetKey("records"))
-    assert materialized == set(driver.partition_keys())
-    runs = sum(
-        int(latest_metadata(instance, "records", key)["runs"]) for key in driver.partition_keys()
-    )
-    assert runs > 0
-    indexed = query(Settings.from_env(), "select count(distinct snapshot_digest) from snapshots")
+    assert instance.get_materialized_partitions(RECORDS) == set(windows)
+    materializations = instance.fetch_materializations(
+        AssetRecordsFilter(asset_key=RECORDS), limit=100
+    ).records
+    assert len(materializations) == len(requests)  # one per run, not one per file
+    files = [
+        int(str(r.asset_materialization.metadata["files_indexed"].value))  # type: ignore[union-attr]
+        for r in materializations
+    ]
+    assert sum(files) == MANY_FILES
+    settings = Settings.from_env()
+    assert query(settings, "select state, count(*) from files group by state") == [
+        ("indexed", MANY_FILES)
+    ]
+    indexed = query(settings, "select count(distinct snapshot_digest) from snapshots")
     assert indexed == [(MANY_FILES,)]
 
 
+def test_a_ticks_files_go_in_a_batch_per_window_of_at_most_max_files(s3_store: Any) -> None:
+    """Versions of two arrival windows, more in one than a run takes: a run per window and
+    MAX_FILES_PER_RUN files, each file in one batch, all pending in the ledger before any run is
+    requested."""
+    late = datetime(2026, 3, 1, 10, 59, 59, tzinfo=UTC)
+    busy = [
+        ObjectInfo(f"incoming/busy/{n:04d}.csv", f"etag{n}", 10, late - timedelta(seconds=n))
+        for n in range(MAX_FILES_PER_RUN + 20)
+    ]
+    quiet = [
+        ObjectInfo(f"incoming/quiet/{n}.csv", f"etag{n}", 10, late + timedelta(seconds=1 + n))
+        for n in range(3)
+    ]
+    entries = [FileEntry.pending(s3_store.bucket, o) for o in [*busy, *quiet]]
+    ledger = ledger_of(s3_store)
+
+    requests = batch_requests(ledger, entries, "new")
+
+    windows = [r.partition_key for r in requests]
+    assert windows == ["2026-03-01-10:00", "2026-03-01-10:00", "2026-03-01-11:00"]
+    sizes = [int(r.tags["kindex/files"]) for r in requests]
+    assert sizes == [MAX_FILES_PER_RUN, 20, 3]
+    assert len({batch_of(r) for r in requests}) == len({r.run_key for r in requests}) == 3
+    for request in requests:
+        batch = ledger.of_batch(batch_of(request))
+        assert len(batch) == int(request.tags["kindex/files"])
+        assert {e.arrival_window for e in batch} == {request.partition_key}
+        assert {e.state for e in batch} == {FileState.PENDING}
+    assert versions(requested(s3_store, requests)) == versions(entries)
+
+
 def test_uploads_in_the_watermark_second_are_not_missed(
-    s3_store: Any, instance: DagsterInstance
+    s3_store: Any, instance: DagsterInstance, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """`second` lands in `first`'s second while the tick that saw `first` writes its ledger rows
+    (a tick takes about a second now: the upload is made right after its listing)."""
     driver = SensorDriver(instance)
+    real = assets.sensors.new_file_requests
     same_second_seen = False
     for attempt in range(SAME_SECOND_ATTEMPTS):
+        uploads: list[ObjectInfo] = []
+
+        def racing(
+            kindex: Any, listed: Any, attempt: int = attempt, uploads: list[ObjectInfo] = uploads
+        ) -> Any:
+            if not uploads:  # the tick listed `first`; `second` lands now
+                uploads.append(
+                    s3_store.put_bytes(f"incoming/s{attempt}/second.csv", tiny_csv(30 + attempt))
+                )
+            return real(kindex, listed)
+
+        time.sleep(1 - time.time() % 1)  # the start of a second: room for both uploads
         first = s3_store.put_bytes(f"incoming/s{attempt}/first.csv", tiny_csv(2 + attempt))
-        driver.tick()  # the watermark is now `first`'s second
-        second = s3_store.put_bytes(f"incoming/s{attempt}/second.csv", tiny_csv(30 + attempt))
+        monkeypatch.setattr(assets.sensors, "new_file_requests", racing)
+        seen = driver.tick()  # the watermark is now `first`'s second
+        monkeypatch.setattr(assets.sensors, "new_file_requests", real)
+        (second,) = uploads
+        assert versions(requested(s3_store, seen.run_requests or [])) == {(first.key, first.etag)}
 
         tick = driver.tick()
 
-        assert partition_key_for(second) in driver.partition_keys()
         assert len(tick.run_requests or []) == 1
+        assert versions(requested(s3_store, tick.run_requests or [])) == {(second.key, second.etag)}
         if second.last_modified == first.last_modified:
             same_second_seen = True
             break
@@ -108,12 +204,15 @@ def test_an_overwrite_with_new_bytes_is_new_work_and_its_run_reads_the_new_bytes
     tick = driver.tick()
 
     assert new.etag != old.etag
-    assert driver.partition_keys() == [partition_key_for(old), partition_key_for(new)]
+    assert versions(requested(s3_store, tick.run_requests or [])) == {(new.key, new.etag)}
     execute_all(instance, tick.run_requests or [])
-    old_meta = latest_metadata(instance, "snapshot", partition_key_for(old))
-    new_meta = latest_metadata(instance, "snapshot", partition_key_for(new))
-    assert old_meta["snapshot_digest"] != new_meta["snapshot_digest"]
-    assert new_meta["etag"] == new.etag
+    old_row, new_row = rows_of(s3_store, "incoming/results.csv")
+    assert (old_row.etag, new_row.etag) == (old.etag, new.etag)
+    assert old_row.state is new_row.state is FileState.INDEXED
+    assert old_row.snapshot_digest and new_row.snapshot_digest
+    assert old_row.snapshot_digest != new_row.snapshot_digest
+    settings = Settings.from_env()
+    assert query(settings, "select count(*) from runs where not retracted_in_source") == [(1,)]
 
 
 def test_an_overwrite_before_the_run_marks_the_old_version_gone_not_failed(
@@ -124,12 +223,23 @@ def test_an_overwrite_before_the_run_marks_the_old_version_gone_not_failed(
     first_tick = driver.tick()
     new = s3_store.put_bytes("incoming/results.csv", tiny_csv(3))
     second_tick = driver.tick()
+    (first,) = first_tick.run_requests or []
 
-    execute_all(instance, [*(first_tick.run_requests or []), *(second_tick.run_requests or [])])
+    run = execute(instance, first)  # the version it names is overwritten already
 
-    gone = latest_metadata(instance, "snapshot", partition_key_for(old))
-    assert "gone" in str(gone["error"])
-    assert latest_metadata(instance, "records", partition_key_for(new))["runs"] == 1
+    assert run.success, failure_messages(run)
+    meta = latest_metadata(instance, "records", first.partition_key)
+    assert meta["files_gone"] == 1 and meta["files_failed"] == 0
+    assert check_evaluations(run)["every_file_processed"].passed
+    execute_all(instance, second_tick.run_requests or [])
+    old_row, new_row = rows_of(s3_store, "incoming/results.csv")
+    assert old_row.etag == old.etag and old_row.state is FileState.GONE
+    assert "overwritten or deleted" in str(old_row.reason)
+    assert new_row.etag == new.etag and new_row.state is FileState.INDEXED
+    assert new_row.runs == 1
+    assert not ledger_of(s3_store).due(
+        datetime.now(UTC) + timedelta(days=1), datetime.now(UTC)
+    )  # nothing to retry
 
 
 def test_a_key_that_sorts_before_the_last_one_is_found(
@@ -140,9 +250,9 @@ def test_a_key_that_sorts_before_the_last_one_is_found(
     driver.tick()
 
     early = s3_store.put_bytes("incoming/aa-first.csv", tiny_csv(3))
+    tick = driver.tick()
 
-    assert driver.tick().run_requests
-    assert partition_key_for(early) in driver.partition_keys()
+    assert versions(requested(s3_store, tick.run_requests or [])) == {(early.key, early.etag)}
 
 
 def test_deleted_keys_do_not_wedge_the_sensor(s3_store: Any, instance: DagsterInstance) -> None:
@@ -157,17 +267,19 @@ def test_deleted_keys_do_not_wedge_the_sensor(s3_store: Any, instance: DagsterIn
     later = s3_store.put_bytes("incoming/later.csv", tiny_csv(4))
     tick = driver.tick()
 
-    assert partition_key_for(later) in driver.partition_keys()
     assert len(tick.run_requests or []) == 1
+    assert versions(requested(s3_store, tick.run_requests or [])) == {(later.key, later.etag)}
     execute_all(instance, tick.run_requests or [])
-    assert latest_metadata(instance, "records", partition_key_for(later))["runs"] == 1
+    (row,) = rows_of(s3_store, later.key)
+    assert row.state is FileState.INDEXED and row.runs == 1
 
 
 def test_a_key_back_to_bytes_it_held_before_is_read_again_and_retracts_nothing(
     s3_store: Any, instance: DagsterInstance
 ) -> None:
-    """A, then B (A less two rows), then A again: the second A has the first one's partition
-    key; the sensor has it read again, and the index then holds no run of A retracted."""
+    """A, then B (A less two rows), then A again: the second A is a version of its own (a new
+    LastModified); the sensor has it read again, and the index then holds no run of A
+    retracted."""
     header, rows = liger_rows(range(448, 454))
     a, b = csv_bytes(header, rows), csv_bytes(header, rows[:4])
     settings = Settings.from_env()
@@ -176,44 +288,53 @@ def test_a_key_back_to_bytes_it_held_before_is_read_again_and_retracts_nothing(
     execute_all(instance, driver.tick().run_requests or [])
     s3_store.put_bytes("incoming/results.csv", b)
     execute_all(instance, driver.tick().run_requests or [])
-    materialize_index(instance)
     retracted = "SELECT count(*) FROM runs WHERE retracted_in_source"
-    assert query(settings, retracted) == [(2,)]
+    assert query(settings, retracted) == [(2,)]  # the batch run published the index
 
-    s3_store.put_bytes("incoming/results.csv", a)
+    again = s3_store.put_bytes("incoming/results.csv", a)
     requests = driver.tick().run_requests or []
 
-    assert [(r.asset_selection, r.partition_key_range) for r in requests] == [
-        (
-            [AssetKey("records")],
-            PartitionKeyRange(partition_key_for(first), partition_key_for(first)),
-        )
+    assert again.etag == first.etag
+    assert [(r.asset_selection, r.partition_key) for r in requests] == [
+        ([RECORDS], window_of(again.last_modified))
     ]
+    (pending,) = requested(s3_store, requests)
+    assert pending.version == (again.key, again.etag, again.last_modified.replace(microsecond=0))
+    assert pending.version != FileEntry.pending(s3_store.bucket, first).version
     execute_all(instance, requests)
-    materialize_index(instance)
     assert query(settings, retracted) == [(0,)]
+    assert [r.state for r in rows_of(s3_store, "incoming/results.csv")] == [FileState.INDEXED] * 3
     assert not driver.tick().run_requests
 
 
-def test_a_ticks_run_is_of_the_records_step_alone_and_materializes_both_partitions(
+def test_a_ticks_run_is_of_the_records_step_alone_and_materializes_its_window_once(
     s3_store: Any, instance: DagsterInstance
 ) -> None:
-    """Dagster writes a planned event per file for every asset of a run, one at a time; the
-    sensor's runs select `records` only, whose step takes and materializes the snapshots too."""
+    """Dagster writes a planned event per partition for every asset of a run, one at a time;
+    the sensor's runs select `records` only, one arrival window each, so a batch of files costs
+    one planned event and one materialization."""
     dropped = [s3_store.put_bytes(f"incoming/pair/{n}.csv", tiny_csv(2 + n)) for n in range(3)]
+    windows = {window_of(o.last_modified) for o in dropped}
     driver = SensorDriver(instance)
-    (request,) = driver.tick().run_requests or []
-    assert request.asset_selection == [AssetKey("records")]
+    requests = driver.tick().run_requests or []
+    assert len(requests) == len(windows)  # one, unless the drop straddles an hour
+    request = requests[0]
+    assert request.asset_selection == [RECORDS]
 
     result = execute(instance, request)
 
     assert result.success, failure_messages(result)
-    keys = {partition_key_for(o) for o in dropped}
     planned = instance.get_records_for_run(
         result.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION_PLANNED
     ).records
-    assert len(planned) == len(keys)  # one per file, not one per file and asset
-    for asset in ("snapshot", "records"):
-        assert instance.get_materialized_partitions(AssetKey(asset)) == keys
-    for key in keys:
-        assert latest_metadata(instance, "snapshot", key)["snapshot_digest"]
+    assert len(planned) == 1  # one per run, not one per file
+    materialized = instance.get_records_for_run(
+        result.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION
+    ).records
+    assert len(materialized) == 1
+    assert instance.get_materialized_partitions(RECORDS) == {request.partition_key}
+    meta = latest_metadata(instance, "records", request.partition_key)
+    assert meta["files"] == meta["files_indexed"] == int(request.tags["kindex/files"])
+    for info in dropped:
+        if window_of(info.last_modified) == request.partition_key:
+            assert info.key in str(meta["per_file"])

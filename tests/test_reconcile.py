@@ -1,6 +1,7 @@
-"""Nothing falls through unseen: the bucket-state invariant (pipelines/intake/reconcile.py) and the
-reconcile sensor that requests missing versions again with backoff, on real S3 and Dagster;
-and the snapshot lookup that replaced a Dagster query bounded at 10,000 records."""
+"""Nothing falls through unseen: the bucket-state invariant (pipelines/intake/reconcile.py), the
+reconcile sensor that requests the versions the file ledger lacks (and rebuilds a missing
+ledger), and the ledger sensor that requests a failing file again with backoff, on real S3 and
+Dagster; and the snapshot lookup that replaced a Dagster query bounded at 10,000 records."""
 
 from __future__ import annotations
 
@@ -10,19 +11,22 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from dagster import DagsterInstance, SensorResult, build_sensor_context
+from dagster import DagsterInstance, RunRequest, SensorResult, build_sensor_context
 from dagster_support import SensorDriver, check_evaluations, execute, materialize_index
-from index_support import query
+from index_support import ingest_bytes, query
 from liger_support import HEADER, csv_lines
 
-import assets.files
-import assets.reconcile
+import assets.sensors
 from assets.reconcile import reconcile_sensor
 from assets.resources import KindexResource
+from assets.sensors import ledger_sensor
+from pipelines.intake.ledger import FileState, Ledger, unprocessed_versions
 from pipelines.intake.reconcile import reconcile, snapshots_of_versions
 from pipelines.intake.sensor_cursor import ObjectVersionRef
 from pipelines.intake.snapshots import take_snapshot
 from pipelines.settings import Settings
+from pipelines.storage.base import ObjectInfo
+from pipelines.storage.s3 import S3Store
 
 S3_KEY_LIMIT = 1024
 
@@ -71,6 +75,8 @@ def test_the_invariant_holds_after_processing_a_long_key_garbage_and_a_csv(
     assert all(len(o.key.encode()) <= S3_KEY_LIMIT for o in s3_store.list(""))
     assert query(settings, f"select runs from snapshots where source_key = '{key}'") == [(1,)]
     assert query(settings, "select reason from quarantine") == [("unrecognized_format",)]
+    states = query(settings, "select state, count(*) from files group by state order by state")
+    assert states == [("indexed", 2), ("quarantined", 1)]
 
 
 def reconcile_tick(instance: DagsterInstance, cursor: str | None) -> SensorResult:
@@ -79,59 +85,108 @@ def reconcile_tick(instance: DagsterInstance, cursor: str | None) -> SensorResul
     )
     result = reconcile_sensor(context)
     assert isinstance(result, SensorResult)
-    for request in result.dynamic_partitions_requests or []:
-        instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
+    return result
+
+
+def ledger_tick(instance: DagsterInstance, cursor: str | None) -> SensorResult:
+    context = build_sensor_context(
+        instance=instance, cursor=cursor, resources={"kindex": KindexResource()}
+    )
+    result = ledger_sensor(context)
+    assert isinstance(result, SensorResult)
     return result
 
 
 def observed_missing(result: SensorResult) -> list[int]:
-    return [int(e.metadata["missing_versions"].value) for e in result.asset_events or []]
+    return [int(str(e.metadata["missing_versions"].value)) for e in result.asset_events or []]
 
 
-def test_the_sensor_requests_what_fell_through_and_backs_off_from_a_failing_file(
+def batch_keys(ledger: Ledger, request: RunRequest) -> list[str]:
+    return [e.key for e in ledger.of_batch(request.run_config["ops"]["records"]["config"]["batch"])]
+
+
+def test_the_sensor_requests_what_fell_through_and_a_failing_file_backs_off(
     s3_store: Any, instance: DagsterInstance, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     now = [time.time()]
-    monkeypatch.setattr(assets.reconcile, "clock", lambda: now[0])
+    monkeypatch.setattr(assets.sensors, "clock", lambda: now[0])
+    ledger = Ledger.of(s3_store, Settings.from_env())
     # Neither file was ever given a run (the incoming sensor never saw them).
     s3_store.put_bytes("incoming/lost.csv", one_row_csv())
     s3_store.put_bytes("incoming/doomed.csv", one_row_csv(1))
-    real = assets.files.process_snapshot
+    real = S3Store.get_object
 
-    def doomed(store: Any, settings: Any, snap: Any, taken: Any = None) -> Any:
-        if snap.key == "incoming/doomed.csv":
+    def doomed(store: S3Store, key: str) -> tuple[bytes, ObjectInfo]:
+        if key == "incoming/doomed.csv":
             raise RuntimeError("this file fails every time")
-        return real(store, settings, snap, taken)
+        return real(store, key)
 
-    monkeypatch.setattr(assets.files, "process_snapshot", doomed)
+    monkeypatch.setattr(S3Store, "get_object", doomed)
 
     first = reconcile_tick(instance, None)
-    assert not first.run_requests  # within the grace period: maybe on its way
+    (request,) = first.run_requests or []  # both files, one run
+    assert sorted(batch_keys(ledger, request)) == ["incoming/doomed.csv", "incoming/lost.csv"]
     assert observed_missing(first) == [2]
+    again = reconcile_tick(instance, first.cursor)
+    assert not again.run_requests  # pending in the ledger now: not missing twice
+    assert observed_missing(again) == [0]
+    assert execute(instance, request).success  # the doomed file fails itself alone
 
-    now[0] += assets.reconcile.GRACE_SECONDS + 1
-    second = reconcile_tick(instance, first.cursor)
-    (request,) = second.run_requests or []  # both files, one run
-    partitions = set(instance.get_dynamic_partitions("incoming_files"))
-    assert len(partitions) == 2
-    assert {request.tags[f"dagster/asset_partition_range_{end}"] for end in ("start", "end")} == (
-        partitions
-    )
-    assert not observed_missing(second)  # unchanged count: no new event
-    execute(instance, request)
+    after = reconcile_tick(instance, again.cursor)
+    assert not after.run_requests and not observed_missing(after)  # known, failed or not
+    states = {e.key: e for e in ledger.current()}
+    assert states["incoming/lost.csv"].state is FileState.INDEXED
+    failing = states["incoming/doomed.csv"]
+    assert failing.state is FileState.FAILED and failing.attempts == 1
+    assert "this file fails every time" in str(failing.reason)
 
-    third = reconcile_tick(instance, second.cursor)
-    assert observed_missing(third) == [1]  # the lost file landed
-    assert not third.run_requests  # the doomed one waits out its backoff
-    now[0] += assets.reconcile.MAX_BACKOFF_SECONDS * 1.3
-    fourth = reconcile_tick(instance, third.cursor)
-    (again,) = fourth.run_requests or []
-    assert again.run_key != request.run_key  # a new attempt, not a repeat
-    assert "doomed" in again.tags["dagster/asset_partition_range_start"]
+    # The ledger sensor requests it again once each backoff passed, each time waiting longer.
+    waits = []
+    cursor = None
+    for attempt in (1, 2):
+        assert failing.next_attempt_at is not None and failing.updated_at is not None
+        waits.append(failing.next_attempt_at - failing.updated_at)
+        waiting = ledger_tick(instance, cursor)
+        assert not waiting.run_requests  # its backoff has not passed
+        now[0] = failing.next_attempt_at.timestamp() + 1
+        retried = ledger_tick(instance, waiting.cursor)
+        cursor = retried.cursor
+        (retry,) = retried.run_requests or []
+        assert retry.run_key != request.run_key  # a new attempt, not a repeat
+        assert batch_keys(ledger, retry) == ["incoming/doomed.csv"]
+        if attempt == 2:
+            monkeypatch.setattr(S3Store, "get_object", real)
+        assert execute(instance, retry).success
+        (failing,) = ledger.current("key = 'incoming/doomed.csv'")
+        request = retry
+    assert waits[1] > waits[0]  # exponential, jitter or not (0.8-1.2 of 30 s, then of 60 s)
+    assert failing.state is FileState.INDEXED and failing.attempts == 3
 
-    monkeypatch.setattr(assets.files, "process_snapshot", real)
-    execute(instance, again)
-    assert observed_missing(reconcile_tick(instance, fourth.cursor)) == [0]
+    assert not observed_missing(reconcile_tick(instance, after.cursor))  # still 0
+    assert not unprocessed_versions(s3_store, Settings.from_env(), ledger)[1]
+
+
+def test_the_first_tick_rebuilds_a_missing_ledger_from_the_bucket(
+    s3_store: Any, instance: DagsterInstance
+) -> None:
+    """A home from before the ledger: what the published index holds is indexed (nothing
+    re-processed), what it lacks is requested."""
+    settings = Settings.from_env()
+    ingest_bytes(s3_store, settings, [("incoming/done.csv", one_row_csv())])
+    s3_store.put_bytes("incoming/new.csv", one_row_csv(1))
+    ledger = Ledger.of(s3_store, settings)
+    assert not ledger.exists()
+
+    tick = reconcile_tick(instance, None)
+
+    (request,) = tick.run_requests or []
+    assert batch_keys(ledger, request) == ["incoming/new.csv"]
+    assert observed_missing(tick) == [1]
+    done = {e.key: e for e in ledger.current()}["incoming/done.csv"]
+    assert done.state is FileState.INDEXED and done.runs == 1
+    assert execute(instance, request).success
+    assert {e.state for e in ledger.current()} == {FileState.INDEXED}
+    assert query(settings, "select count(*) from snapshots") == [(2,)]
 
 
 def test_snapshot_lookup_of_more_versions_than_dagster_returns_records(s3_store: Any) -> None:

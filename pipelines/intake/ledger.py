@@ -254,7 +254,11 @@ class Ledger:
         return snapshot.snapshot_id if snapshot is not None else None
 
     def exists(self) -> bool:
-        return self.head() is not None
+        """Whether the ledger was made (a home older than the ledger has none)."""
+        return self._table(refresh=True) is not None
+
+    def create(self) -> None:
+        self._created()
 
     def current(self, where: str = "", parameters: Sequence[object] = ()) -> list[FileEntry]:
         """Each version's newest row (the `files` view), filtered by a SQL condition on it."""
