@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import csv
 import hashlib
+import statistics
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -28,8 +29,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 from process_support import KindexUp, descendants, free_port, kindex_env  # noqa: E402
 from process_support import run_kindex as kindex  # noqa: E402
+from report import Figure, add_write_docs, write_figures  # noqa: E402
 
 SHARED_CSV = ROOT / "tests" / "data" / "liger" / "all_benchmark_data.csv"
 LONG_KEY_BYTES = 999
@@ -234,6 +237,36 @@ def ingest_in_process(home: Path, paths: list[Path]) -> IngestResult:
     return IngestResult(seconds, len(digests), fingerprint(digests))
 
 
+LONE_FILES = 3
+LATENCY_POLL_SECONDS = 0.2
+
+
+def lone_file_latency(up: KindexUp, path: Path) -> float:
+    """Seconds from the upload of one file, the system at rest, until `kindex query` (the
+    home's local index) shows its runs."""
+    from pipelines.index.local import open_index
+    from pipelines.settings import Settings
+    from pipelines.storage.s3 import store_session
+
+    settings = Settings.from_env(up.env)
+    key = f"incoming/{path.name}"
+    time.sleep(10)  # the tick after a file, and the runs of the one before, are over
+    with store_session(settings) as store:
+        dropped_at = time.monotonic()
+        store.put_bytes(key, path.read_bytes())
+        while True:
+            con = open_index(settings)
+            try:
+                row = con.execute("select count(*) from runs where source_key = ?", [key])
+                found = row.fetchone()
+            finally:
+                con.close()
+            if found and found[0]:
+                return time.monotonic() - dropped_at
+            assert time.monotonic() - dropped_at < DROP_TIMEOUT, f"{key} never indexed"
+            time.sleep(LATENCY_POLL_SECONDS)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--files", type=int, default=2000)
@@ -244,6 +277,7 @@ def main() -> None:
         action="store_false",
         help="skip `kindex backfill 'incoming/*' --wait` over every file after the burst",
     )
+    add_write_docs(parser)
     args = parser.parse_args()
     import tempfile
 
@@ -261,6 +295,9 @@ def main() -> None:
                 up.backfill("incoming/*", timeout=1500, check=False) if args.backfill else None
             )
             backfill_s = time.monotonic() - backfill_started
+            # At rest now: each lone file from its upload to its runs in the index.
+            lone = small_files(work / "lone", args.files + LONE_FILES, args.rows)[-LONE_FILES:]
+            latencies = [lone_file_latency(up, path) for path in lone]
         finally:
             up.stop()
         ingest = ingest_in_process(work / "ingest-home", paths)
@@ -278,6 +315,10 @@ def main() -> None:
     print(f"burst / DuckDB:             {rate / duckdb_rate:.3f}x (target >= 0.1)")
     print(f"in-process / DuckDB:        {ingest_rate / duckdb_rate:.3f}x (target >= 0.2)")
     print(f"peak RSS of kindex up:      {burst.peak_rss_bytes / 2**20:.0f} MiB")
+    print(
+        f"lone file to queryable:     median {statistics.median(latencies):.1f} s "
+        f"({', '.join(f'{x:.1f}' for x in latencies)}; target <= 15)"
+    )
     print(f"partition keys materialized: {burst.partitions} (target <= 10)")
     print(f"files view at rest:         {burst.states}")
     print(f"missing at rest:            {burst.missing}")
@@ -285,11 +326,46 @@ def main() -> None:
         f"runs: burst {burst.runs}, ingest {ingest.runs}; fingerprints equal: "
         f"{burst.fingerprint == ingest.fingerprint}"
     )
+    if args.write_docs:
+        write_docs(burst.files, rate, ingest_rate, duckdb_rate, burst, latencies)
     if backfill is not None:
         print(
             f"backfill of every file:     {backfill_s:.1f} s, rc {backfill.returncode}, "
             f"{backfill.stdout.split()[-1] if backfill.stdout.split() else ''}"
         )
+
+
+def write_docs(
+    files: int,
+    rate: float,
+    ingest_rate: float,
+    duckdb_rate: float,
+    burst: BurstResult,
+    latencies: list[float],
+) -> None:
+    write_figures(
+        [
+            Figure(
+                f"burst: {files} small files under kindex up vs DuckDB per file",
+                f"{rate / duckdb_rate:.3f}x ({rate:.1f} vs {duckdb_rate:.1f} files/s), "
+                f"peak RSS {burst.peak_rss_bytes / 2**20:.0f} MiB, "
+                f"{burst.partitions} partition keys, missing {burst.missing}",
+                ">= 0.1x, <= 10 partition keys",
+            ),
+            Figure(
+                f"burst: {files} small files, in-process kindex ingest vs DuckDB per file",
+                f"{ingest_rate / duckdb_rate:.3f}x "
+                f"({ingest_rate:.1f} vs {duckdb_rate:.1f} files/s)",
+                ">= 0.2x",
+            ),
+            Figure(
+                "burst: a lone file at rest, upload to queryable (median of 3)",
+                f"{statistics.median(latencies):.1f} s "
+                f"({', '.join(f'{x:.1f}' for x in latencies)})",
+                "<= 15 s",
+            ),
+        ]
+    )
 
 
 if __name__ == "__main__":
