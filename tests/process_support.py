@@ -283,10 +283,19 @@ class KindexUp:
         self, glob: str = "incoming/*", timeout: float = BACKFILL_TIMEOUT, check: bool = True
     ) -> subprocess.CompletedProcess[str]:
         """`kindex backfill GLOB --wait` through this webserver's GraphQL; with `check`, asserts
-        that the backfill completed successfully."""
+        that the run succeeded."""
+        return self._backfill([glob], "SUCCESS", timeout, check)
+
+    def backfill_window(self, window: str, timeout: float = BACKFILL_TIMEOUT) -> None:
+        """`kindex backfill --window HOUR --wait`: the UI's backfill of one arrival window."""
+        self._backfill(["--window", window], "COMPLETED_SUCCESS", timeout, check=True)
+
+    def _backfill(
+        self, choice: list[str], success: str, timeout: float, check: bool
+    ) -> subprocess.CompletedProcess[str]:
         done = self.kindex(
             "backfill",
-            glob,
+            *choice,
             "--url",
             self.graphql_url,
             "--wait",
@@ -296,8 +305,14 @@ class KindexUp:
         )
         if check:
             assert done.returncode == 0, done.stdout + done.stderr
-            assert "SUCCESS" in done.stdout.split(), done.stdout
+            assert success in done.stdout.split(), done.stdout
         return done
+
+    def query_column(self, sql: str) -> list[str]:
+        """The first column of `kindex query SQL` (the local index), as text."""
+        result = self.kindex("query", sql, "--format", "csv")
+        assert result.returncode == 0, result.stderr
+        return result.stdout.split()[1:]
 
     def count_runs(self) -> int:
         """`kindex query` of the run count (0 before the first file: the empty index exists

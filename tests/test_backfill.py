@@ -28,6 +28,8 @@ ROOT = Path(__file__).resolve().parent.parent
     [
         backfill.JOB_LOCATION_QUERY,
         backfill.LAUNCH_MUTATION,
+        backfill.LAUNCH_BACKFILL_MUTATION,
+        backfill.BACKFILL_STATUS_QUERY,
         backfill.STATUS_QUERY,
     ],
 )

@@ -119,6 +119,12 @@ def test_put_to_query_backfill_and_stop(kindex_up: KindexUp, tmp_path: Path) -> 
 
     kindex_up.backfill("incoming/*")
     assert kindex_up.count_runs() == LIGER_RUNS
+    # The UI's backfill of the file's arrival window: the same file again, the same index.
+    (window,) = kindex_up.query_column("select distinct arrival_window from files")
+    kindex_up.backfill_window(window)
+    assert kindex_up.count_runs() == LIGER_RUNS
+    states = kindex_up.query_column("select state from files")
+    assert states == ["indexed"], states
 
     check_worker_bundle_lands(kindex_up, tmp_path)
     check_harness_files_land(kindex_up)

@@ -3,8 +3,9 @@
 Files are chosen through the file ledger: by a glob over object keys (`incoming/liger*`, each
 key's newest version), by having had quarantined rows (e.g. after the curation learned a new GPU
 name), or all of them. It launches the `reprocess_files` job with the same choice in its config
-(the launchpad takes it too), through Dagster's GraphQL `launchRun`, and prints the run's id. To
-re-process the files that arrived in some hours, backfill those windows of `records` in the UI.
+(the launchpad takes it too), through Dagster's GraphQL `launchRun`, and prints the run's id.
+`--window HOUR` instead backfills arrival windows of `records`, as the UI's Launch backfill does
+(`launchPartitionBackfill`): every file that arrived in them.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +48,27 @@ mutation ($params: ExecutionParams!) {
     ... on PipelineNotFoundError { message }
   }
 }"""
+
+LAUNCH_BACKFILL_MUTATION = """
+mutation ($params: LaunchBackfillParams!) {
+  launchPartitionBackfill(backfillParams: $params) {
+    __typename
+    ... on LaunchBackfillSuccess { backfillId }
+    ... on PythonError { message }
+    ... on UnauthorizedError { message }
+    ... on PartitionSetNotFoundError { message }
+  }
+}"""
+
+BACKFILL_STATUS_QUERY = """
+query ($id: String!) {
+  partitionBackfillOrError(backfillId: $id) {
+    __typename
+    ... on PartitionBackfill { id status }
+    ... on PythonError { message }
+  }
+}"""
+BACKFILL_DONE = {"COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED"}
 
 STATUS_QUERY = """
 query ($id: ID!) {
@@ -103,11 +126,19 @@ def graphql(url: str, query: str, variables: dict[str, Any], timeout: float = 60
     return dict(payload["data"])
 
 
+def answer(
+    url: str, query: str, variables: dict[str, Any], field: str, typename: str
+) -> dict[str, Any]:
+    """The `field` of a GraphQL answer, which must be a `typename` (else the error it is)."""
+    result: dict[str, Any] = graphql(url, query, variables)[field]
+    if result["__typename"] != typename:
+        raise GraphQLError(f"{result['__typename']}: {result}")
+    return result
+
+
 def job_selector(url: str, job: str = REPROCESS_JOB) -> dict[str, str]:
     """Where the Dagster instance at `url` serves `job`: its code location and repository."""
-    data = graphql(url, JOB_LOCATION_QUERY, {})["repositoriesOrError"]
-    if data["__typename"] != "RepositoryConnection":
-        raise GraphQLError(f"{data['__typename']}: {data}")
+    data = answer(url, JOB_LOCATION_QUERY, {}, "repositoriesOrError", "RepositoryConnection")
     for repository in data["nodes"]:
         if any(j["name"] == job for j in repository["jobs"]):
             return {
@@ -128,26 +159,56 @@ def launch_reprocess(url: str, patterns: list[str], quarantined: bool) -> str:
         "runConfigData": reprocess_config(patterns, quarantined),
         "executionMetadata": {"tags": [{"key": "kindex/backfill", "value": "cli"}]},
     }
-    result = graphql(url, LAUNCH_MUTATION, {"params": params})["launchRun"]
-    if result["__typename"] != "LaunchRunSuccess":
-        raise GraphQLError(f"{result['__typename']}: {result}")
+    result = answer(url, LAUNCH_MUTATION, {"params": params}, "launchRun", "LaunchRunSuccess")
     return str(result["run"]["runId"])
 
 
+def launch_window_backfill(url: str, windows: list[str]) -> str:
+    """A backfill of these arrival windows of `records`, as the UI launches one."""
+    params = {
+        "assetSelection": [{"path": ["records"]}],
+        "partitionNames": windows,
+        "tags": [{"key": "kindex/backfill", "value": "cli"}],
+    }
+    result = answer(
+        url,
+        LAUNCH_BACKFILL_MUTATION,
+        {"params": params},
+        "launchPartitionBackfill",
+        "LaunchBackfillSuccess",
+    )
+    return str(result["backfillId"])
+
+
 def run_status(url: str, run_id: str) -> str:
-    result = graphql(url, STATUS_QUERY, {"id": run_id})["runOrError"]
-    if result["__typename"] != "Run":
-        raise GraphQLError(f"{result['__typename']}: {result}")
-    return str(result["status"])
+    return str(answer(url, STATUS_QUERY, {"id": run_id}, "runOrError", "Run")["status"])
 
 
-def wait_for(url: str, run_id: str, timeout: float, interval: float = 2.0) -> str:
+def backfill_status(url: str, backfill_id: str) -> str:
+    query, variables = BACKFILL_STATUS_QUERY, {"id": backfill_id}
+    return str(
+        answer(url, query, variables, "partitionBackfillOrError", "PartitionBackfill")["status"]
+    )
+
+
+def wait_until_done(
+    status: Callable[[], str], done: set[str], timeout: float, interval: float = 2.0
+) -> str:
+    """Poll `status` until it is one of `done` or `timeout` seconds pass; the last status."""
     deadline = time.monotonic() + timeout
-    status = run_status(url, run_id)
-    while status not in TERMINAL_STATUSES and time.monotonic() < deadline:
+    now = status()
+    while now not in done and time.monotonic() < deadline:
         time.sleep(interval)
-        status = run_status(url, run_id)
-    return status
+        now = status()
+    return now
+
+
+def wait_for(url: str, run_id: str, timeout: float) -> str:
+    return wait_until_done(lambda: run_status(url, run_id), TERMINAL_STATUSES, timeout)
+
+
+def wait_for_backfill(url: str, backfill_id: str, timeout: float) -> str:
+    return wait_until_done(lambda: backfill_status(url, backfill_id), BACKFILL_DONE, timeout)
 
 
 def chosen_files(patterns: list[str], quarantined: bool) -> int:
@@ -159,6 +220,18 @@ def chosen_files(patterns: list[str], quarantined: bool) -> int:
     settings = Settings.from_env()
     with store_session(settings) as store:
         return len(Ledger.of(store, settings).select(patterns=patterns, quarantined=quarantined))
+
+
+def backfill_windows(url: str, windows: list[str], wait: bool, timeout: float) -> int:
+    backfill_id = launch_window_backfill(url, windows)
+    print(backfill_id, flush=True)
+    base = url.removesuffix("/graphql")
+    print(f"windows {', '.join(windows)}; see {base}/runs/b/{backfill_id}", file=sys.stderr)
+    if not wait:
+        return 0
+    status = wait_for_backfill(url, backfill_id, timeout)
+    print(status)
+    return 0 if status in {"COMPLETED", "COMPLETED_SUCCESS"} else 1
 
 
 def register(subparsers: Any) -> None:
@@ -180,6 +253,13 @@ def register(subparsers: Any) -> None:
         help="the Dagster webserver, e.g. http://127.0.0.1:3000 (default: where `kindex up` "
         f"in this home serves, from $KINDEX_HOME/{UP_FILE})",
     )
+    parser.add_argument(
+        "--window",
+        action="append",
+        metavar="HOUR",
+        help="backfill this arrival window of records instead (e.g. 2026-12-03-14:00; repeat "
+        "for more): every file that arrived in it",
+    )
     parser.add_argument("--wait", action="store_true", help="wait until the run finishes")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds --wait waits")
     parser.set_defaults(func=run)
@@ -191,6 +271,8 @@ def run(args: argparse.Namespace) -> int:
     patterns = [args.glob]
     try:
         url = graphql_url(args.url or running_instance_url(Settings.from_env().home))
+        if args.window:
+            return backfill_windows(url, args.window, args.wait, args.timeout)
         files = chosen_files(patterns, args.quarantined)
         if not files:
             print("kindex backfill: no file matches; nothing launched", file=sys.stderr)
