@@ -110,9 +110,11 @@ def normalize_batch(records: Sequence[CsvRecord], layout: Layout, normalizer: No
             others[i] = quarantined(record, rejected)
     if not kept:
         return Batch(records, None, others)
-    # The kept records have layout.width fields each: transposed whole, then picked by column.
-    transposed = list(zip(*[records[i].fields or () for i in kept], strict=True))
-    columns = [pa.array(transposed[at], pa.string()) for at in layout.indices]
+    # The kept records have layout.width fields each: Arrow takes all their texts in one
+    # conversion, row after row, and each column is every width-th text from its index on.
+    texts = pa.array([records[i].fields for i in kept], pa.list_(pa.string())).flatten()
+    starts = np.arange(len(kept), dtype=np.int64) * layout.width
+    columns = [texts.take(pa.array(starts + at)) for at in layout.indices]
     lines = np.array([records[i].line for i in kept], dtype=np.int64)
     runs, rejections = _read(columns, normalizer)
     for i, rejected in rejections.items():
