@@ -60,13 +60,12 @@ def run(args: argparse.Namespace) -> int:
 def _normalize(path: Path, out: BinaryIO | None, progress: bool = False) -> Counter[str]:
     """Write the lines to `out` (unless None); the counts by status and reason. With
     `progress`, a bar of the bytes read on stderr."""
-    with tqdm(
-        total=path.stat().st_size,
-        unit="B",
-        unit_scale=True,
-        unit_divisor=1024,
-        disable=not progress,
-    ) as bar:
+    if not progress:
+        return write_outcomes(path, out)
+    # No tqdm monitor thread: in a process of one thread, a large file's workers fork from it
+    # with its curation loaded (pipelines.forked.worker_context), not from a forkserver.
+    tqdm.monitor_interval = 0
+    with tqdm(total=path.stat().st_size, unit="B", unit_scale=True, unit_divisor=1024) as bar:
         return write_outcomes(path, out, bar.update)
 
 
