@@ -1,12 +1,14 @@
 """Benchmark `kindex normalize` against DuckDB's CSV→Parquet on the same file, in one run.
 
 Replicates the shared Liger CSV (each copy shifted one day, so rows stay distinct) to 300k rows,
-then runs, as separate processes, `kindex normalize FILE` (JSON lines to /dev/null),
-`kindex normalize --summary FILE`, and DuckDB `COPY (read_csv) TO parquet (zstd)`. Prints median
-rows/s, the ratio to DuckDB and each command's peak RSS; exits non-zero when `kindex normalize`
-is under TARGET times DuckDB's rows/s.
+then runs, as separate processes and one after another in each round, DuckDB
+`COPY (read_csv) TO parquet (zstd)`, `kindex normalize FILE` (JSON lines to /dev/null) and
+`kindex normalize --summary FILE`. Prints each round's ratios to DuckDB's rows/s and their
+medians, and each command's peak RSS (of its largest process: `kindex normalize` of a large file
+runs its parts in worker processes); exits non-zero when the median ratio of `kindex normalize`
+is under TARGET. With --write-docs, writes the figures into docs/benchmarks.md.
 
-    .venv/bin/python benchmarks/normalize.py [--rows 300000] [--repeat 3]
+    .venv/bin/python benchmarks/normalize.py [--rows 300000] [--repeat 3] [--write-docs]
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import time
 from pathlib import Path
 
 from replicate import replicate
+from report import Figure, add_write_docs, write_figures
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE = ROOT / "tests" / "data" / "liger" / "all_benchmark_data.csv"
@@ -44,48 +47,59 @@ def timed(command: list[str]) -> tuple[float, int]:
     return elapsed, usage.ru_maxrss // 1024
 
 
-def measure(label: str, command: list[str], rows: int, repeat: int) -> tuple[float, int]:
-    samples = [timed(command) for _ in range(repeat)]
-    seconds = statistics.median(s for s, _ in samples)
-    peak = max(m for _, m in samples)
-    print(
-        f"  {label:<28} {rows / seconds:>10,.0f} rows/s   median {seconds:6.2f} s"
-        f"   peak RSS {peak:5d} MiB"
-    )
-    return rows / seconds, peak
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rows", type=int, nargs="+", default=[300_000])
     parser.add_argument("--repeat", type=int, default=3)
+    add_write_docs(parser)
     args = parser.parse_args()
     below = False
+    figures = []
     with tempfile.TemporaryDirectory() as scratch:
         for rows in args.rows:
             csv_path = replicate(SOURCE, Path(scratch) / f"liger-{rows}.csv", rows)
             parquet = Path(scratch) / "out.parquet"
             print(f"{rows:,} rows ({csv_path.stat().st_size / 2**20:.0f} MiB CSV)")
-            baseline, _ = measure(
-                "duckdb csv->parquet",
-                [sys.executable, "-c", DUCKDB_COPY, str(csv_path), str(parquet)],
-                rows,
-                args.repeat,
-            )
-            lines, _ = measure(
-                "kindex normalize", [*KINDEX, "normalize", str(csv_path)], rows, args.repeat
-            )
-            summary, _ = measure(
-                "kindex normalize --summary",
-                [*KINDEX, "normalize", "--summary", str(csv_path)],
-                rows,
-                args.repeat,
-            )
+            commands = {
+                "duckdb": [sys.executable, "-c", DUCKDB_COPY, str(csv_path), str(parquet)],
+                "lines": [*KINDEX, "normalize", str(csv_path)],
+                "summary": [*KINDEX, "normalize", "--summary", str(csv_path)],
+            }
+            rates: dict[str, list[float]] = {name: [] for name in commands}
+            peaks: dict[str, int] = dict.fromkeys(commands, 0)
+            ratios: dict[str, list[float]] = {"lines": [], "summary": []}
+            for round_ in range(1, args.repeat + 1):
+                for name, command in commands.items():
+                    seconds, peak = timed(command)
+                    rates[name].append(rows / seconds)
+                    peaks[name] = max(peaks[name], peak)
+                for name in ratios:
+                    ratios[name].append(rates[name][-1] / rates["duckdb"][-1])
+                print(
+                    f"  round {round_}: duckdb {rates['duckdb'][-1]:>9,.0f} rows/s,"
+                    f" normalize {rates['lines'][-1]:>7,.0f} ({ratios['lines'][-1]:.3f}x),"
+                    f" --summary {rates['summary'][-1]:>7,.0f} ({ratios['summary'][-1]:.3f}x)"
+                )
+            median = {name: statistics.median(values) for name, values in rates.items()}
+            lines, summary = (statistics.median(ratios[name]) for name in ("lines", "summary"))
             print(
-                f"  ratio to duckdb: normalize {lines / baseline:.3f},"
-                f" --summary {summary / baseline:.3f} (target >= {TARGET})"
+                f"  median ratio to duckdb: normalize {lines:.3f}, --summary {summary:.3f}"
+                f" (target >= {TARGET}); peak RSS MiB: duckdb {peaks['duckdb']},"
+                f" normalize {peaks['lines']}, --summary {peaks['summary']}"
             )
-            below |= lines / baseline < TARGET
+            below |= lines < TARGET
+            figures.append(
+                Figure(
+                    f"normalize: {rows:,}-row Liger CSV vs DuckDB CSV->Parquet",
+                    f"{lines:.3f}x ({median['lines']:,.0f} vs {median['duckdb']:,.0f} rows/s;"
+                    f" rounds {', '.join(f'{r:.3f}' for r in ratios['lines'])}),"
+                    f" --summary {summary:.3f}x; peak RSS {peaks['lines']} MiB"
+                    f" (largest process; DuckDB {peaks['duckdb']} MiB)",
+                    f">= {TARGET}x",
+                )
+            )
+    if args.write_docs:
+        write_figures(figures)
     return 1 if below else 0
 
 

@@ -15,8 +15,7 @@ from typing import Any, BinaryIO
 from tqdm import tqdm
 
 from pipelines.forked import collect_garbage_rarely
-from pipelines.sources.liger.columnar import count_outcomes, normalized_batches, write_json_lines
-from pipelines.sources.liger.read import NotLigerCsv
+from pipelines.sources.liger.normalize import NotLigerCsv, write_outcomes
 
 
 def register(subparsers: Any) -> None:
@@ -61,25 +60,13 @@ def run(args: argparse.Namespace) -> int:
 def _normalize(path: Path, out: BinaryIO | None, progress: bool = False) -> Counter[str]:
     """Write the lines to `out` (unless None); the counts by status and reason. With
     `progress`, a bar of the bytes read on stderr."""
-    counts: Counter[str] = Counter()
-    with (
-        path.open("rb") as stream,
-        tqdm(
-            total=path.stat().st_size,
-            unit="B",
-            unit_scale=True,
-            unit_divisor=1024,
-            disable=not progress,
-        ) as bar,
-    ):
-        for batch in normalized_batches(stream):
-            if out is not None:
-                write_json_lines(batch, out)
-            count_outcomes(batch, counts)
-            bar.update(stream.tell() - bar.n)
-    if out is not None:
-        out.flush()
-    return counts
+    if not progress:
+        return write_outcomes(path, out)
+    # No tqdm monitor thread: in a process of one thread, a large file's workers fork from it
+    # with its curation loaded (pipelines.forked.worker_context), not from a forkserver.
+    tqdm.monitor_interval = 0
+    with tqdm(total=path.stat().st_size, unit="B", unit_scale=True, unit_divisor=1024) as bar:
+        return write_outcomes(path, out, bar.update)
 
 
 class Unrecognized(ValueError):
@@ -122,5 +109,6 @@ def _print_summary(counts: Counter[str]) -> None:
         f" memory runs: {ok.get('memory', 0)})"
     )
     print(f"quarantined: {sum(quarantined.values())}")
-    for reason, n in sorted(quarantined.items(), key=lambda item: -item[1]):
+    # Most first; a tie by name, so that how the file was cut into batches cannot order it.
+    for reason, n in sorted(quarantined.items(), key=lambda item: (-item[1], item[0])):
         print(f"  {reason}: {n}")

@@ -40,7 +40,7 @@ from pipelines.sources.liger.model import (
     references,
     shared_normalizer,
 )
-from pipelines.sources.liger.read import CsvRecord, open_liger_csv
+from pipelines.sources.liger.read import CsvRecord, LigerCsv, open_liger_csv
 from pipelines.sources.liger.rules import (
     NAME_LIMIT,
     Reason,
@@ -103,15 +103,18 @@ def normalize_batch(records: Sequence[CsvRecord], layout: Layout, normalizer: No
     others: dict[int, RowOutcome] = {}
     kept: list[int] = []
     for i, record in enumerate(records):
-        rejected = record_rejection(record.fields, record.error, layout.width)
+        rejected = record_rejection(record.fields, record.error, layout.width, len(record.raw))
         if rejected is None:
             kept.append(i)
         else:
             others[i] = quarantined(record, rejected)
     if not kept:
         return Batch(records, None, others)
-    picked = [layout.pick(records[i].fields or []) for i in kept]
-    columns = [pa.array(column, pa.string()) for column in zip(*picked, strict=True)]
+    # The kept records have layout.width fields each: Arrow takes all their texts in one
+    # conversion, row after row, and each column is every width-th text from its index on.
+    texts = pa.array([records[i].fields for i in kept], pa.list_(pa.string())).flatten()
+    starts = np.arange(len(kept), dtype=np.int64) * layout.width
+    columns = [texts.take(pa.array(starts + at)) for at in layout.indices]
     lines = np.array([records[i].line for i in kept], dtype=np.int64)
     runs, rejections = _read(columns, normalizer)
     for i, rejected in rejections.items():
@@ -475,18 +478,20 @@ def normalized_batches(
     """The batches of a Liger CSV (binary lines: a file opened "rb"), in order, with the file's
     rule applied: a later row with an externalId already seen is quarantined (first one wins).
     Raises NotLigerCsv at once when the header is not Liger's."""
-    csv_file = open_liger_csv(stream)
+    return batches_of(open_liger_csv(stream), normalizer, rows, SeenKeys())
+
+
+def batches_of(
+    csv_file: LigerCsv, normalizer: Normalizer | None, rows: int, seen: SeenKeys
+) -> Iterator[Batch]:
+    """The batches of an opened CSV (or of a part of one: `seen` holds the externalIds of the
+    parts before it that the caller knows of)."""
     layout = Layout.of(csv_file.columns)
     normalizer = normalizer or shared_normalizer()
-    seen = SeenKeys()
-
-    def batches() -> Iterator[Batch]:
-        while records := list(islice(csv_file.records, rows)):
-            batch = normalize_batch(records, layout, normalizer)
-            quarantine_duplicates(batch, seen)
-            yield batch
-
-    return batches()
+    while records := list(islice(csv_file.records, rows)):
+        batch = normalize_batch(records, layout, normalizer)
+        quarantine_duplicates(batch, seen)
+        yield batch
 
 
 def batch_outcomes(batch: Batch) -> Iterator[RowOutcome]:
@@ -533,11 +538,13 @@ def quarantine_duplicates(batch: Batch, seen: SeenKeys) -> None:
     for i in np.flatnonzero(~first).tolist():
         position = runs.positions[i]
         record = batch.records[position]
-        external_id = runs.external_ids[i].as_py()
-        detail = f"externalId {external_id} already appeared earlier in this file (first one wins)"
-        batch.others[position] = RowOutcome(
-            record.line, "quarantined", record.raw, Reason.DUPLICATE_EXTERNAL_ID, detail
-        )
+        batch.others[position] = duplicate(record.line, record.raw, runs.external_ids[i].as_py())
+
+
+def duplicate(line: int, raw: str, external_id: str) -> RowOutcome:
+    """The outcome of a row whose run has the externalId of an earlier row of its file."""
+    detail = f"externalId {external_id} already appeared earlier in this file (first one wins)"
+    return RowOutcome(line, "quarantined", raw, Reason.DUPLICATE_EXTERNAL_ID, detail)
 
 
 def write_json_lines(batch: Batch, out: BinaryIO) -> None:
@@ -562,6 +569,8 @@ IOV_MAX = 1024  # os.writev's limit on Linux
 def _line_parts(batch: Batch) -> list[bytes | memoryview]:
     runs = batch.runs
     run_parts = [] if runs is None else _run_line_parts(runs)
+    if not batch.others:  # every row a run, in order
+        return run_parts
     at = {} if runs is None else {p: i for i, p in enumerate(runs.positions)}
     parts: list[bytes | memoryview] = []
     for position in range(batch.size):

@@ -30,7 +30,7 @@ from pipelines.curation import MODEL_PREFIX, Binding, Curation, ExpressionError,
 from pipelines.records import Record, RunFacts
 from pipelines.records.canonical import (
     MAX_SAFE_INTEGER,
-    canonical_json_reference,
+    canonical_json,
     identity,
     manifest_digest,
 )
@@ -347,7 +347,7 @@ class Series:
     """A kernel × provider × pass × GPU × metric: the shared part of its runs.
 
     A run's canonical JSON differs from its series' other runs only in a few values, so it is
-    written by filling the holes of a template the reference serializer made once per series
+    written by filling the holes of a template the canonical serializer made once per series
     (`run_template`), column-wise for a batch (pipelines/sources/liger/columnar.py).
     tests/liger_oracle.py builds the same record the plain way; the tests hold the two equal
     byte for byte.
@@ -541,7 +541,7 @@ def hole(name: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Template:
-    """A document's canonical JSON (the reference serializer's) cut at its holes: `pieces` of
+    """A document's canonical JSON (RFC 8785, records.canonical) cut at its holes: `pieces` of
     literal text around `holes`, the names of JSON texts to put in their place."""
 
     pieces: tuple[str, ...]
@@ -549,7 +549,7 @@ class Template:
 
     @classmethod
     def of(cls, document: Any, names: Sequence[str]) -> Template:
-        text = canonical_json_reference(document).decode()
+        text = canonical_json(document).decode()
         at = sorted((text.index(json_string(hole(n))), n) for n in names if hole(n) in text)
         pieces, holes, start = [], [], 0
         for position, name in at:

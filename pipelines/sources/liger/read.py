@@ -47,10 +47,13 @@ class CsvRecord:
     error: str | None = None  # reason code when fields is None or the bytes were not UTF-8
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class LigerCsv:
     columns: tuple[str, ...]  # as the header names them, in file order
     records: Iterator[CsvRecord]
+    # Set once the lines ran out inside a record (a quoted field still open): a part of a file
+    # cut there did not end where a record ends, so the cut was not one the whole file has.
+    torn: bool = False
 
     def index_of(self, column: str) -> int:
         return self.columns.index(column)
@@ -90,17 +93,27 @@ def _parse_header(first_line: bytes) -> tuple[str, ...]:
     return columns
 
 
-def open_liger_csv(lines: Iterable[bytes]) -> LigerCsv:
-    """Read the header from binary lines (a file opened "rb", or bytes split with keepends)."""
+def open_liger_csv(lines: Iterable[bytes], first_line: int = 2) -> LigerCsv:
+    """Read the header from binary lines (a file opened "rb", or bytes split with keepends).
+    The lines after it are numbered from `first_line`: a part of a file cut at a record's
+    start is read as its header and then that part's lines."""
     iterator = iter(lines)
     columns = _parse_header(next(iterator, b""))
-    return LigerCsv(columns, _records(iterator))
+    csv_file = LigerCsv(columns, iter(()))
+    csv_file.records = _records(iterator, first_line, csv_file)
+    return csv_file
 
 
-def _records(lines: Iterable[bytes], first_line: int = 2) -> Iterator[CsvRecord]:
+def _records(lines: Iterable[bytes], first_line: int, csv_file: LigerCsv) -> Iterator[CsvRecord]:
     bad_lines: set[int] = set()
     consumed: list[str] = []
-    reader = csv.reader(_decoded_lines(lines, bad_lines, consumed, first_line), strict=False)
+
+    def decoded() -> Iterator[str]:
+        yield from _decoded_lines(lines, bad_lines, consumed, first_line)
+        # The reader asks for a line past the last with text consumed only inside a record.
+        csv_file.torn = bool(consumed)
+
+    reader = csv.reader(decoded(), strict=False)
     next_line = first_line
     while True:
         try:

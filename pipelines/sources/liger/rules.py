@@ -74,9 +74,12 @@ class RowRejected(Exception):
         self.detail = detail
 
 
-def record_rejection(fields: list[str] | None, error: str | None, width: int) -> RowRejected | None:
+def record_rejection(
+    fields: list[str] | None, error: str | None, width: int, size: int | None = None
+) -> RowRejected | None:
     """Why a CSV record is no row of its file (not CSV, not UTF-8, not as many fields as the
-    header, a field over FIELD_LIMIT), or None."""
+    header, a field over FIELD_LIMIT), or None. `size`, the record's raw length where known,
+    bounds every field's: a record no longer than FIELD_LIMIT needs no field measured."""
     if fields is None or error is not None:
         detail = error or Reason.UNPARSEABLE_ROW
         return RowRejected(Reason(detail.split(":", 1)[0]), detail)
@@ -84,7 +87,7 @@ def record_rejection(fields: list[str] | None, error: str | None, width: int) ->
         return RowRejected(
             Reason.WRONG_COLUMN_COUNT, f"expected {width} fields, found {len(fields)}"
         )
-    if max(map(len, fields)) <= FIELD_LIMIT:
+    if size is not None and size <= FIELD_LIMIT or max(map(len, fields)) <= FIELD_LIMIT:
         return None
     longest = max(range(len(fields)), key=lambda i: len(fields[i]))
     return RowRejected(
