@@ -1,5 +1,5 @@
 """`kindex up`: the embedded S3 (unless an endpoint is configured), the Dagster webserver and the
-Dagster daemon on 127.0.0.1, sensors and automation running. Ctrl-C or SIGTERM stops all of it.
+Dagster daemon on 127.0.0.1, sensors running. Ctrl-C or SIGTERM stops all of it.
 
 Every child runs in its own process group and is stopped by group (the webserver and daemon
 spawn code servers of their own), first with SIGTERM, then SIGKILL after a grace period. Signals
