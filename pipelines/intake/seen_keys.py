@@ -10,7 +10,9 @@ take 16 MB, and a batch is checked with one vectorized binary search per array.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import repeat
+from typing import Any
 
 import numpy as np
 
@@ -21,12 +23,25 @@ def digest_of(text: str) -> bytes:
     return digests_of([text.encode()])[0]
 
 
-def digests_of(utf8_texts: Iterable[bytes | memoryview]) -> list[bytes]:
+def digests_of(
+    utf8_texts: Iterable[bytes | memoryview], groups: Iterable[int] | None = None
+) -> list[bytes]:
     """digest_of of each text, given as UTF-8 (say, slices of an Arrow string array). Each
-    starts as a copy of one empty hash: a fifth cheaper than a new one, with its parameters."""
+    starts as a copy of one empty hash: a fifth cheaper than a new one, with its parameters.
+    With `groups`, a text's key is its group's (a file's) and its own: the group, in a fixed
+    8 bytes so that no text of one group reads as another's, then the text."""
+    starts: Iterator[Any]
+    if groups is None:
+        starts = repeat(EMPTY_DIGEST)
+    else:
+        heads: dict[int, Any] = {}
+        for group in set(groups := list(groups)):
+            heads[group] = EMPTY_DIGEST.copy()
+            heads[group].update(group.to_bytes(8, "little"))
+        starts = map(heads.__getitem__, groups)
     digests = []
-    for text in utf8_texts:
-        digest = EMPTY_DIGEST.copy()
+    for text, start in zip(utf8_texts, starts, strict=False):
+        digest = start.copy()
         digest.update(text)
         digests.append(digest.digest())
     return digests

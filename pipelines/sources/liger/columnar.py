@@ -8,7 +8,8 @@ template. Only hashing stays a per-row Python call. A row that a rule rejects is
 with the reason of the first rule it fails, in the order a row is read: its record, kernel,
 series, numbers, timestamp, workload, stored values. tests/liger_oracle.py builds runs the plain
 way, row by row, and the tests hold the two to the same bytes. Duplicate externalIds are the
-file's rule (`quarantine_duplicates`).
+file's rule (`quarantine_duplicates`). A batch may hold the records of several small files one
+after another (`files_batches`): each row knows its file, and the file's rule is each file's.
 """
 
 from __future__ import annotations
@@ -92,14 +93,23 @@ class Batch:
     records: Sequence[CsvRecord]
     runs: Runs | None
     others: dict[int, RowOutcome]  # by index in the batch
+    files: np.ndarray  # each record's file, by index among the files read together
 
     @property
     def size(self) -> int:
         return len(self.records)
 
 
-def normalize_batch(records: Sequence[CsvRecord], layout: Layout, normalizer: Normalizer) -> Batch:
-    """A batch's runs and quarantines; duplicate externalIds are the caller's."""
+def normalize_batch(
+    records: Sequence[CsvRecord],
+    layout: Layout,
+    normalizer: Normalizer,
+    files: np.ndarray | None = None,
+) -> Batch:
+    """A batch's runs and quarantines; duplicate externalIds are the caller's. `files` says
+    which file each record is of (all of one file when None): no rule here looks past a row."""
+    if files is None:
+        files = np.zeros(len(records), dtype=np.int32)
     others: dict[int, RowOutcome] = {}
     kept: list[int] = []
     for i, record in enumerate(records):
@@ -109,7 +119,7 @@ def normalize_batch(records: Sequence[CsvRecord], layout: Layout, normalizer: No
         else:
             others[i] = quarantined(record, rejected)
     if not kept:
-        return Batch(records, None, others)
+        return Batch(records, None, others, files)
     # The kept records have layout.width fields each: Arrow takes all their texts in one
     # conversion, row after row, and each column is every width-th text from its index on.
     texts = pa.array([records[i].fields for i in kept], pa.list_(pa.string())).flatten()
@@ -123,7 +133,7 @@ def normalize_batch(records: Sequence[CsvRecord], layout: Layout, normalizer: No
         runs.lines = pa.array(lines[runs.positions])
         runs.positions = [kept[i] for i in runs.positions]
         _assemble(runs)
-    return Batch(records, runs, others)
+    return Batch(records, runs, others, files)
 
 
 def quarantined(record: CsvRecord, rejected: RowRejected) -> RowOutcome:
@@ -486,12 +496,41 @@ def batches_of(
 ) -> Iterator[Batch]:
     """The batches of an opened CSV (or of a part of one: `seen` holds the externalIds of the
     parts before it that the caller knows of)."""
-    layout = Layout.of(csv_file.columns)
+    return files_batches([csv_file], normalizer, rows, seen)
+
+
+def files_batches(
+    csv_files: Sequence[LigerCsv], normalizer: Normalizer | None, rows: int, seen: SeenKeys
+) -> Iterator[Batch]:
+    """The batches of opened CSVs of one header, read one after another: a batch may end inside
+    a file and hold the starts of the next ones, so that many small files pay a batch's fixed
+    cost together. A file alone is a list of one."""
+    assert len({f.columns for f in csv_files}) <= 1, "one header per call"
+    if not csv_files:
+        return
+    layout = Layout.of(csv_files[0].columns)
     normalizer = normalizer or shared_normalizer()
-    while records := list(islice(csv_file.records, rows)):
-        batch = normalize_batch(records, layout, normalizer)
+    for records, files in _records_of(csv_files, rows):
+        batch = normalize_batch(records, layout, normalizer, files)
         quarantine_duplicates(batch, seen)
         yield batch
+
+
+def _records_of(
+    csv_files: Sequence[LigerCsv], rows: int
+) -> Iterator[tuple[list[CsvRecord], np.ndarray]]:
+    """The files' records in batches of `rows` (the last one shorter), with each one's file."""
+    records: list[CsvRecord] = []
+    files: list[np.ndarray] = []
+    for index, csv_file in enumerate(csv_files):
+        while chunk := list(islice(csv_file.records, rows - len(records))):
+            records += chunk
+            files.append(np.full(len(chunk), index, dtype=np.int32))
+            if len(records) == rows:
+                yield records, np.concatenate(files)
+                records, files = [], []
+    if records:
+        yield records, np.concatenate(files)
 
 
 def batch_outcomes(batch: Batch) -> Iterator[RowOutcome]:
@@ -530,11 +569,13 @@ def batch_outcomes(batch: Batch) -> Iterator[RowOutcome]:
 
 
 def quarantine_duplicates(batch: Batch, seen: SeenKeys) -> None:
-    """Quarantine each run whose externalId an earlier row of the file had."""
+    """Quarantine each run whose externalId an earlier row of its file had. A run's key is its
+    file's index and its externalId: a run in two files of one batch is no duplicate."""
     runs = batch.runs
     if runs is None:
         return
-    first = seen.first_times_of_digests(digests_of(utf8_slices(runs.external_ids)))
+    files = batch.files[runs.positions].tolist()
+    first = seen.first_times_of_digests(digests_of(utf8_slices(runs.external_ids), files))
     for i in np.flatnonzero(~first).tolist():
         position = runs.positions[i]
         record = batch.records[position]

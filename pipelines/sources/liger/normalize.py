@@ -46,7 +46,7 @@ from pipelines.sources.liger.model import (
 )
 from pipelines.sources.liger.read import NotLigerCsv, open_liger_csv
 from pipelines.sources.liger.rules import Reason
-from pipelines.sources.liger.tables import record_tables
+from pipelines.sources.liger.tables import FilesTables, files_record_tables
 
 __all__ = [
     "PARSER_VERSION",
@@ -76,26 +76,65 @@ def normalize_bytes(data: bytes, normalizer: Normalizer | None = None) -> Iterat
 
 def record_set(data: bytes, snapshot_digest: str, parser_version: str) -> RecordSetContent:
     """A Liger CSV's record tables; raises NotLigerCsv."""
-    rows, tables = record_tables(io.BytesIO(data), snapshot_digest, parser_version)
-    # Each run's lineage row is its own (a run twice in a file has one externalId twice, and
-    # the second is quarantined): the runs object holds the lineage, one object fewer to write.
-    return RecordSetContent(rows, tables, lineage_in_runs=True)
+    return _contents([(data, snapshot_digest)], parser_version)[0]
 
 
 PARALLEL_FROM_BYTES = 8 << 20
 
 
 def record_sets(files: Sequence[tuple[bytes, str]], parser_version: str) -> list[RecordSetContent]:
-    """The record sets of several (bytes, snapshot digest), in their order: one file per
-    process, on every core the files can use."""
-    workers = min(len(files), usable_cpus())
-    datas, digests = [data for data, _ in files], [digest for _, digest in files]
+    """The record sets of several (bytes, snapshot digest), in their order, each as record_set
+    makes it alone; raises the first file's NotLigerCsv, if any. Small files are read together,
+    in runs of batches that hold many files (`files_record_tables`); past PARALLEL_FROM_BYTES,
+    runs of files are spread over every core the files can use."""
+    datas = [data for data, _ in files]
+    chunks = _chunks(datas, usable_cpus())
     # Worker processes cost more to start and feed than small files cost to normalize.
-    if workers < 2 or sum(map(len, datas)) < PARALLEL_FROM_BYTES:
-        return list(map(record_set, datas, digests, repeat(parser_version)))
+    if len(chunks) < 2 or sum(map(len, datas)) < PARALLEL_FROM_BYTES:
+        return _contents(files, parser_version)
     context = worker_context(__name__)
-    with ProcessPoolExecutor(workers, mp_context=context) as pool:
-        return list(pool.map(record_set, datas, digests, repeat(parser_version)))
+    with ProcessPoolExecutor(min(len(chunks), usable_cpus()), mp_context=context) as pool:
+        cut = [files[start:end] for start, end in chunks]
+        # Each process hands back its files' tables whole: a slice of a table would be pickled
+        # with all of its buffers.
+        read = pool.map(_read, cut, repeat(parser_version))
+        return [content for chunk in read for content in _split(chunk, parser_version)]
+
+
+def _contents(files: Sequence[tuple[bytes, str]], parser_version: str) -> list[RecordSetContent]:
+    return _split(_read(files, parser_version), parser_version)
+
+
+def _read(files: Sequence[tuple[bytes, str]], parser_version: str) -> FilesTables:
+    streams = [(io.BytesIO(data), digest) for data, digest in files]
+    return files_record_tables(streams, parser_version)
+
+
+def _split(read: FilesTables, parser_version: str) -> list[RecordSetContent]:
+    """Each file's record set; raises the first file's NotLigerCsv, if any."""
+    contents = []
+    for file in range(len(read.rows)):
+        rows, tables = read.of(file)
+        # Each run's lineage row is its own (a run twice in a file has one externalId twice,
+        # and the second is quarantined): the runs object holds the lineage, one object fewer.
+        contents.append(RecordSetContent(rows, tables, lineage_in_runs=True))
+    return contents
+
+
+def _chunks(datas: Sequence[bytes], workers: int) -> list[tuple[int, int]]:
+    """The files cut into consecutive runs, (start, end), about two per worker by bytes."""
+    if workers < 2:
+        return [(0, len(datas))]
+    share = max(1, sum(map(len, datas)) // (2 * workers))
+    chunks, start, size = [], 0, 0
+    for i, data in enumerate(datas):
+        size += len(data)
+        if size >= share:
+            chunks.append((start, i + 1))
+            start, size = i + 1, 0
+    if start < len(datas):
+        chunks.append((start, len(datas)))
+    return chunks
 
 
 # --- `kindex normalize` of one file, in parts -----------------------------------------------

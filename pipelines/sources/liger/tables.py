@@ -2,11 +2,15 @@
 Python runs once per distinct series and workload, Arrow does the rest. The tables are those
 RecordSetBuilder makes of the batch's outcomes in input order (tests/test_liger_tables.py): a
 manifest met twice keeps its first row.
+
+Many small files are read together (`files_record_tables`): their batches hold several files'
+rows, each row keeps its file, and each file's rows of a table are a run of that table's rows,
+cut out at the end. What is per file (its snapshot, its first manifests) is keyed by the file.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
@@ -20,9 +24,11 @@ from pipelines.index.record_objects import (
     UTC_US,
     run_series_key,
 )
+from pipelines.intake.seen_keys import SeenKeys
 from pipelines.records import Record
-from pipelines.sources.liger.columnar import BATCH_ROWS, Batch, Runs, normalized_batches
+from pipelines.sources.liger.columnar import BATCH_ROWS, Batch, Runs, files_batches
 from pipelines.sources.liger.model import WORKLOAD_SLOT, Normalizer, Series, Workload
+from pipelines.sources.liger.read import LigerCsv, NotLigerCsv, open_liger_csv
 from pipelines.sources.liger.rules import ORIGIN, STATUS, stored_metric
 
 NAMES = ("runs", "manifests", "quarantine", "lineage")
@@ -36,29 +42,105 @@ def record_tables(
     rows: int = BATCH_ROWS,
 ) -> tuple[int, dict[str, pa.Table]]:
     """(rows read, record tables) of a whole Liger CSV, batch by batch; raises NotLigerCsv."""
+    return files_record_tables([(stream, snapshot_digest)], parser_version, normalizer, rows).of(0)
+
+
+@dataclass(slots=True)
+class FilesTables:
+    """Several files' record tables, read together: a file's rows of a table are `sizes[name][i]`
+    rows from `starts[name][i]` on, in the file's order. A file that is no Liger CSV has its
+    error instead."""
+
+    rows: np.ndarray  # rows read, by file
+    tables: dict[str, pa.Table]
+    starts: dict[str, np.ndarray]
+    sizes: dict[str, np.ndarray]
+    errors: dict[int, NotLigerCsv]
+
+    def of(self, file: int) -> tuple[int, dict[str, pa.Table]]:
+        """(rows read, record tables) of one file; raises its NotLigerCsv."""
+        error = self.errors.get(file)
+        if error is not None:
+            raise error
+        tables = {
+            name: table.slice(int(self.starts[name][file]), int(self.sizes[name][file]))
+            for name, table in self.tables.items()
+        }
+        return int(self.rows[file]), tables
+
+
+def files_record_tables(
+    files: Sequence[tuple[Iterable[bytes], str]],
+    parser_version: str,
+    normalizer: Normalizer | None = None,
+    rows: int = BATCH_ROWS,
+) -> FilesTables:
+    """The record tables of Liger CSVs (binary lines, snapshot digest), read together: the files
+    of one header in one run of batches, each file's rule (duplicate externalIds, first
+    manifests) its own."""
+    errors: dict[int, NotLigerCsv] = {}
+    by_header: dict[tuple[str, ...], list[tuple[int, LigerCsv]]] = {}
+    for i, (stream, _) in enumerate(files):
+        try:
+            csv_file = open_liger_csv(stream)
+        except NotLigerCsv as error:
+            errors[i] = error
+            continue
+        by_header.setdefault(csv_file.columns, []).append((i, csv_file))
+    read = np.zeros(len(files), dtype=np.int64)
     parts: dict[str, list[pa.Table]] = {name: [] for name in NAMES}
-    size = 0
-    for batch in normalized_batches(stream, normalizer, rows):
-        size += batch.size
-        for name, table in batch_tables(batch, snapshot_digest, parser_version).items():
-            parts[name].append(table)
+    owners: dict[str, list[np.ndarray]] = {name: [] for name in NAMES}
+    for members in by_header.values():
+        indices = np.array([i for i, _ in members], dtype=np.int64)
+        digests = [files[i][1] for i in indices.tolist()]
+        csv_files = [csv_file for _, csv_file in members]
+        for batch in files_batches(csv_files, normalizer, rows, SeenKeys()):
+            read[indices] += np.bincount(batch.files, minlength=len(indices))
+            tables, of_file = pass_tables(batch, digests, parser_version)
+            for name, table in tables.items():
+                parts[name].append(table)
+                owners[name].append(indices[of_file[name]])
     tables = {
         name: pa.concat_tables(tables) if tables else SCHEMAS[name].empty_table()
         for name, tables in parts.items()
     }
-    # A manifest an earlier batch had keeps that batch's row. Runs need no such check: a run's
-    # digest covers its externalId, which the file's rule makes unique.
-    tables["manifests"] = _first_seen(tables["manifests"], "digest")
-    return size, tables
+    files_of = {
+        name: np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.int64)
+        for name, arrays in owners.items()
+    }
+    # A manifest an earlier batch of its file had keeps that batch's row. Runs need no such
+    # check: a run's digest covers its externalId, which the file's rule makes unique.
+    tables["manifests"], files_of["manifests"] = _first_seen(
+        tables["manifests"], "digest", files_of["manifests"]
+    )
+    starts, sizes = {}, {}
+    for name, owner in files_of.items():
+        # A file's rows are consecutive: files are read in order, a header's after another's.
+        sizes[name] = np.bincount(owner, minlength=len(files))
+        starts[name] = np.zeros(len(files), dtype=np.int64)
+        present, first = np.unique(owner, return_index=True)
+        starts[name][present] = first
+    return FilesTables(read, tables, starts, sizes, errors)
 
 
 def batch_tables(batch: Batch, snapshot_digest: str, parser_version: str) -> dict[str, pa.Table]:
-    """The batch's record tables, in input order; duplicate externalIds are the caller's."""
-    quarantine = [batch.others[p] for p in sorted(batch.others)]
+    """The record tables of a batch of one file, in input order; duplicate externalIds are the
+    caller's."""
+    return pass_tables(batch, [snapshot_digest], parser_version)[0]
+
+
+def pass_tables(
+    batch: Batch, snapshot_digests: Sequence[str], parser_version: str
+) -> tuple[dict[str, pa.Table], dict[str, np.ndarray]]:
+    """The batch's record tables, in input order, and each table row's file (its index into
+    `snapshot_digests`); duplicate externalIds are the caller's."""
+    positions = sorted(batch.others)
+    quarantine = [batch.others[p] for p in positions]
+    quarantine_files = batch.files[positions]
     tables = {
         "quarantine": pa.Table.from_arrays(
             [
-                pa.repeat(pa.scalar(snapshot_digest, pa.string()), len(quarantine)),
+                _of_files(snapshot_digests, quarantine_files),
                 pa.repeat(pa.scalar(parser_version, pa.string()), len(quarantine)),
                 pa.array([o.source_line for o in quarantine], pa.int64()),
                 pa.array([o.reason for o in quarantine], pa.string()),
@@ -69,15 +151,25 @@ def batch_tables(batch: Batch, snapshot_digest: str, parser_version: str) -> dic
             schema=SCHEMAS["quarantine"],
         )
     }
+    files = {"quarantine": quarantine_files}
+    none = np.zeros(0, dtype=batch.files.dtype)
     if batch.runs is None:
-        return {name: tables.get(name, SCHEMAS[name].empty_table()) for name in NAMES}
+        tables = {name: tables.get(name, SCHEMAS[name].empty_table()) for name in NAMES}
+        return tables, {name: files.get(name, none) for name in NAMES}
     runs = batch.runs
     index = np.flatnonzero([p not in batch.others for p in runs.positions])
-    rows = _Standing(runs, index, snapshot_digest, parser_version)
+    run_files = batch.files[np.array(runs.positions, dtype=np.int64)[index]]
+    rows = _Standing(runs, index, run_files, snapshot_digests, parser_version)
     tables["runs"] = _run_table(rows)
-    tables["manifests"] = _manifest_table(rows)
+    tables["manifests"], files["manifests"] = _manifest_table(rows)
     tables["lineage"] = tables["runs"].select(SCHEMAS["lineage"].names)
-    return tables
+    files["runs"] = files["lineage"] = run_files
+    return tables, files
+
+
+def _of_files(values: Sequence[str], files: np.ndarray) -> pa.Array:
+    """Each row's file's value."""
+    return pa.array(values, pa.string()).take(pa.array(files))
 
 
 @dataclass(slots=True)
@@ -86,7 +178,8 @@ class _Standing:
 
     runs: Runs
     index: np.ndarray
-    snapshot_digest: str
+    files: np.ndarray  # each standing run's file
+    snapshot_digests: Sequence[str]  # by file
     parser_version: str
 
     def by(self, ids: np.ndarray, values: Sequence[Any], kind: pa.DataType) -> pa.Array:
@@ -123,7 +216,7 @@ def _run_table(rows: _Standing) -> pa.Table:
         "origin": rows.constant(ORIGIN, string),
         "series_key": _series_keys(rows, by_series, by_workload),
         "parser_version": rows.constant(rows.parser_version, string),
-        "snapshot_digest": rows.constant(rows.snapshot_digest, string),
+        "snapshot_digest": _of_files(rows.snapshot_digests, rows.files),
         "source_line": rows.column(runs.lines),
         "manifest": rows.column(runs.manifests),
     }
@@ -187,9 +280,9 @@ def _series_keys(
     return pa.array(np.array(keys, dtype=np.int64)[codes.reshape(-1)])
 
 
-def _manifest_table(rows: _Standing) -> pa.Table:
-    """The manifests of the standing runs, each at the first row that references it, in the
-    order a row's records list them (model.references)."""
+def _manifest_table(rows: _Standing) -> tuple[pa.Table, np.ndarray]:
+    """The manifests of the standing runs, each at the first row of its file that references
+    it, in the order a row's records list them (model.references); and each one's file."""
     runs = rows.runs
     series_codes, series_rows = _first_rows(rows, runs.series_ids)
     workload_codes, workload_rows = _first_rows(rows, runs.workload_ids)
@@ -204,25 +297,30 @@ def _manifest_table(rows: _Standing) -> pa.Table:
     order = np.lexsort((slots, at))
     records = [records[i] for i in order.tolist()]
     lines = runs.lines.to_numpy()[rows.index[at[order]]]
+    files = rows.files[at[order]]
     table = pa.Table.from_arrays(
         [
             pa.array([r.digest for r in records], pa.string()),
             pa.array([r.kind for r in records], pa.string()),
             pa.array([r.manifest.get("metadata", {}).get("name") for r in records], pa.string()),
             rows.constant(rows.parser_version, pa.string(), len(records)),
-            rows.constant(rows.snapshot_digest, pa.string(), len(records)),
+            _of_files(rows.snapshot_digests, files),
             pa.array(lines, pa.int64()),
             pa.array([r.manifest_json for r in records], pa.string()),
         ],
         schema=SCHEMAS["manifests"],
     )
-    return _first_seen(table, "digest")
+    return _first_seen(table, "digest", files)
 
 
 def _first_rows(rows: _Standing, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct codes of the standing rows, and the index (among them) of each one's first
-    row."""
-    return np.unique(ids[rows.index], return_index=True)
+    """The distinct codes of the standing rows of each file, and the index (among them) of
+    each one's first row in its file."""
+    width = int(ids.max()) + 1 if len(ids) else 1
+    keys, first = np.unique(
+        rows.files.astype(np.int64) * width + ids[rows.index], return_index=True
+    )
+    return keys % width, first
 
 
 # Where a series' records (Series.references: operation, project, implementation, protocol,
@@ -230,14 +328,16 @@ def _first_rows(rows: _Standing, ids: np.ndarray) -> tuple[np.ndarray, np.ndarra
 SERIES_SLOTS = np.array([slot for slot in range(6) if slot != WORKLOAD_SLOT], dtype=np.int64)
 
 
-def _first_seen(table: pa.Table, column: str) -> pa.Table:
-    """The rows of `table` whose `column` value no earlier row has. Arrow numbers the distinct
-    values in order of first appearance, so a row is a first exactly when its number is above
-    every earlier row's."""
+def _first_seen(table: pa.Table, column: str, files: np.ndarray) -> tuple[pa.Table, np.ndarray]:
+    """The rows of `table` whose `column` value no earlier row of their file has, and their
+    files."""
     if not len(table):
-        return table
+        return table, files
     values = table.column(column).combine_chunks()
     codes = pc.dictionary_encode(values, null_encoding="encode").indices.to_numpy()
-    first = np.ones(len(codes), dtype=bool)
-    first[1:] = codes[1:] > np.maximum.accumulate(codes)[:-1]
-    return table if first.all() else table.filter(pa.array(first))
+    keys = files.astype(np.int64) * (int(codes.max()) + 1) + codes
+    first = np.zeros(len(keys), dtype=bool)
+    first[np.unique(keys, return_index=True)[1]] = True  # each key's first row
+    if first.all():
+        return table, files
+    return table.filter(pa.array(first)), files[first]
