@@ -13,6 +13,7 @@ import pytest
 from index_support import csv_bytes, liger_rows
 
 from pipelines.index.record_objects import RecordSetBuilder, RecordSetContent
+from pipelines.sources.liger import normalize
 from pipelines.sources.liger.normalize import (
     NotLigerCsv,
     normalize_bytes,
@@ -121,3 +122,12 @@ def test_batches_that_cut_files_and_a_file_that_is_no_liger_csv(rows: int) -> No
         assert_same(RecordSetContent(got_rows, tables, lineage_in_runs=True), expected)
     with pytest.raises(NotLigerCsv):
         record_sets([(data, digest(i)) for i, data in enumerate(files)], VERSION)
+
+
+def test_runs_of_files_on_every_core_are_each_files_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past PARALLEL_FROM_BYTES, runs of files are read in worker processes: the same sets."""
+    monkeypatch.setattr(normalize, "PARALLEL_FROM_BYTES", 0)
+    monkeypatch.setattr(normalize, "usable_cpus", lambda: 2)
+    pairs = [(data, digest(i)) for i, data in enumerate(small_files())]
+    for (data, snapshot), content in zip(pairs, record_sets(pairs, VERSION), strict=True):
+        assert_same(content, record_set(data, snapshot, VERSION))

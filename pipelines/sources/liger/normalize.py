@@ -2,8 +2,9 @@
 run), and its record set; several files' record sets on every core.
 
 A file is read batch by batch (pipelines/sources/liger/columnar.py). Real Liger files are small
-and many, so the parallelism of ingest is over files: each file in one process of a
-ProcessPoolExecutor. `kindex normalize` of one large file cuts it into parts instead, each a run
+and many: ingest reads a batch run's files together, a batch holding many files' rows, so that
+they share a batch's fixed cost; past PARALLEL_FROM_BYTES, runs of files go to the processes of
+a ProcessPoolExecutor. `kindex normalize` of one large file cuts it into parts instead, each a run
 of batches on that same path in a process of its own (`write_outcomes`); a small file is one
 part, in this process.
 """
