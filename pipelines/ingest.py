@@ -698,15 +698,20 @@ def normalize_files(
     store: ObjectStore, settings: Any, files: Sequence[FileWork], parts_dir: Path
 ) -> None:
     """Step 3: each file's source and parser version, and the record sets not written yet,
-    built a source at a time: a batch of small files of one source pays its fixed cost once."""
+    built a source at a time: a batch of small files of one source pays its fixed cost once.
+    A source that reads the index takes its files in order instead, each seeing the manifests
+    of the files before it (a bundle of runs after the bundle of their manifests, a trace after
+    its definition), its version judged then."""
     layout = IndexLayout.of(settings)
     known = known_manifests(store, settings)
     context = SourceContext(known_digest=known, manifest_named=known.named)
 
     def place(work: FileWork) -> None:
         assert work.snapshot is not None
-        source = source_of(work.entry.key, work.data)
+        source = work.source or source_of(work.entry.key, work.data)
         version = source.version_of(work.data, source_context(context, work))
+        if work.prepared is not None and work.prepared.parser_version == version:
+            return
         prefix = layout.record_set_prefix(version, work.snapshot.digest)
         work.source = source
         work.prepared = PreparedRecords(version, source.name, prefix, None)
@@ -716,10 +721,20 @@ def normalize_files(
     each_file(files, place)
     by_source: dict[str, list[FileWork]] = {}
     for work in files:
-        if work.failed is None and work.prepared is not None and not work.written:
-            by_source.setdefault(work.prepared.source, []).append(work)
+        if work.failed is None and work.source is not None:
+            by_source.setdefault(work.source.name, []).append(work)
     for group in by_source.values():
-        build_record_sets(group, context, parts_dir)
+        assert group[0].source is not None
+        parts = [[w] for w in group] if group[0].source.reads_index else [group]
+        for part in parts:
+            if len(parts) > 1:
+                each_file(part, place)  # what the files before it taught the index
+            build_record_sets(
+                [w for w in part if w.failed is None and not w.written], context, parts_dir
+            )
+            for work in part:
+                if work.prepared is not None and work.prepared.content is not None:
+                    known.learn(work.prepared.content.tables["manifests"])
 
 
 def source_context(context: SourceContext, work: FileWork) -> SourceContext:
@@ -730,6 +745,8 @@ def source_context(context: SourceContext, work: FileWork) -> SourceContext:
 def build_record_sets(group: Sequence[FileWork], context: SourceContext, parts_dir: Path) -> None:
     """The record sets of a group of files of one source, in one call; if the call fails, each
     file on its own, so that the failure is the failing file's alone."""
+    if not group:
+        return
     source = group[0].source
     assert source is not None
     objects = [
@@ -737,20 +754,15 @@ def build_record_sets(group: Sequence[FileWork], context: SourceContext, parts_d
         for w in group
         if w.snapshot is not None
     ]
-    folder = Path(tempfile.mkdtemp(prefix="batch-", dir=parts_dir))
     try:
+        folder = Path(tempfile.mkdtemp(prefix="batch-", dir=parts_dir))
         contents = source.record_sets(objects, context, folder)
-    except Exception:
+    except Exception as error:
         if len(group) == 1:
-            raise
-        for i, work in enumerate(group):
-            try:
-                own = Path(tempfile.mkdtemp(prefix=f"file-{i}-", dir=parts_dir))
-                content = source.record_sets(objects[i : i + 1], context, own)[0]
-                assert work.prepared is not None
-                work.prepared.content = content
-            except Exception as error:  # this file's alone
-                work.fail(error)
+            group[0].fail(error)
+            return
+        for work in group:  # each file on its own
+            build_record_sets([work], context, parts_dir)
         return
     for work, content in zip(group, contents, strict=True):
         assert work.prepared is not None

@@ -329,21 +329,28 @@ def test_a_publish_reads_what_its_home_wrote_from_its_cache(
 def test_a_file_whose_records_fail_still_lands(
     s3_store: Any, index_settings: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The upload runs beside the normalizer: when building the records fails, the file is in
-    the bucket all the same, and the error is the normalizer's."""
-    from pipelines import ingest as ingest_module
+    """When building a file's records fails, the file is in the bucket all the same, the error
+    is the normalizer's, named with the file, and the other files of the ingest are indexed."""
     from pipelines.intake.incoming import incoming_key
+    from pipelines.intake.ledger import FileState
+    from pipelines.sources.liger import normalize
 
     header, rows = liger_rows(range(2, 12))
     path = tmp_path / "breaks.csv"
     path.write_bytes(csv_bytes(header, rows))
+    other = tmp_path / "other.bin"
+    other.write_bytes(b"\x00not a format\xff" * 8)
 
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("the normalizer broke")
 
-    monkeypatch.setattr(ingest_module, "record_set_content", broken)
-    with pytest.raises(RuntimeError, match="the normalizer broke"):
-        ingest_paths([path], index_settings, progress=False, store=s3_store)
+    monkeypatch.setattr(normalize, "record_sets", broken)
+    summary = ingest_paths([path, other], index_settings, progress=False, store=s3_store)
+    assert [(f.key, f.state) for f in summary.failed] == [
+        ("incoming/breaks.csv", FileState.FAILED)
+    ]
+    assert "the normalizer broke" in str(summary.failed[0].reason)
+    assert [f.source_key for f in summary.files] == ["incoming/other.bin"]
     assert s3_store.get_bytes(incoming_key(index_settings, path)) == path.read_bytes()
 
 

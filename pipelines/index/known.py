@@ -14,6 +14,7 @@ from typing import Any
 
 import duckdb
 import orjson
+import pyarrow as pa
 
 from pipelines.index.layout import IndexLayout
 from pipelines.index.local import fetch, fetch_all, load_current
@@ -40,14 +41,30 @@ class KnownManifests:
         self._digests: frozenset[str] | None = None
         self._manifests: str | None = None  # a SELECT over every manifest file
         self._named: dict[tuple[str, str], dict[str, Any] | None] = {}
+        # Manifests of record sets built since (the files before this one in a batch).
+        self._learned: set[str] = set()
+        self._learned_named: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def learn(self, manifests: pa.Table) -> None:
+        """Count these manifests (a record set's just built, not written yet) as known."""
+        for digest, kind, name, manifest in zip(
+            *(manifests.column(c).to_pylist() for c in ("digest", "kind", "name", "manifest")),
+            strict=True,
+        ):
+            self._learned.add(digest)
+            self._learned_named.setdefault((kind, name), orjson.loads(manifest))
 
     def __call__(self, digest: str) -> bool:
+        if digest in self._learned:
+            return True
         if self._digests is None:
             rows = self._query(f"SELECT DISTINCT digest FROM ({self._select()})")
             self._digests = frozenset(row[0] for row in rows)
         return digest in self._digests
 
     def named(self, kind: str, name: str) -> dict[str, Any] | None:
+        if (kind, name) in self._learned_named:
+            return self._learned_named[kind, name]
         if (kind, name) not in self._named:
             rows = self._query(
                 f"SELECT manifest FROM ({self._select()}) WHERE kind = ? AND name = ? "

@@ -49,6 +49,7 @@ __all__ = [
 
 class WorkerBundle(RecordsOfOutcomes):
     name = "worker-bundle"
+    reads_index = True  # a bundle may name manifests another file carried
 
     def recognize(self, key: str, data: bytes) -> str | None:
         from pipelines.sources.bundles.sniff import looks_like_bundle
@@ -68,6 +69,7 @@ class WorkerBundle(RecordsOfOutcomes):
 
 class LigerCsvSource:
     name = "liger-csv"
+    reads_index = False
 
     def recognize(self, key: str, data: bytes) -> str | None:
         from pipelines.sources.liger.read import NotLigerCsv, open_liger_csv

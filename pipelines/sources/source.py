@@ -59,6 +59,9 @@ class SourceObject:
 
 class Source(Protocol):
     name: str  # as record sets and reads name their source
+    # Whether its records depend on the manifests the index holds (SourceContext's lookups):
+    # then a batch's files are built one at a time, each seeing those of the files before it.
+    reads_index: bool
 
     def recognize(self, key: str, data: bytes) -> str | None:
         """None when the bytes are this source's, else why they are not."""
@@ -114,6 +117,8 @@ def record_set_of_outcomes(
 
 class RecordsOfOutcomes(ABC):
     """A source whose record tables are built outcome by outcome."""
+
+    reads_index = False
 
     @abstractmethod
     def parser_version(self) -> str: ...
