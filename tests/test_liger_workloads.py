@@ -106,7 +106,7 @@ def test_mutated_shared_configs() -> None:
         mutations = [{k: v for k, v in config.items() if k != key} for key in config]
         mutations += [{**config, key: value} for key in [*config, "q"] for value in ODD_VALUES]
         for mutated in mutations:
-            for x_text in FEW_X_TEXTS:
+            for x_text in ("4096", "0", "abc"):  # x texts are swept per binding below
                 reasons[assert_valid((kernel, x_name, x_text, text(mutated)))] += 1
     assert set(reasons) == {
         "ok",
