@@ -167,3 +167,15 @@ def test_the_files_view_is_in_a_bare_duckdb_too(
         ]
     finally:
         con.close()
+
+
+def test_appends_are_compacted_and_every_row_stays(s3_store: Any, index_settings: Any) -> None:
+    from pipelines.index.catalog import COMPACT_ABOVE_FILES
+
+    ledger = Ledger.of(s3_store, index_settings)
+    for n in range(COMPACT_ABOVE_FILES + 4):  # a data file each
+        ledger.append([FileEntry.pending(s3_store.bucket, info(f"incoming/{n}.csv"))])
+    snapshot = ledger.catalog.table(LEDGER_TABLE, refresh=True).current_snapshot()
+    assert snapshot is not None and snapshot.summary is not None
+    assert int(snapshot.summary["total-data-files"]) <= COMPACT_ABOVE_FILES
+    assert len(ledger.current()) == COMPACT_ABOVE_FILES + 4
