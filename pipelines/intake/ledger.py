@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from pipelines.index.catalog import IndexCatalog
 
 LEDGER_TABLE = "file_ledger"
+NAME_MAPPING = "schema.name-mapping.default"
 # Arrival windows: the hour of an object version's LastModified (the store's clock). Dagster's
 # partitions are these windows (assets/partitions.py), so their number grows with time, not with
 # files; an hour is the unit a person backfills, and a fleet's hour is a batch-sized set of files.
@@ -199,15 +200,19 @@ class Ledger:
         from pipelines.index.catalog import TABLE_PROPERTIES
 
         table = self._table(refresh=True)
-        if table is not None:
-            return table
-        catalog = self.catalog.catalog
-        catalog.create_namespace_if_not_exists(self.catalog.namespace)
-        catalog.create_table_if_not_exists(
-            (self.catalog.namespace, LEDGER_TABLE),
-            schema=LEDGER_SCHEMA,
-            properties=TABLE_PROPERTIES,
-        )
+        if table is None:
+            self.catalog.catalog.create_namespace_if_not_exists(self.catalog.namespace)
+            table = self.catalog.catalog.create_table_if_not_exists(
+                (self.catalog.namespace, LEDGER_TABLE),
+                schema=LEDGER_SCHEMA,
+                properties=TABLE_PROPERTIES,
+            )
+        if NAME_MAPPING not in table.properties:
+            # Compaction's merged files carry no field ids: columns are mapped by name.
+            with table.transaction() as transaction:
+                transaction.set_properties(
+                    {NAME_MAPPING: table.schema().name_mapping.model_dump_json()}
+                )
         return self.catalog.table(LEDGER_TABLE, refresh=True)
 
     # Writers are sensors and batch runs in other processes: a commit that lost the race
