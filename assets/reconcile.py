@@ -25,12 +25,10 @@ from dagster import (
 
 from assets.files import RECORDS_KEY
 from assets.resources import KindexResource
-from assets.sensors import batch_requests, runs_in_flight
+from assets.sensors import RECONCILE_EVERY, batch_requests, runs_in_flight
 from pipelines.intake.ledger import FileEntry, FileState, new_versions, rebuild
 
-# A listing costs what the bucket holds, so it is the rare safety net, not the way files are
-# found: a file whose notification was lost waits at most this long.
-RECONCILE_INTERVAL_SECONDS = 15 * 60
+RECONCILE_INTERVAL_SECONDS = int(RECONCILE_EVERY.total_seconds())
 
 
 @sensor(

@@ -48,6 +48,9 @@ MAX_FILES_PER_TICK = 1000
 TICK_INTERVAL_SECONDS = 5
 LEDGER_INTERVAL_SECONDS = 30
 CATCHUP_INTERVAL_SECONDS = 30
+# A listing costs what the bucket holds, so it is the rare safety net under the notifications,
+# not the way files are found: a file whose notification was lost waits at most this long.
+RECONCILE_EVERY = timedelta(minutes=15)
 # A pending file whose batch has not reported for this long, with no run in flight, is
 # requested again (its run was lost before it started, or killed).
 STALE_PENDING = timedelta(minutes=5)
@@ -169,8 +172,11 @@ def notified_files(
     feed: ChangeFeed,
     cursor: DiscoveryCursor,
 ) -> SensorResult | SkipReason:
+    # The first poll replays what the feed may have missed before it started: as far back as
+    # the reconcile listing, which may have listed the bucket just before those files came.
+    start = cursor.feed if cursor.feed is not None else feed.since(now_utc() - RECONCILE_EVERY)
     try:
-        page = feed.poll(cursor.feed, MAX_FILES_PER_TICK)
+        page = feed.poll(start, MAX_FILES_PER_TICK)
     except NotificationError as error:  # nothing consumed: the next tick asks again
         return SkipReason(f"the {feed.name} notifications cannot be read now: {error}")
     # An idle tick's page is empty: no S3 client, no ledger, nothing but the poll.

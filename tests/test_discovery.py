@@ -145,7 +145,7 @@ def discovery(
 def test_a_dropped_file_is_found_from_the_notifications_without_a_listing(
     discovery: Discovery,
 ) -> None:
-    assert discovery.tick(incoming_files_sensor) == [], "the first tick starts from now"
+    assert discovery.tick(incoming_files_sensor) == [], "at rest: the ledger holds the replay"
     key = f"{INCOMING}dropped later.csv"
     discovery.store.put_bytes(key, b"a,b\n1,2\n")
 
@@ -154,6 +154,18 @@ def test_a_dropped_file_is_found_from_the_notifications_without_a_listing(
     assert [discovery.batch_keys(r) for r in requests] == [[key]]
     assert discovery.listed == []
     assert discovery.tick(incoming_files_sensor) == [], "found once"
+
+
+def test_a_file_dropped_before_the_first_tick_is_found_by_it(discovery: Discovery) -> None:
+    """The sensor's first poll replays what came since the reconcile listing could have run,
+    so a file dropped while the daemon starts is not left to the next listing."""
+    key = f"{INCOMING}dropped at start.csv"
+    discovery.store.put_bytes(key, b"a,b\n5,6\n")
+
+    requests = discovery.tick(incoming_files_sensor)
+
+    assert [discovery.batch_keys(r) for r in requests] == [[key]], "the rest are in the ledger"
+    assert discovery.listed == []
 
 
 def test_a_file_whose_notification_was_lost_is_found_by_the_reconcile_listing(

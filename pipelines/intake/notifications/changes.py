@@ -35,6 +35,11 @@ class ChangeFeed(Protocol):
 
     def poll(self, cursor: str | None, limit: int) -> ChangePage: ...
 
+    def since(self, moment: datetime) -> str:
+        """A cursor from which a poll reports the changes after `moment` (a feed that starts
+        late replays what it may have missed; the ledger drops what it knows)."""
+        ...
+
     def acknowledge(self, page: ChangePage) -> None:
         """After the caller durably recorded the page's changes."""
         ...

@@ -227,6 +227,9 @@ class FilerFeed:
     def acknowledge(self, page: ChangePage) -> None:
         """Nothing to do: the cursor is the acknowledgement."""
 
+    def since(self, moment: datetime) -> str:
+        return FilerCursor(int(moment.timestamp() * 1e9), ()).to_text()
+
     def tail(self, *, since_ns: int, until_ns: int, now_ns: int) -> list[FilerEvent]:
         """The filer's events under the prefix from `since_ns` to `until_ns` (both in the
         clock that gave `now_ns`; weed takes them as times before its own start)."""

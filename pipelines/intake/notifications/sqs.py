@@ -192,6 +192,10 @@ class SqsFeed:
                     changes.extend(found)
         return ChangePage(changes, "", tuple(receipts), ignored)
 
+    def since(self, moment: datetime) -> str:
+        """The queue keeps what was not acknowledged: there is nothing to go back to."""
+        return ""
+
     def acknowledge(self, page: ChangePage) -> None:
         """Delete the page's messages. One SQS failed to delete (its receipt expired: it was
         delivered again) comes once more: at least once."""
