@@ -346,9 +346,7 @@ def test_a_file_whose_records_fail_still_lands(
 
     monkeypatch.setattr(normalize, "record_sets", broken)
     summary = ingest_paths([path, other], index_settings, progress=False, store=s3_store)
-    assert [(f.key, f.state) for f in summary.failed] == [
-        ("incoming/breaks.csv", FileState.FAILED)
-    ]
+    assert [(f.key, f.state) for f in summary.failed] == [("incoming/breaks.csv", FileState.FAILED)]
     assert "the normalizer broke" in str(summary.failed[0].reason)
     assert [f.source_key for f in summary.files] == ["incoming/other.bin"]
     assert s3_store.get_bytes(incoming_key(index_settings, path)) == path.read_bytes()

@@ -21,19 +21,8 @@ from pipelines.cli import main
 from pipelines.index.layout import IndexLayout
 from pipelines.index.publish import publish_index
 from pipelines.index.reads import ObjectRead
-from pipelines.ingest import process_snapshot
-from pipelines.intake.sensor_cursor import (
-    TickPlan,
-    parse_partition_key,
-    partition_key_for,
-    plan_tick,
-)
 from pipelines.intake.snapshots import (
     latest_read_per_key,
-    list_reads,
-    load_snapshot,
-    record_reread,
-    take_snapshot,
 )
 
 __all__ = ["index_settings"]  # the fixture, imported for pytest
@@ -237,72 +226,6 @@ def test_kindex_ingest_of_a_file_back_to_an_earlier_content(
     assert main(["ingest", str(path), "--no-progress"]) == 0
     out = capsys.readouterr().out
     assert "already processed" in out and "retracted 0" in out
-    assert retracted(index_settings) == set()
-
-
-def sensor_tick(store: Any, settings: Any, cursor: str | None, existing: set[str]) -> TickPlan:
-    """One tick of the sensor's logic, and the runs it asks for, done in this process as the
-    assets do them: a new partition is snapshotted and processed; a re-read one is processed
-    from its read record, which the tick updated."""
-    plan = plan_tick(
-        cursor,
-        store.list(settings.incoming_prefix),
-        existing,
-        lambda obj: record_reread(store, settings, obj),
-    )
-    for partition in plan.new_partitions + plan.unread_partitions:
-        ref = parse_partition_key(partition)
-        info = store.head(ref.key)
-        process_snapshot(store, settings, take_snapshot(store, settings, ref.key, info.etag))
-    for partition in plan.reread_partitions:
-        ref = parse_partition_key(partition)
-        digest = next(r.digest for r in list_reads(store, settings, ref.key) if ref.matches(r.etag))
-        process_snapshot(store, settings, load_snapshot(store, settings, digest, key=ref.key))
-    existing.update(plan.new_partitions)
-    publish_index(store, settings)
-    return plan
-
-
-def test_the_sensor_has_bytes_a_key_held_before_read_again(
-    s3_store: Any, index_settings: Any
-) -> None:
-    existing: set[str] = set()
-    first = s3_store.put_bytes(KEY, rows_bytes(A_ROWS))
-    plan = sensor_tick(s3_store, index_settings, None, existing)
-    s3_store.put_bytes(KEY, rows_bytes(B_ROWS))
-    plan = sensor_tick(s3_store, index_settings, plan.cursor, existing)
-    assert retracted(index_settings) == {at("C", T1), at("D", T1)}
-
-    again = s3_store.put_bytes(KEY, rows_bytes(A_ROWS))
-    assert again.etag == first.etag  # the same partition key: no new partition
-    plan = sensor_tick(s3_store, index_settings, plan.cursor, existing)
-
-    assert (plan.new_partitions, plan.reread_partitions) == ([], [partition_key_for(first)])
-    newest = latest_read_per_key(s3_store, index_settings)[KEY]
-    assert (newest.etag, newest.last_modified) == (again.etag, again.last_modified)
-    assert retracted(index_settings) == set()
-    # The cursor moved past that upload: the next tick asks nothing, and changes nothing.
-    assert sensor_tick(s3_store, index_settings, plan.cursor, existing).reread_partitions == []
-    assert retracted(index_settings) == set()
-
-
-def test_the_sensor_after_an_upgrade_mends_a_re_upload_it_missed(
-    s3_store: Any, index_settings: Any
-) -> None:
-    """The wrong state the old sensor left: A and B read, A uploaded again and never read, so
-    A's rows that B lacks stay retracted. Its cursor (version 1) is read as no cursor: the first
-    tick after the upgrade looks at every object, and has the second A read."""
-    existing: set[str] = set()
-    s3_store.put_bytes(KEY, rows_bytes(A_ROWS))
-    sensor_tick(s3_store, index_settings, None, existing)
-    s3_store.put_bytes(KEY, rows_bytes(B_ROWS))
-    sensor_tick(s3_store, index_settings, None, existing)
-    s3_store.put_bytes(KEY, rows_bytes(A_ROWS))  # missed
-    assert retracted(index_settings) == {at("C", T1), at("D", T1)}
-
-    old_cursor = '{"seen":{},"v":1,"watermark":"2026-05-27T17:14:30+00:00"}'
-    sensor_tick(s3_store, index_settings, old_cursor, existing)
-
     assert retracted(index_settings) == set()
 
 

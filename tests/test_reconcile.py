@@ -21,8 +21,7 @@ from assets.reconcile import reconcile_sensor
 from assets.resources import KindexResource
 from assets.sensors import ledger_sensor
 from pipelines.intake.ledger import FileState, Ledger, unprocessed_versions
-from pipelines.intake.reconcile import reconcile, snapshots_of_versions
-from pipelines.intake.sensor_cursor import ObjectVersionRef
+from pipelines.intake.reconcile import reconcile
 from pipelines.intake.snapshots import take_snapshot
 from pipelines.settings import Settings
 from pipelines.storage.base import ObjectInfo
@@ -187,19 +186,3 @@ def test_the_first_tick_rebuilds_a_missing_ledger_from_the_bucket(
     assert execute(instance, request).success
     assert {e.state for e in ledger.current()} == {FileState.INDEXED}
     assert query(settings, "select count(*) from snapshots") == [(2,)]
-
-
-def test_snapshot_lookup_of_more_versions_than_dagster_returns_records(s3_store: Any) -> None:
-    settings = Settings.from_env()
-    dropped = [s3_store.put_bytes(f"incoming/f{i}.csv", one_row_csv(i)) for i in range(3)]
-    for info in dropped:
-        take_snapshot(s3_store, settings, info.key)
-    refs = [ObjectVersionRef(info.key, info.etag[:8]) for info in dropped]
-    never_read = [ObjectVersionRef(f"incoming/n{i:05d}.csv", "0123abcd") for i in range(10_050)]
-
-    started = time.monotonic()
-    found = snapshots_of_versions(s3_store, settings, [*never_read, *refs])
-
-    assert set(found) == set(refs)
-    assert {found[r].key for r in refs} == {info.key for info in dropped}
-    print(f"\nlookup of {len(never_read) + 3} versions: {time.monotonic() - started:.2f} s")

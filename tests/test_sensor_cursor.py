@@ -11,11 +11,7 @@ from hypothesis import strategies as st
 from pipelines.intake.sensor_cursor import (
     ListingCursor,
     advance,
-    parse_partition_key,
-    partition_key_for,
-    plan_tick,
 )
-from pipelines.intake.snapshots import Reread
 from pipelines.storage.base import ObjectInfo
 
 T0 = datetime(2026, 5, 27, 17, 14, 30, tzinfo=UTC)
@@ -89,30 +85,6 @@ def test_a_version_1_cursor_is_read_as_no_cursor() -> None:
     assert ListingCursor.from_json(old) == ListingCursor()
 
 
-def test_plan_tick_rereads_only_versions_whose_partition_exists() -> None:
-    a, b, c = "a" * 32, "b" * 32, "c" * 32
-    listing = [obj("x", etag=a, seconds=3), obj("y", etag=b, seconds=3), obj("z", etag=c)]
-    x, y, z = (partition_key_for(o) for o in listing)
-    asked: list[str] = []
-    outcomes = {"x": Reread.RECORDED, "y": Reread.UNCHANGED, "z": Reread.UNCHANGED}
-
-    def reread(listed: ObjectInfo) -> Reread:
-        asked.append(listed.key)
-        return outcomes[listed.key]
-
-    plan = plan_tick(None, listing, {x, y}, reread)
-    assert (plan.new_partitions, plan.reread_partitions, plan.unread_partitions) == ([z], [x], [])
-    assert sorted(asked) == ["x", "y"]  # never asked about a version with no partition yet
-    outcomes["x"] = Reread.UNREAD
-    outcomes["z"] = Reread.RECORDED
-    plan = plan_tick(None, listing, {x, y, z}, reread)
-    assert (plan.new_partitions, plan.reread_partitions, plan.unread_partitions) == ([], [z], [x])
-    # The cursor remembers them all: the next tick asks about none.
-    asked.clear()
-    assert plan_tick(plan.cursor, listing, {x, y, z}, reread).reread_partitions == []
-    assert asked == []
-
-
 def test_deleted_keys_never_wedge() -> None:
     first = advance(ListingCursor(), [obj("a", seconds=1), obj("b", seconds=2)])
     # both deleted: an empty listing keeps the watermark and reports nothing
@@ -160,29 +132,6 @@ def test_cursor_json_roundtrip() -> None:
     assert ListingCursor.from_json(None) == ListingCursor()
     with pytest.raises(ValueError):
         ListingCursor.from_json('{"v": 99}')
-
-
-@pytest.mark.parametrize(
-    "key",
-    ["incoming/liger.csv", "incoming/a@b.csv", "incoming/100%.csv", "incoming/x...y", "a\tb\nc"],
-)
-def test_partition_key_roundtrip_and_readable(key: str) -> None:
-    info = obj(key, etag="3f2a9c1bdeadbeef" * 2)
-    partition = partition_key_for(info)
-    for bad in ("...", "\t", "\n"):
-        assert bad not in partition
-    ref = parse_partition_key(partition)
-    assert ref.key == key
-    assert ref.matches(info.etag)
-    assert not ref.matches("0" * 32)
-
-
-def test_partition_key_is_the_object_key_when_plain() -> None:
-    assert partition_key_for(obj("incoming/liger.csv", etag="3f2a9c1b" + "0" * 24)) == (
-        "incoming/liger.csv@3f2a9c1b"
-    )
-    with pytest.raises(ValueError):
-        parse_partition_key("no-separator")
 
 
 # A random interleaving of uploads, overwrites and deletions, listed after every step: every

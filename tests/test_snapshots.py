@@ -11,7 +11,6 @@ import pytest
 
 from pipelines.intake.incoming import SourceCommit
 from pipelines.intake.snapshots import (
-    Reread,
     Snapshot,
     SnapshotCorrupt,
     SnapshotNotFound,
@@ -24,7 +23,6 @@ from pipelines.intake.snapshots import (
     read_record_key,
     read_snapshot,
     reads_prefix,
-    record_reread,
     snapshot_key,
     snapshot_written,
     take_snapshot,
@@ -231,33 +229,3 @@ def test_a_version_with_a_commit_is_newest_by_its_commit_time(
     late = take_snapshot(s3_store, settings, key)
     assert late.committed_at == old.committed_at and late.last_modified >= taken.last_modified
     assert read_snapshot(s3_store, settings, latest_read_per_key(s3_store, settings)[key]) == b"new"
-    # Judged the same way from a listing: the old commit's bytes again are no new version.
-    s3_store.put_bytes(key, b"new", metadata=new.to_metadata())
-    listed = next(iter(s3_store.list(key)))
-    assert record_reread(s3_store, settings, listed) is Reread.UNCHANGED
-
-
-def test_a_reupload_is_recorded_from_the_listing_without_reading_the_bytes(
-    s3_store: S3Store, settings: Settings
-) -> None:
-    key = "incoming/x.csv"
-    s3_store.put_bytes(key, b"A")
-    first = take_snapshot(s3_store, settings, key)
-    s3_store.put_bytes(key, b"B")
-    take_snapshot(s3_store, settings, key)
-    s3_store.put_bytes(key, b"A")
-    listed = next(iter(s3_store.list(key)))
-    assert record_reread(s3_store, settings, listed) is Reread.RECORDED
-    again = latest_read_per_key(s3_store, settings)[key]
-    assert (again.digest, again.last_modified) == (first.digest, listed.last_modified)
-    # Asked again (a tick that failed after recording it): the same read, its records asked again.
-    assert record_reread(s3_store, settings, listed) is Reread.RECORDED
-    assert latest_read_per_key(s3_store, settings)[key] == again
-    # A version read from its bytes is not asked for again.
-    s3_store.put_bytes(key, b"B")
-    take_snapshot(s3_store, settings, key)
-    listed_b = next(iter(s3_store.list(key)))
-    assert record_reread(s3_store, settings, listed_b) is Reread.UNCHANGED
-    s3_store.put_bytes("incoming/never-read.csv", b"C")
-    unread = next(iter(s3_store.list("incoming/never-read.csv")))
-    assert record_reread(s3_store, settings, unread) is Reread.UNREAD

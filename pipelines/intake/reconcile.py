@@ -13,28 +13,20 @@ event log, whose queries are bounded), for one file or for ten thousand.
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from pipelines.index.layout import IndexLayout
 from pipelines.index.reads import read_id
 from pipelines.index.record_objects import READS_DIR, SUMMARY_FILE
-from pipelines.intake.sensor_cursor import ObjectVersionRef
 from pipelines.intake.snapshots import (
     Snapshot,
-    list_reads,
     load_reads,
     read_record_key,
     reads_prefix,
 )
 from pipelines.settings import Settings
 from pipelines.storage.base import ObjectInfo, ObjectStore
-
-LOOKUP_THREADS = 8
-# Past this many versions, one listing of every read beats a listing per key.
-BULK_LOOKUP_FROM = 64
 
 
 def current_parser_versions() -> frozenset[str]:
@@ -136,39 +128,3 @@ def _current_reads(
             elif rest.startswith(READS_DIR + "/") and rest.endswith(".json"):
                 reads[rest.removeprefix(READS_DIR + "/").removesuffix(".json")] = snapshot_hex
     return {read_id: h for read_id, h in reads.items() if h in complete}
-
-
-def snapshots_of_versions(
-    store: ObjectStore, settings: Settings, refs: Sequence[ObjectVersionRef]
-) -> dict[ObjectVersionRef, Snapshot]:
-    """The newest snapshot read of each object version (key and ETag prefix), where one exists.
-
-    Few versions: a listing of each key's reads. Many: one listing of all reads, then a GET of
-    the records of the keys asked about only, so the cost follows the bucket, not a query limit.
-    """
-    by_key: dict[str, list[ObjectVersionRef]] = defaultdict(list)
-    for ref in refs:
-        by_key[ref.key].append(ref)
-    if not by_key:
-        return {}
-    if len(by_key) < BULK_LOOKUP_FROM:
-        with ThreadPoolExecutor(LOOKUP_THREADS) as pool:
-            reads = [
-                r
-                for found in pool.map(lambda k: list_reads(store, settings, k), by_key)
-                for r in found
-            ]
-    else:
-        wanted = {reads_prefix(settings, key): key for key in by_key}
-        record_keys = [
-            o.key
-            for o in store.list(reads_prefix(settings))
-            if o.key.endswith(".json") and o.key.rsplit("/", 1)[0] + "/" in wanted
-        ]
-        reads = load_reads(store, record_keys)
-    found: dict[ObjectVersionRef, Snapshot] = {}
-    for read in sorted(reads, key=lambda r: r.order):  # newest last
-        for ref in by_key.get(read.key, []):
-            if ref.matches(read.etag):
-                found[ref] = read
-    return found

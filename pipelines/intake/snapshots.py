@@ -23,7 +23,6 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
-from enum import Enum
 from typing import Any
 
 import orjson
@@ -54,14 +53,6 @@ class SnapshotCorrupt(SnapshotError):
     """The stored bytes do not hash to the snapshot's digest."""
 
 
-class Reread(Enum):
-    """What `record_reread` did with an upload of bytes its key held before."""
-
-    RECORDED = "recorded"  # a new read of the kept snapshot: the records step must register it
-    UNCHANGED = "unchanged"  # that upload was recorded already, or the key changed since
-    UNREAD = "unread"  # no read of the key had those bytes (or their copy is gone): snapshot it
-
-
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     """One object version that was read, and the digest of its bytes."""
@@ -76,7 +67,8 @@ class Snapshot:
     read_at: datetime  # when kindex read it (UTC)
     commit: str | None = None  # the git commit the version came from (object metadata)
     committed_at: datetime | None = None  # that commit's time
-    # Recorded by record_reread from a listing (the bytes were kept before), not by reading them.
+    # Recorded from a listing by an older kindex (the bytes were kept before), not by reading
+    # them: read records it wrote still carry it.
     from_listing: bool = False
 
     @property
@@ -195,7 +187,6 @@ def _record_read(
     settings: Settings,
     info: ObjectInfo,
     digest: str,
-    from_listing: bool = False,
     first_read: bool = False,
 ) -> Snapshot:
     """Record that `info` (a version of its key, with metadata as a HEAD or GET gives it) was
@@ -215,7 +206,6 @@ def _record_read(
         read_at=datetime.now(UTC),
         commit=commit.commit if commit else None,
         committed_at=commit.committed_at if commit else None,
-        from_listing=from_listing,
     )
     # A new read only when it can change what the key's newest version is: not when its newest
     # read is these bytes already (the same file uploaded again), nor for an upload older than
@@ -227,31 +217,6 @@ def _record_read(
         return previous
     store.put(record_key, snapshot.to_json(), content_type="application/json")
     return snapshot
-
-
-def record_reread(store: ObjectStore, settings: Settings, listed: ObjectInfo) -> Reread:
-    """A listed version whose key held the same bytes before (the same ETag and size as an
-    earlier read of that key), uploaded again: record it as a new read of the snapshot kept
-    then, without reading the bytes again (the ETag names them)."""
-    reads = list_reads(store, settings, listed.key)  # every content of the key, oldest first
-    earlier = [r for r in reads if r.etag == listed.etag and r.size == listed.size]
-    if not earlier:
-        return Reread.UNREAD
-    before = earlier[-1]
-    # The same LastModified is the same upload, unless other bytes were read from the key since
-    # (A, B, A again within one second). When this very upload was recorded from a listing, a
-    # tick that failed after recording it may not have asked for its records: ask again (the
-    # records step registers a read once, however often it runs).
-    if before.last_modified == listed.last_modified and before is reads[-1]:
-        return Reread.RECORDED if before.from_listing else Reread.UNCHANGED
-    digest = before.digest
-    if store.head(snapshot_key(settings, digest)) is None:
-        return Reread.UNREAD
-    current = store.head(listed.key)  # its metadata, and whether it is still that version
-    if current is None or current.etag != listed.etag:
-        return Reread.UNCHANGED  # overwritten since the listing: the next tick sees what it is
-    recorded = _record_read(store, settings, current, digest, from_listing=True)
-    return Reread.UNCHANGED if recorded == before else Reread.RECORDED
 
 
 def read_snapshot(store: ObjectStore, settings: Settings, snapshot: Snapshot | str) -> bytes:
