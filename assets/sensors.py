@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from dagster import (
     AssetSelection,
@@ -93,12 +94,22 @@ def batch_requests(ledger: Ledger, entries: Sequence[FileEntry], why: str) -> li
                     run_key=batch,
                     partition_key=window,
                     asset_selection=[RECORDS_KEY],
-                    run_config={"ops": {"records": {"config": {"batch": batch}}}},
+                    run_config=batch_run_config(batch),
                     tags={"kindex/files": str(len(chunk)), "kindex/why": why},
                 )
             )
     ledger.append(pending)
     return requests
+
+
+def batch_run_config(batch: str) -> dict[str, Any]:
+    """The run config of a run of `records` over the batch the ledger names `batch`."""
+    return {"ops": {"records": {"config": {"batch": batch}}}}
+
+
+def batch_of(request: RunRequest) -> str:
+    """The batch a run request of `batch_requests` names."""
+    return str((request.run_config or {})["ops"]["records"]["config"]["batch"])
 
 
 def batch_id(files: Sequence[FileEntry]) -> str:

@@ -54,6 +54,7 @@ from assets.sensors import (
     LEDGER_INTERVAL_SECONDS,
     TICK_INTERVAL_SECONDS,
     DiscoveryCursor,
+    batch_of,
     incoming_files_sensor,
     index_catchup_sensor,
     ledger_sensor,
@@ -164,9 +165,7 @@ class Sensors:
 
 def batch_keys(ledger: Ledger, request: RunRequest) -> list[str]:
     """The keys of the ledger rows of the batch a run request names."""
-    config = request.run_config or {}
-    batch = config["ops"]["records"]["config"]["batch"]
-    return [entry.key for entry in ledger.of_batch(batch)]
+    return [entry.key for entry in ledger.of_batch(batch_of(request))]
 
 
 def fill(store: S3Store, count: int) -> list[ObjectInfo]:

@@ -26,7 +26,7 @@ from liger_support import HEADER, csv_lines
 
 from assets.reconcile import reconcile_sensor
 from assets.resources import KindexResource
-from assets.sensors import index_catchup_sensor
+from assets.sensors import batch_of, index_catchup_sensor
 from pipelines.ingest import process_batch
 from pipelines.intake.ledger import FileState, Ledger
 from pipelines.settings import Settings
@@ -74,7 +74,7 @@ def died_before_its_publish(
     died before it published the index."""
     s3_store.put_bytes(key, one_row(extra))
     (request,) = SensorDriver(instance).tick().run_requests or []
-    batch = request.run_config["ops"]["records"]["config"]["batch"]
+    batch = batch_of(request)
     settings = Settings.from_env()
     entries = Ledger.of(s3_store, settings).of_batch(batch)
     result = process_batch(s3_store, settings, entries, batch, publish=False)
@@ -146,7 +146,7 @@ def test_the_sensors_that_judge_the_bucket_wait_while_runs_are_in_flight(
     assert isinstance(judged, SensorResult)
     assert judged.asset_events  # the missing count is judged again
     (request,) = judged.run_requests or []
-    batch = request.run_config["ops"]["records"]["config"]["batch"]
+    batch = batch_of(request)
     lost = Ledger.of(s3_store, Settings.from_env()).of_batch(batch)
     assert [e.key for e in lost] == ["incoming/lost.csv"]
 

@@ -30,7 +30,7 @@ from dagster_support import (
 from index_support import csv_bytes, liger_rows, query
 
 import assets.sensors
-from assets.sensors import MAX_FILES_PER_RUN, batch_requests
+from assets.sensors import MAX_FILES_PER_RUN, batch_of, batch_requests
 from pipelines.intake.ledger import FileEntry, FileState, Ledger, window_of
 from pipelines.settings import Settings
 from pipelines.storage.base import ObjectInfo
@@ -54,10 +54,6 @@ def tiny_csv(line: int) -> bytes:
 
 def ledger_of(store: Any) -> Ledger:
     return Ledger.of(store, Settings.from_env())
-
-
-def batch_of(request: RunRequest) -> str:
-    return str(request.run_config["ops"]["records"]["config"]["batch"])
 
 
 def requested(store: Any, requests: Sequence[RunRequest]) -> list[FileEntry]:

@@ -27,6 +27,7 @@ from assets.reconcile import reconcile_sensor
 from assets.resources import KindexResource
 from assets.sensors import (
     DiscoveryCursor,
+    batch_of,
     incoming_files_sensor,
     index_catchup_sensor,
     ledger_sensor,
@@ -90,7 +91,7 @@ class Discovery:
 
     def batch_keys(self, request: RunRequest) -> list[str]:
         """The keys of the ledger rows of the batch a run request names."""
-        batch = (request.run_config or {})["ops"]["records"]["config"]["batch"]
+        batch = batch_of(request)
         return [entry.key for entry in self.ledger.of_batch(batch)]
 
 

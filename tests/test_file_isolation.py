@@ -34,7 +34,7 @@ import assets.files
 import assets.sensors
 import pipelines.ingest
 from assets.resources import KindexResource
-from assets.sensors import ledger_sensor
+from assets.sensors import batch_of, ledger_sensor
 from pipelines.intake.ledger import FIRST_BACKOFF, FileEntry, FileState, Ledger
 from pipelines.settings import Settings
 from pipelines.storage.base import ObjectInfo
@@ -88,7 +88,7 @@ def ledger_tick(instance: DagsterInstance, cursor: str | None = None) -> SensorR
 
 
 def batch_keys(s3_store: Any, request: RunRequest) -> list[str]:
-    batch = request.run_config["ops"]["records"]["config"]["batch"]
+    batch = batch_of(request)
     return [e.key for e in Ledger.of(s3_store, Settings.from_env()).of_batch(batch)]
 
 

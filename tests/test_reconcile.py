@@ -19,7 +19,7 @@ from liger_support import HEADER, csv_lines
 import assets.sensors
 from assets.reconcile import reconcile_sensor
 from assets.resources import KindexResource
-from assets.sensors import ledger_sensor
+from assets.sensors import batch_of, ledger_sensor
 from pipelines.intake.ledger import FileState, Ledger, unprocessed_versions
 from pipelines.intake.reconcile import reconcile
 from pipelines.intake.snapshots import take_snapshot
@@ -101,7 +101,7 @@ def observed_missing(result: SensorResult) -> list[int]:
 
 
 def batch_keys(ledger: Ledger, request: RunRequest) -> list[str]:
-    return [e.key for e in ledger.of_batch(request.run_config["ops"]["records"]["config"]["batch"])]
+    return [e.key for e in ledger.of_batch(batch_of(request))]
 
 
 def test_the_sensor_requests_what_fell_through_and_a_failing_file_backs_off(
