@@ -252,7 +252,7 @@ def test_deployment_end_to_end(
         runs = file_runs()
         assert len(runs) == 2
         launched = [run for run in every_run if run.status != QUEUED]
-        assert len(launched) >= 3, "both file runs and an index run"
+        assert len(launched) >= 2, "both file runs (each publishes the index)"
         assert {run.status for run in launched} == {DagsterRunStatus.SUCCESS}
         for run in every_run:
             logged = [
