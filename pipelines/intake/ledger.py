@@ -33,6 +33,7 @@ from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_ra
 from pipelines.index.record_objects import UTC_US
 from pipelines.settings import Settings
 from pipelines.storage.base import ObjectInfo, ObjectStore
+from pipelines.storage.errors import StorageUnreachable
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -178,15 +179,17 @@ def version_of(info: ObjectInfo) -> tuple[str, str, datetime]:
 class Ledger:
     """The ledger of one bucket, in the index's catalog."""
 
-    def __init__(self, catalog: IndexCatalog, bucket: str) -> None:
+    def __init__(self, catalog: IndexCatalog, bucket: str, endpoint: str | None = None) -> None:
         self.catalog = catalog
         self.bucket = bucket
+        self.endpoint = endpoint or "of the bucket"
 
     @classmethod
     def of(cls, store: ObjectStore, settings: Settings) -> Ledger:
         from pipelines.index.catalog import IndexCatalog
 
-        return cls(IndexCatalog.beside(store, settings), store.bucket)
+        endpoint = getattr(store, "endpoint_url", None)
+        return cls(IndexCatalog.beside(store, settings), store.bucket, endpoint)
 
     # -- writing -------------------------------------------------------------------------
 
@@ -215,6 +218,17 @@ class Ledger:
                 )
         return self.catalog.table(LEDGER_TABLE, refresh=True)
 
+    def append(self, entries: Sequence[FileEntry]) -> None:
+        """Append rows in one commit (stamped now), then compact the table if it is due."""
+        if not entries:
+            return
+        try:
+            self._append(entries)
+        except OSError as error:  # the Iceberg writer's S3 client (pyarrow) gave up
+            raise StorageUnreachable(
+                f"cannot reach the S3 endpoint {self.endpoint} (write the file ledger): {error}"
+            ) from error
+
     # Writers are sensors and batch runs in other processes: a commit that lost the race
     # starts again from the table's new head.
     @retry(
@@ -223,10 +237,7 @@ class Ledger:
         wait=wait_random_exponential(0.05, 2),
         reraise=True,
     )
-    def append(self, entries: Sequence[FileEntry]) -> None:
-        """Append rows in one commit (stamped now), then compact the table if it is due."""
-        if not entries:
-            return
+    def _append(self, entries: Sequence[FileEntry]) -> None:
         now = datetime.now(UTC)
         rows = [
             {
