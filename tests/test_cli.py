@@ -130,7 +130,7 @@ def test_dev_setup_keeps_pips_noise_in_a_log(tmp_path: Path) -> None:
         timeout=60,
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout == "ran: -m pytest -n auto -q\n"
+    assert result.stdout == "ran: -m pytest -n auto --dist worksteal -q\n"
     assert "Warning" not in result.stderr and len(result.stderr.splitlines()) == 1
     assert "BuildBackendWarning" in (tmp_path / ".venv" / "install.log").read_text()
     full = subprocess.run(
@@ -142,7 +142,9 @@ def test_dev_setup_keeps_pips_noise_in_a_log(tmp_path: Path) -> None:
         timeout=60,
     )
     assert full.returncode == 0, full.stderr
-    assert full.stdout == "ran: -m pytest -n auto -q\nran: -m pytest -m slow -q\n"
+    assert full.stdout == (
+        "ran: -m pytest -n auto --dist worksteal -q\nran: -m pytest -m slow -q\n"
+    )
 
 
 def test_the_license_is_an_spdx_string_as_setuptools_wants() -> None:
