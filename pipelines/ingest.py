@@ -3,8 +3,8 @@
 1. find what is new: the sensors, from the store's notifications and the ledger
    (pipelines/intake/);
 2. snapshot: each file's GET and its immutable copy (`snapshot_file`);
-3. normalize, through the file's source (`prepare_records`, pipelines/sources/);
-4. write its record set (`write_records`);
+3. normalize, through the file's source (`normalize_files`, pipelines/sources/);
+4. write its record set (`write_file`);
 5. commit each file's outcome to the ledger, one append for the batch (`process_batch`);
 6. publish the index (`publish_resolving`).
 
@@ -146,35 +146,28 @@ class PreparedRecords:
 
 
 def process_snapshot(
-    store: ObjectStore, settings: Any, snapshot: Any, taken: TakenSnapshot | None = None
+    store: ObjectStore, settings: Any, snapshot: Snapshot, taken: TakenSnapshot | None = None
 ) -> SnapshotRecords:
-    """Normalize a snapshot's bytes and write its record objects (once per parser version).
-    `taken`: the snapshot as this process just took it. Its bytes are not read again; if it
-    kept them first, no record set of them can exist yet, and none is looked for."""
+    """Normalize a snapshot's bytes and write its record objects (once per parser version):
+    the batch steps over a batch of one, whose failure is raised. `taken`: the snapshot as this
+    process just took it. Its bytes are not read again; if it kept them first, no record set of
+    them can exist yet, and none is looked for."""
+    work = snapshot_work(store, settings, snapshot, taken)
     with parts_folder(settings) as parts_dir:
-        prepared = prepare_snapshot(store, settings, snapshot, parts_dir, taken)
-        return write_records(store, settings, snapshot, prepared)
+        normalize_files(store, settings, [work], parts_dir)
+        work.raise_failure()
+        write_file(store, settings, work)
+    assert work.records is not None
+    return work.records
 
 
-def prepare_snapshot(
-    store: ObjectStore,
-    settings: Any,
-    snapshot: Any,
-    parts_dir: Path,
-    taken: TakenSnapshot | None = None,
-) -> PreparedRecords:
-    """A snapshot's record set, unless it exists (prepare_records)."""
+def snapshot_work(
+    store: ObjectStore, settings: Any, snapshot: Snapshot, taken: TakenSnapshot | None = None
+) -> FileWork:
+    """A snapshot taken before, as a file of a batch past its snapshot step."""
     data = snapshot_data(store, settings, snapshot) if taken is None else taken.data
-    return prepare_records(
-        store,
-        settings,
-        snapshot.key,
-        snapshot.digest,
-        data,
-        parts_dir=parts_dir,
-        received_at=utc_text(snapshot.last_modified),
-        maybe_written=taken is None or not taken.kept_now,
-    )
+    entry = FileEntry.pending(store.bucket, known_info(snapshot))
+    return FileWork(entry, snapshot, data, kept_now=taken is not None and taken.kept_now)
 
 
 @contextmanager
@@ -185,34 +178,6 @@ def parts_folder(settings: Any) -> Iterator[Path]:
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".parts-", dir=cache) as folder:
         yield Path(folder)
-
-
-def prepare_records(
-    store: ObjectStore,
-    settings: Any,
-    key: str,
-    digest: str,
-    data: bytes,
-    *,
-    parts_dir: Path,
-    received_at: str | Callable[[], str | None] | None,
-    maybe_written: bool = True,
-) -> PreparedRecords:
-    """The records of the bytes of an object read at `key`, unless their record set exists.
-    `digest`: the bytes' content digest. `parts_dir`: where the source may spool Parquet parts
-    (parts_folder). `received_at`: the object version's LastModified, or how to learn it.
-    `maybe_written`: False when the bytes were kept just now, so their record set cannot
-    exist."""
-    layout = IndexLayout.of(settings)
-    source = source_of(key, data)
-    known = known_manifests(store, settings)
-    context = SourceContext(known_digest=known, manifest_named=known.named, received_at=received_at)
-    parser_version = source.version_of(data, context)
-    prefix = layout.record_set_prefix(parser_version, digest)
-    content = None
-    if not (maybe_written and store.head(prefix + SUMMARY_FILE) is not None):
-        content = record_set_content(source, data, digest, context, parts_dir)
-    return PreparedRecords(parser_version, source.name, prefix, content)
 
 
 def write_records(
@@ -242,13 +207,6 @@ def write_records(
     store.put(read_key, read_json, content_type="application/json")
     cache_bytes(layout.cached_path(read_key), read_json)  # the publish that follows reads it
     return records
-
-
-def record_set_content(
-    source: Source, data: bytes, digest: str, context: SourceContext, parts_dir: Path
-) -> RecordSetContent:
-    """The record set of one object's bytes, built by its source (pipelines/sources/)."""
-    return source.record_set(data, digest, context, parts_dir)
 
 
 def write_record_set(
@@ -424,22 +382,19 @@ def resolve_awaiting(
     if not waiting:
         return []
     reads = load_reads(store, [read_record_key(settings, k, d) for d, k in sorted(waiting)])
-    resolved: list[SnapshotRecords] = []
-    entries: list[FileEntry] = []
-    done: set[str] = set()
-    for snapshot in reads:
-        if snapshot.digest in done:
-            continue
-        done.add(snapshot.digest)
-        with parts_folder(settings) as parts_dir:
-            prepared = prepare_snapshot(store, settings, snapshot, parts_dir)
-            if prepared.content is not None:  # what it waits for is indexed now
-                records = write_records(store, settings, snapshot, prepared)
-                resolved.append(records)
-                entry = FileEntry.pending(store.bucket, known_info(snapshot), batch="resolved")
-                entries.append(done_entry(entry, records))
-    Ledger.of(store, settings).append(entries)  # the files' rows, with their new counts
-    return resolved
+    works: dict[str, FileWork] = {}
+    for snapshot in reads:  # one per content: the same bytes under two keys are one record set
+        works.setdefault(snapshot.digest, snapshot_work(store, settings, snapshot))
+    with parts_folder(settings) as parts_dir:
+        normalize_files(store, settings, list(works.values()), parts_dir)
+        # A file whose record set comes out the same under what the index holds now is left.
+        changed = [work for work in works.values() if not work.written]
+        for work in changed:
+            work.raise_failure()
+            write_file(store, settings, work)
+    results = [work.result() for work in changed]
+    Ledger.of(store, settings).append([r.entry for r in results])  # their rows, new counts
+    return [r.records for r in results if r.records is not None]
 
 
 def publish_resolving(store: ObjectStore, settings: Any) -> tuple[IndexVersion, int]:
@@ -606,24 +561,27 @@ class FileWork:
     prepared: PreparedRecords | None = None
     records: SnapshotRecords | None = None
     failed: FileEntry | None = None
+    error: BaseException | None = None  # what failed it
 
     def fail(self, error: BaseException) -> None:
         from pipelines.intake.snapshots import VersionChanged
 
+        self.error = error
         if isinstance(error, VersionChanged | NoSuchKey):
             reason = f"overwritten or deleted before it was read ({describe(error)})"
             self.failed = replace(self.entry, state=FileState.GONE, reason=reason)
         else:
             self.failed = self.entry.failed(describe(error), datetime.now(UTC))
 
+    def raise_failure(self) -> None:
+        """Raise what failed this file, for a caller of one file that wants it raised."""
+        if self.error is not None:
+            raise self.error
+
     def result(self) -> FileResult:
         if self.failed is not None or self.records is None:
-            return FileResult(self.failed or self.entry.failed("not processed", utc_now()))
+            return FileResult(self.failed or self.entry.failed("not processed", datetime.now(UTC)))
         return FileResult(done_entry(self.entry, self.records), self.records)
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC)
 
 
 def process_batch(
