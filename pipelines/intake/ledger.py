@@ -370,7 +370,7 @@ def rebuild(
     or quarantined, with its counts from the published index; the rest are pending."""
     from pipelines.intake.reconcile import reconcile
 
-    found = reconcile(store, settings)
+    found = reconcile(store, settings, listing=listing)
     unprocessed = {version_of(m.info) for m in found.missing}
     counts = published_counts(settings)
     entries = []

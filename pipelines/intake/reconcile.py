@@ -13,7 +13,7 @@ event log, whose queries are bounded), for one file or for ten thousand.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from pipelines.index.layout import IndexLayout
@@ -67,12 +67,18 @@ class Reconciliation:
 
 
 def reconcile(
-    store: ObjectStore, settings: Settings, parser_versions: Iterable[str] | None = None
+    store: ObjectStore,
+    settings: Settings,
+    parser_versions: Iterable[str] | None = None,
+    listing: Sequence[ObjectInfo] | None = None,
 ) -> Reconciliation:
-    """Which object versions under the incoming prefix lack a snapshot or a current record set."""
+    """Which object versions under the incoming prefix lack a snapshot or a current record set.
+    `listing`: the prefix's objects, where the caller listed them already."""
     layout = IndexLayout.of(settings)
     versions = frozenset(parser_versions or current_parser_versions())
-    objects = [o for o in store.list(settings.incoming_prefix) if not o.key.endswith("/")]
+    if listing is None:
+        listing = list(store.list(settings.incoming_prefix))
+    objects = [o for o in listing if not o.key.endswith("/")]
     read_hexes = _current_reads(store, layout, versions)
     snapshots = {o.key.rsplit("/", 1)[-1] for o in store.list(f"{settings.snapshot_prefix}sha256/")}
     reads = _reads_by_version(store, settings)
