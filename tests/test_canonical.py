@@ -34,13 +34,13 @@ json_documents = st.recursive(
 latency_like = st.floats(min_value=1e-7, max_value=1e17, allow_nan=False)
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(json_documents)
 def test_fast_path_equals_reference_on_generated_documents(document: object) -> None:
     assert canonical_json(document) == canonical_json_reference(document)
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(
     st.dictionaries(
         st.sampled_from(["ms_20", "ms_50", "ms_80", "é", "\U0001f600", "\ue000"]), latency_like
@@ -50,7 +50,7 @@ def test_fast_path_equals_reference_near_the_float_boundaries(document: dict[str
     assert canonical_json(document) == canonical_json_reference(document)
 
 
-@settings(max_examples=3000, deadline=None)
+@settings(max_examples=1000, deadline=None)
 @given(
     st.floats(allow_nan=False, allow_infinity=False)
     | latency_like

@@ -47,7 +47,6 @@ class JsonInputError(ValueError):
         self.reason = reason
         self.detail = detail
         self.line = line
-        self.partial = b""  # what a gzip file unpacked to before it was refused
 
 
 class KeyedObject(dict[str, Any]):
@@ -95,24 +94,35 @@ def _line_tracking_decoder(text: str) -> json.JSONDecoder:
 def unpacked(data: bytes, limit: int = MAX_UNPACKED_BYTES) -> bytes:
     """The bytes, or what a gzip file holds (every member of it, as `gzip` reads them); a file
     that unpacks past `limit` is refused as soon as it does, never expanded further."""
+    pieces, whole = _inflate(data, limit)
+    if not whole:
+        raise JsonInputError(TOO_LARGE, f"gzip content unpacks past {limit} bytes")
+    return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+
+def _inflate(data: bytes, limit: int) -> tuple[list[bytes], bool]:
+    """What `data` unpacks to, as pieces of at most `limit` bytes in all, and whether that is
+    all of it. The pieces are kept apart so that a refused bomb is never copied whole."""
     if not data.startswith(GZIP_MAGIC):
-        return data
-    out = bytearray()
+        return [data], True
+    pieces: list[bytes] = []
+    size = 0
     rest = data
     while rest.startswith(GZIP_MAGIC):
         inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
         try:
-            out += inflater.decompress(rest, limit + 1 - len(out))
+            piece = inflater.decompress(rest, limit + 1 - size)
         except zlib.error as error:
             raise JsonInputError(JSON_SYNTAX, f"not a readable gzip file: {error}") from None
-        if len(out) > limit or inflater.unconsumed_tail:
-            refused = JsonInputError(TOO_LARGE, f"gzip content unpacks past {limit} bytes")
-            refused.partial = bytes(out[:limit])
-            raise refused
+        pieces.append(piece)
+        size += len(piece)
+        if size > limit or inflater.unconsumed_tail:
+            pieces[-1] = piece[: len(piece) - max(0, size - limit)]
+            return pieces, False
         if not inflater.eof:
             raise JsonInputError(JSON_SYNTAX, "a gzip file cut short")
         rest = inflater.unused_data
-    return bytes(out)
+    return pieces, True
 
 
 def looks_gzipped(data: bytes) -> bool:
@@ -122,12 +132,11 @@ def looks_gzipped(data: bytes) -> bool:
 def head_text(data: bytes, size: int = 64 * 1024) -> str:
     """The start of a file as text, for sniffing: unpacked if gzipped (only as far as needed),
     BOM and leading white space dropped, undecodable bytes replaced."""
-    if looks_gzipped(data):
-        try:
-            data = unpacked(data, size)
-        except JsonInputError as error:
-            data = error.partial
-    return data[:size].decode("utf-8", errors="replace").lstrip("\ufeff \t\r\n")
+    try:
+        head = b"".join(_inflate(data, size)[0])
+    except JsonInputError:
+        head = b""
+    return head[:size].decode("utf-8", errors="replace").lstrip("\ufeff \t\r\n")
 
 
 def _text(data: bytes | memoryview) -> str:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -399,7 +401,7 @@ def make_client(
     credentials: S3Credentials | None,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
 ) -> Any:
-    """One boto3 S3 client; session creation is slow, so make it once per store."""
+    """One boto3 S3 client, made from the process's one boto3 session (see `_session`)."""
     config = Config(
         region_name=region,
         retries={"mode": "standard", "max_attempts": max_attempts},
@@ -425,8 +427,28 @@ def make_client(
             "aws_access_key_id": credentials.access_key,
             "aws_secret_access_key": credentials.secret_key,
         }
-    session = boto3.session.Session()
-    return session.client("s3", endpoint_url=endpoint_url, config=config, **keys)
+    with _SESSION_LOCK:
+        return _session().client("s3", endpoint_url=endpoint_url, config=config, **keys)
+
+
+# A boto3 session loads S3's service model and endpoint rules from disk the first time it makes
+# a client and keeps them: a fresh session per client would load them again for every store.
+# A session is not safe to share between threads while it makes a client, hence the lock.
+_SESSION_LOCK = threading.Lock()
+
+
+def _fresh_lock_in_child() -> None:
+    # A child forked while another thread held the lock would otherwise wait on it forever.
+    global _SESSION_LOCK
+    _SESSION_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_fresh_lock_in_child)
+
+
+@functools.cache
+def _session() -> boto3.session.Session:
+    return boto3.session.Session()
 
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
