@@ -131,9 +131,9 @@ def s3_access(
             settings.s3_region,
             path_style=settings.s3_path_style,
         )
-    import boto3
+    from pipelines.storage.s3 import boto_session
 
-    found = boto3.session.Session(region_name=settings.s3_region).get_credentials()
+    found = boto_session().get_credentials()
     if found is None:
         raise StorageAccessDenied(
             "no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE"

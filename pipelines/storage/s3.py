@@ -428,12 +428,12 @@ def make_client(
             "aws_secret_access_key": credentials.secret_key,
         }
     with _SESSION_LOCK:
-        return _session().client("s3", endpoint_url=endpoint_url, config=config, **keys)
+        return boto_session().client("s3", endpoint_url=endpoint_url, config=config, **keys)
 
 
-# A boto3 session loads S3's service model and endpoint rules from disk the first time it makes
-# a client and keeps them: a fresh session per client would load them again for every store.
-# A session is not safe to share between threads while it makes a client, hence the lock.
+# A boto3 session loads service models, endpoint rules and the credential chain's files the first
+# time it needs them and keeps them: a fresh session per client would load them again for every
+# store. A session is not safe to share between threads while it makes a client, hence the lock.
 _SESSION_LOCK = threading.Lock()
 
 
@@ -447,8 +447,13 @@ os.register_at_fork(after_in_child=_fresh_lock_in_child)
 
 
 @functools.cache
-def _session() -> boto3.session.Session:
+def boto_session() -> boto3.session.Session:
+    """The process's one boto3 session (make clients under `client_lock()`)."""
     return boto3.session.Session()
+
+
+def client_lock() -> threading.Lock:
+    return _SESSION_LOCK
 
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})

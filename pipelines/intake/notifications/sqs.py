@@ -21,12 +21,12 @@ from datetime import datetime
 from typing import Literal, Protocol, TypedDict
 from urllib.parse import unquote_plus
 
-import boto3
 from botocore.config import Config
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from pipelines.intake.notifications.changes import ChangePage, ObjectChange, under_prefix
 from pipelines.settings import Settings
+from pipelines.storage.s3 import boto_session, client_lock
 
 log = logging.getLogger(__name__)
 
@@ -269,5 +269,6 @@ def make_sqs_client(settings: Settings) -> SqsClient:
         connect_timeout=5,
         read_timeout=10,
     )
-    client: SqsClient = boto3.session.Session().client("sqs", config=config)
+    with client_lock():
+        client: SqsClient = boto_session().client("sqs", config=config)
     return client
