@@ -76,12 +76,17 @@ def assert_valid(key: Key) -> str:
         assert rejected.reason in MALFORMED, (key, rejected.reason)
         return str(rejected.reason)
     manifest = workload.record.manifest
-    assert list(schema_errors(manifest)) == [], key
+    # Many x texts and configs of a sweep make the same manifest: check each one once.
+    as_text = json.dumps(manifest, sort_keys=True)
+    if as_text not in SCHEMA_CHECKED:
+        assert list(schema_errors(manifest)) == [], key
+        SCHEMA_CHECKED.add(as_text)
     assert workload.record.digest == sha256_digest(canonical_json_reference(identity(manifest)))
     assert workload.uncurated == workload.case_key.startswith("uncurated-")
     return "uncurated" if workload.uncurated else "ok"
 
 
+SCHEMA_CHECKED: set[str] = set()
 MALFORMED = {"bad_number", "non_positive_value", "bad_config_json"}
 
 
