@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path, PurePosixPath
-from typing import Any
 
 from tqdm import tqdm
 
@@ -26,6 +25,7 @@ from pipelines.index.publish import publish_index
 from pipelines.ingest import IngestSummary, SnapshotRecords, process_snapshot
 from pipelines.intake.incoming import SourceCommit, check_incoming_key, put_incoming
 from pipelines.intake.snapshots import Snapshot, content_digest, read_record_key, snapshot_written
+from pipelines.settings import Settings
 from pipelines.storage.base import NoSuchKey, ObjectInfo, ObjectStore
 
 GIT_TIMEOUT_SECONDS = 120
@@ -94,14 +94,14 @@ def file_history(repo: Path | str, path: Path | str) -> FileHistory:
     return FileHistory(top, relative, versions)
 
 
-def history_key(settings: Any, history: FileHistory, key: str | None) -> str:
+def history_key(settings: Settings, history: FileHistory, key: str | None) -> str:
     """The one key every version goes to: `key`, or `<incoming prefix><file name>`."""
     return check_incoming_key(settings, key or f"{settings.incoming_prefix}{history.name}")
 
 
 def ingest_history(
     store: ObjectStore,
-    settings: Any,
+    settings: Settings,
     history: FileHistory,
     key: str | None = None,
     progress: bool = True,
@@ -128,7 +128,7 @@ def ingest_history(
 
 def put_history(
     store: ObjectStore,
-    settings: Any,
+    settings: Settings,
     history: FileHistory,
     key: str | None = None,
     *,
@@ -156,7 +156,7 @@ class NotReadInTime(GitHistoryError):
 
 
 def wait_until_read(
-    store: ObjectStore, settings: Any, info: ObjectInfo, digest: str, seconds: float
+    store: ObjectStore, settings: Settings, info: ObjectInfo, digest: str, seconds: float
 ) -> None:
     """Until the key's read record of these bytes is this upload (or newer)."""
     record_key = read_record_key(settings, info.key, digest)

@@ -52,11 +52,14 @@ from pipelines.index.record_objects import (
 )
 from pipelines.intake.incoming import put_incoming, upload_incoming
 from pipelines.intake.ledger import FileEntry, FileState, Ledger
+from pipelines.settings import Settings
 from pipelines.sources import Source, SourceContext, source_of
 from pipelines.sources.source import SourceObject
 from pipelines.storage.base import NoSuchKey, ObjectInfo, ObjectStore
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from pipelines.intake.snapshots import Snapshot, TakenSnapshot
 
 
@@ -110,13 +113,13 @@ def utc_text(moment: datetime | None) -> str | None:
     return None if moment is None else moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
-def snapshot_data(store: ObjectStore, settings: Any, snapshot: Any) -> bytes:
+def snapshot_data(store: ObjectStore, settings: Settings, snapshot: Snapshot) -> bytes:
     from pipelines.intake.snapshots import read_snapshot
 
     return read_snapshot(store, settings, snapshot)
 
 
-def object_read(snapshot: Any, bucket: str, parser_version: str, source: str) -> ObjectRead:
+def object_read(snapshot: Snapshot, bucket: str, parser_version: str, source: str) -> ObjectRead:
     return ObjectRead(
         snapshot_digest=snapshot.digest,
         bucket=bucket,
@@ -146,7 +149,7 @@ class PreparedRecords:
 
 
 def process_snapshot(
-    store: ObjectStore, settings: Any, snapshot: Snapshot, taken: TakenSnapshot | None = None
+    store: ObjectStore, settings: Settings, snapshot: Snapshot, taken: TakenSnapshot | None = None
 ) -> SnapshotRecords:
     """Normalize a snapshot's bytes and write its record objects (once per parser version):
     the batch steps over a batch of one, whose failure is raised. `taken`: the snapshot as this
@@ -162,7 +165,7 @@ def process_snapshot(
 
 
 def snapshot_work(
-    store: ObjectStore, settings: Any, snapshot: Snapshot, taken: TakenSnapshot | None = None
+    store: ObjectStore, settings: Settings, snapshot: Snapshot, taken: TakenSnapshot | None = None
 ) -> FileWork:
     """A snapshot taken before, as a file of a batch past its snapshot step."""
     data = snapshot_data(store, settings, snapshot) if taken is None else taken.data
@@ -171,7 +174,7 @@ def snapshot_work(
 
 
 @contextmanager
-def parts_folder(settings: Any) -> Iterator[Path]:
+def parts_folder(settings: Settings) -> Iterator[Path]:
     """An empty folder for the Parquet parts a source spools (a large file's runs), beside the
     local cache (on its file system): once uploaded, a part moves into the cache by a rename."""
     cache = IndexLayout.of(settings).cache_dir
@@ -181,7 +184,7 @@ def parts_folder(settings: Any) -> Iterator[Path]:
 
 
 def write_records(
-    store: ObjectStore, settings: Any, snapshot: Any, prepared: PreparedRecords
+    store: ObjectStore, settings: Settings, snapshot: Snapshot, prepared: PreparedRecords
 ) -> SnapshotRecords:
     """Write the record set (unless it exists) and register the read.
 
@@ -213,7 +216,7 @@ def write_record_set(
     store: ObjectStore,
     layout: IndexLayout,
     prefix: str,
-    snapshot: Any,
+    snapshot: Snapshot,
     parser_version: str,
     source: str,
     content: RecordSetContent,
@@ -318,7 +321,7 @@ def records_from_summary(
     )
 
 
-def uploaded_file(store: ObjectStore, settings: Any, path: Path) -> FileWork:
+def uploaded_file(store: ObjectStore, settings: Settings, path: Path) -> FileWork:
     """Upload a file to its incoming key and snapshot that version: the batch steps' first two
     for a file on disk. A file that fits one PUT is read once, and the bytes sent are the bytes
     hashed and parsed: nothing is read back from the bucket (the snapshot is copied on the
@@ -365,7 +368,7 @@ def ingest_batches(paths: Sequence[Path], sizes: Sequence[int]) -> Iterator[list
 
 
 def resolve_awaiting(
-    store: ObjectStore, settings: Any, batch: Sequence[SnapshotRecords] = ()
+    store: ObjectStore, settings: Settings, batch: Sequence[SnapshotRecords] = ()
 ) -> list[SnapshotRecords]:
     """Process again the files whose rows wait for another file (a FlashInfer trace for its
     definition), of this batch and of the published index, now that more is indexed: a file
@@ -397,7 +400,7 @@ def resolve_awaiting(
     return [r.records for r in results if r.records is not None]
 
 
-def publish_resolving(store: ObjectStore, settings: Any) -> tuple[IndexVersion, int]:
+def publish_resolving(store: ObjectStore, settings: Settings) -> tuple[IndexVersion, int]:
     """Publish the index; then process again the files whose rows wait for what it now holds,
     and publish those too. Returns the version and how many files were resolved."""
     version = publish_index(store, settings)
@@ -409,7 +412,7 @@ def publish_resolving(store: ObjectStore, settings: Any) -> tuple[IndexVersion, 
 
 def ingest_paths(
     paths: Sequence[Path | str],
-    settings: Any,
+    settings: Settings,
     progress: bool = True,
     store: ObjectStore | None = None,
 ) -> IngestSummary:
@@ -458,8 +461,8 @@ def ingest_paths(
 
 
 def record_set_table(
-    store: ObjectStore, settings: Any, keys: Sequence[str], columns: Sequence[str]
-) -> Any:
+    store: ObjectStore, settings: Settings, keys: Sequence[str], columns: Sequence[str]
+) -> pa.Table:
     """Columns of a record set's objects (e.g. its runs) as one Arrow table, in source-line
     order. Read from the local cache, where writing the record set just put them; from the
     bucket only when another process wrote them."""
@@ -471,7 +474,7 @@ def record_set_table(
     tables = []
     for key in keys:
         cached = layout.cached_path(key)
-        source: Any = cached if cached.exists() else io.BytesIO(store.get_bytes(key))
+        source: Path | io.BytesIO = cached if cached.exists() else io.BytesIO(store.get_bytes(key))
         tables.append(pq.read_table(source, columns=wanted))
     if not tables:
         return pa.table({name: pa.array([], pa.string()) for name in wanted})
@@ -491,7 +494,7 @@ class SchemaVerdict:
     failures: list[str]
 
 
-def schema_sample(manifests: Any) -> list[str]:
+def schema_sample(manifests: pa.ChunkedArray) -> list[str]:
     """At most SCHEMA_CHECKED_RUNS of an Arrow column of manifests, evenly spread."""
     stride = max(1, -(-len(manifests) // SCHEMA_CHECKED_RUNS))
     return [str(m) for m in manifests.take(list(range(0, len(manifests), stride))).to_pylist()]
@@ -586,7 +589,7 @@ class FileWork:
 
 def process_batch(
     store: ObjectStore,
-    settings: Any,
+    settings: Settings,
     entries: Sequence[FileEntry],
     batch: str,
     *,
@@ -603,7 +606,7 @@ def process_batch(
 
 
 def commit_and_publish(
-    store: ObjectStore, settings: Any, batch: str, files: Sequence[FileWork], *, publish: bool
+    store: ObjectStore, settings: Settings, batch: str, files: Sequence[FileWork], *, publish: bool
 ) -> BatchResult:
     """Steps 5 and 6: the batch's ledger rows in one append, then the index."""
     result = BatchResult(batch, [work.result() for work in files])
@@ -633,7 +636,7 @@ def each_file(files: Sequence[FileWork], step: Callable[[FileWork], None]) -> No
             future.result()
 
 
-def snapshot_file(store: ObjectStore, settings: Any, work: FileWork) -> None:
+def snapshot_file(store: ObjectStore, settings: Settings, work: FileWork) -> None:
     """Step 2: the file's GET and its immutable copy (the copy and the read record are written
     once). A version processed before is not copied again: its read is loaded."""
     from pipelines.intake.ledger import version_of
@@ -653,7 +656,7 @@ def snapshot_file(store: ObjectStore, settings: Any, work: FileWork) -> None:
 
 
 def normalize_files(
-    store: ObjectStore, settings: Any, files: Sequence[FileWork], parts_dir: Path
+    store: ObjectStore, settings: Settings, files: Sequence[FileWork], parts_dir: Path
 ) -> None:
     """Step 3: each file's source and parser version, and the record sets not written yet,
     built a source at a time: a batch of small files of one source pays its fixed cost once.
@@ -727,7 +730,7 @@ def build_record_sets(group: Sequence[FileWork], context: SourceContext, parts_d
         work.prepared.content = content
 
 
-def write_file(store: ObjectStore, settings: Any, work: FileWork) -> None:
+def write_file(store: ObjectStore, settings: Settings, work: FileWork) -> None:
     """Step 4: the file's record set (unless it exists) and its read."""
     assert work.snapshot is not None and work.prepared is not None
     work.records = write_records(store, settings, work.snapshot, work.prepared)

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+from pipelines.settings import Settings
 
 DEFAULT_RECORDS_PREFIX = "records/"
 DEFAULT_INDEX_PREFIX = "index/"
@@ -26,7 +27,7 @@ class IndexLayout:
     index_prefix: str = DEFAULT_INDEX_PREFIX
 
     @classmethod
-    def of(cls, settings: Any) -> IndexLayout:
+    def of(cls, settings: Settings) -> IndexLayout:
         return cls(
             bucket=settings.bucket,
             home=Path(settings.home),

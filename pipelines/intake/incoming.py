@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
+from pipelines.settings import Settings
 from pipelines.storage.base import ObjectInfo, ObjectStore
 
 MAX_KEY_BYTES = 1024  # S3's limit on an object key, in UTF-8 bytes
@@ -52,12 +52,12 @@ class SourceCommit:
         return cls(commit, committed_at.astimezone(UTC))
 
 
-def incoming_key(settings: Any, path: Path) -> str:
+def incoming_key(settings: Settings, path: Path) -> str:
     """`<incoming prefix><file name>`; Settings prefixes always end in `/`."""
     return f"{settings.incoming_prefix}{path.name}"
 
 
-def check_incoming_key(settings: Any, key: str) -> str:
+def check_incoming_key(settings: Settings, key: str) -> str:
     """`key` if a dropped file may be uploaded there, else IncomingKeyError saying why: under
     the incoming prefix only (elsewhere live the snapshots and the index pointer), naming an
     object, and within S3's length limit."""
@@ -78,7 +78,7 @@ def check_incoming_key(settings: Any, key: str) -> str:
 
 def upload_incoming(
     store: ObjectStore,
-    settings: Any,
+    settings: Settings,
     path: Path,
     key: str | None = None,
     commit: SourceCommit | None = None,
@@ -94,7 +94,7 @@ def upload_incoming(
 
 def put_incoming(
     store: ObjectStore,
-    settings: Any,
+    settings: Settings,
     path: Path,
     data: bytes,
     key: str | None = None,
