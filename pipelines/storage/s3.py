@@ -446,9 +446,16 @@ def _fresh_lock_in_child() -> None:
 os.register_at_fork(after_in_child=_fresh_lock_in_child)
 
 
-@functools.cache
 def boto_session() -> boto3.session.Session:
-    """The process's one boto3 session (make clients under `client_lock()`)."""
+    """The process's boto3 session (make clients under `client_lock()`): one for as long as
+    the AWS_* environment it read its configuration and credentials from stays the same."""
+    return _session_for(
+        tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_")))
+    )
+
+
+@functools.lru_cache(maxsize=4)
+def _session_for(environment: tuple[tuple[str, str], ...]) -> boto3.session.Session:
     return boto3.session.Session()
 
 
