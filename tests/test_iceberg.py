@@ -5,6 +5,7 @@ publishing into one bucket and catalog at once."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -91,6 +92,32 @@ def test_a_bare_duckdb_runs_what_kindex_connect_prints(
     runs = catalog.table("run_segments").scan().to_arrow()
     assert runs.num_rows == 2448
     assert set(runs.column("run_digest").to_pylist()) == set(seen["digests"])
+
+
+def files_read(con: Any, sql: str) -> int:
+    """How many data files the query's iceberg_scan opened (DuckDB's EXPLAIN ANALYZE)."""
+    plan = con.execute(f"EXPLAIN ANALYZE {sql}").fetchall()[0][1]
+    return sum(int(n) for n in re.findall(r"Total Files Read: (\d+)", plan))
+
+
+def test_a_bare_duckdb_skips_the_settled_files_for_the_latest_runs(
+    s3_store: Any, index_settings: Any
+) -> None:
+    """Later runs of the same cases settle the first file's runs into a file of their own: the
+    views over latest runs and version heads open only the live file through iceberg_scan (the
+    table's partition on `live`), while a scan of all runs opens both."""
+    header, rows = liger_rows(range(2, 42))
+    at = header.index("timestamp")
+    later = [[*row[:at], "2030-01-01 00:00:00", *row[at + 1 :]] for row in rows]
+    ingest_bytes(s3_store, index_settings, [("incoming/a.csv", csv_bytes(header, rows))])
+    ingest_bytes(s3_store, index_settings, [("incoming/b.csv", csv_bytes(header, later))])
+    con = connect_remote(index_settings)
+    assert con.execute(
+        "SELECT count(*) FILTER (WHERE live), count(*) FROM run_segments"
+    ).fetchone() == (40, 80)
+    assert files_read(con, "SELECT count(*) FROM runs WHERE median > 0") == 2
+    assert files_read(con, "SELECT count(*) FROM latest_runs") == 1
+    assert files_read(con, "SELECT count(*) FROM version_changes") == 1
 
 
 def test_query_as_of_the_version_before_the_last_file(

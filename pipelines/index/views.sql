@@ -19,11 +19,13 @@ GROUP BY operation_digest, workload_digest, protocol_digest, environment_digest,
 ;
 -- Latest runs: not superseded by a re-measurement of the same case (retracted runs stay, flagged).
 -- Every latest run is live (tables.RUN_SEGMENT_SCHEMA): the settled files are skipped unread, by
--- their bounds of `live`. (`OR NOT live` is a no-op that keeps DuckDB from pushing an IS NULL
--- filter into the scan, which would read every row group's superseded_by instead.)
+-- their bounds of `live` (and, through iceberg_scan, by its partition: a comparison, not a bare
+-- boolean column, is what DuckDB hands to the scan). (`OR NOT live` is a no-op that keeps DuckDB
+-- from pushing an IS NULL filter into the scan, which would read every row group's superseded_by
+-- instead.)
 CREATE OR REPLACE VIEW latest_runs AS
 SELECT * EXCLUDE (head_of_version, live) FROM run_segments
-WHERE live AND (superseded_by IS NULL OR NOT live)
+WHERE live = true AND (superseded_by IS NULL OR NOT live)
 ;
 -- baseline_providers (provider, rank): the curation's baseline ranks (providers.yaml), a view
 -- pipelines/index/tables.py writes from `curation.load().baseline_ranks()` before these; a
@@ -71,10 +73,11 @@ WHERE r.provider <> b.provider AND r.median > 0
 -- newer p20 above the older p80. Versions sort numerically (0.5.10 after 0.5.8).
 CREATE OR REPLACE VIEW version_changes AS
 -- Each version's newest run of a series is stored as its head (head_of_version): only those are
--- read (the row_number below keeps one of each, as it would of every run).
+-- read (the row_number below keeps one of each, as it would of every run). Every head is live,
+-- so the settled files are skipped as for latest_runs.
 WITH per_version AS (
     SELECT * EXCLUDE (head_of_version, live) FROM run_segments
-    WHERE head_of_version AND liger_version IS NOT NULL
+    WHERE live = true AND head_of_version = true AND liger_version IS NOT NULL
     QUALIFY row_number() OVER (
         PARTITION BY series_key, liger_version ORDER BY observed_at DESC, run_digest
     ) = 1
