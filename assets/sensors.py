@@ -46,7 +46,9 @@ from pipelines.storage.base import ObjectInfo, ObjectStore
 
 # One tick never takes more new versions than this; the rest wait for the next tick.
 MAX_FILES_PER_TICK = 1000
-TICK_INTERVAL_SECONDS = 5
+# Under the daemon's loop of 5 s, so that every loop ticks: at 5, a tick that came a moment late
+# makes the next loop skip it, and files wait 10 s.
+TICK_INTERVAL_SECONDS = 4
 LEDGER_INTERVAL_SECONDS = 30
 CATCHUP_INTERVAL_SECONDS = 30
 # A listing costs what the bucket holds, so it is the rare safety net under the notifications,

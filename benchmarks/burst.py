@@ -11,7 +11,10 @@ of `kindex up`'s process tree, the partitions the burst added, the `files` view'
 checks that both indexes hold the same runs (count and fingerprint: the sha256 of the sorted
 run digests). The test suite runs the same with fewer files (tests/test_burst_e2e.py). Usage:
 
-    python benchmarks/burst.py [--files 2000] [--rows 20] [--no-backfill]
+    python benchmarks/burst.py [--files 2000] [--rows 20] [--no-backfill] [--latency-only]
+
+`--latency-only` measures only the lone files, each with where its time went (from Dagster's
+run and step times).
 """
 
 from __future__ import annotations
@@ -241,9 +244,47 @@ LONE_FILES = 3
 LATENCY_POLL_SECONDS = 0.2
 
 
-def lone_file_latency(up: KindexUp, path: Path) -> float:
-    """Seconds from the upload of one file, the system at rest, until `kindex query` (the
-    home's local index) shows its runs."""
+RUNS_QUERY = """
+query {
+  runsOrError(limit: 5) {
+    ... on Runs {
+      results { creationTime startTime stepStats { startTime } }
+    }
+  }
+}"""
+
+
+@dataclass
+class Latency:
+    """A lone file's way from its upload to the query that shows its runs, in seconds from
+    the upload (None where its run could not be told apart). Its run publishes the index in its
+    step, before the step's checks and chart: the file is queryable before the run ends."""
+
+    queryable: float
+    run_created: float | None = None  # a sensor tick found the file and requested its run
+    run_started: float | None = None  # the run's process was up, its code loaded
+    step_started: float | None = None
+
+    def breakdown(self) -> str:
+        marks = [
+            ("discovery", self.run_created),
+            ("queue + launch", self.run_started),
+            ("to the step", self.step_started),
+            ("step to queryable", self.queryable),
+        ]
+        parts, before = [], 0.0
+        for name, mark in marks:
+            if mark is None:
+                return f"{self.queryable:.1f} s"
+            parts.append(f"{name} {mark - before:.1f}")
+            before = mark
+        return f"{self.queryable:.1f} s = " + " + ".join(parts)
+
+
+def lone_file_latency(up: KindexUp, path: Path) -> Latency:
+    """From the upload of one file, the system at rest, until `kindex query` (the home's local
+    index) shows its runs; with the times of the run that took it, from Dagster."""
+    from pipelines.commands.backfill import graphql
     from pipelines.index.local import open_index
     from pipelines.settings import Settings
     from pipelines.storage.s3 import store_session
@@ -252,7 +293,7 @@ def lone_file_latency(up: KindexUp, path: Path) -> float:
     key = f"incoming/{path.name}"
     time.sleep(10)  # the tick after a file, and the runs of the one before, are over
     with store_session(settings) as store:
-        dropped_at = time.monotonic()
+        dropped_at, dropped_wall = time.monotonic(), time.time()
         store.put_bytes(key, path.read_bytes())
         while True:
             con = open_index(settings)
@@ -262,9 +303,20 @@ def lone_file_latency(up: KindexUp, path: Path) -> float:
             finally:
                 con.close()
             if found and found[0]:
-                return time.monotonic() - dropped_at
+                latency = Latency(time.monotonic() - dropped_at)
+                break
             assert time.monotonic() - dropped_at < DROP_TIMEOUT, f"{key} never indexed"
             time.sleep(LATENCY_POLL_SECONDS)
+    runs = graphql(up.graphql_url, RUNS_QUERY, {})["runsOrError"]["results"]
+    after = [r for r in runs if r["creationTime"] >= dropped_wall]
+    if len(after) != 1:  # none, or a catch-up run beside it: the breakdown would guess
+        return latency
+    run = after[0]
+    starts = [s["startTime"] for s in run["stepStats"] if s["startTime"]]
+    latency.run_created = run["creationTime"] - dropped_wall
+    latency.run_started = run["startTime"] and run["startTime"] - dropped_wall
+    latency.step_started = min(starts) - dropped_wall if starts else None
+    return latency
 
 
 def main() -> None:
@@ -277,11 +329,34 @@ def main() -> None:
         action="store_false",
         help="skip `kindex backfill 'incoming/*' --wait` over every file after the burst",
     )
+    parser.add_argument(
+        "--latency-only",
+        action="store_true",
+        help="only the lone files at rest under a fresh `kindex up`, with where their time goes",
+    )
     add_write_docs(parser)
     args = parser.parse_args()
     import tempfile
 
     from pipelines.storage.embedded import find_free_port_block
+
+    if args.latency_only:
+        with tempfile.TemporaryDirectory(prefix="kindex-latency-") as folder:
+            work = Path(folder)
+            up = KindexUp(work / "up-home", free_port(), find_free_port_block())
+            try:
+                up.start()
+                lone = small_files(work / "lone", LONE_FILES, args.rows)
+                latencies = [lone_file_latency(up, path) for path in lone]
+            finally:
+                up.stop()
+        for latency in latencies:
+            print(f"lone file to queryable:     {latency.breakdown()}")
+        seconds = [latency.queryable for latency in latencies]
+        print(f"median:                     {statistics.median(seconds):.1f} s (target <= 15)")
+        if args.write_docs:
+            write_figures([latency_figure(seconds)])
+        return
 
     with tempfile.TemporaryDirectory(prefix="kindex-burst-") as folder:
         work = Path(folder)
@@ -297,7 +372,7 @@ def main() -> None:
             backfill_s = time.monotonic() - backfill_started
             # At rest now: each lone file from its upload to its runs in the index.
             lone = small_files(work / "lone", args.files + LONE_FILES, args.rows)[-LONE_FILES:]
-            latencies = [lone_file_latency(up, path) for path in lone]
+            latencies = [lone_file_latency(up, path).queryable for path in lone]
         finally:
             up.stop()
         ingest = ingest_in_process(work / "ingest-home", paths)
@@ -358,13 +433,16 @@ def write_docs(
                 f"({ingest_rate:.1f} vs {duckdb_rate:.1f} files/s)",
                 ">= 0.2x",
             ),
-            Figure(
-                "burst: a lone file at rest, upload to queryable (median of 3)",
-                f"{statistics.median(latencies):.1f} s "
-                f"({', '.join(f'{x:.1f}' for x in latencies)})",
-                "<= 15 s",
-            ),
+            latency_figure(latencies),
         ]
+    )
+
+
+def latency_figure(latencies: list[float]) -> Figure:
+    return Figure(
+        f"burst: a lone file at rest, upload to queryable (median of {len(latencies)})",
+        f"{statistics.median(latencies):.1f} s ({', '.join(f'{x:.1f}' for x in latencies)})",
+        "<= 15 s",
     )
 
 

@@ -1,6 +1,7 @@
 """Regenerate docs/backfill-window.png: a backfill of one arrival window of `records`, launched
-as the UI launches it (GraphQL `launchPartitionBackfill`), shown done in the Dagster UI, from a
-running `kindex up` (Debian's chromium, headless).
+as the UI launches it (GraphQL `launchPartitionBackfill`), then the window's partition in the
+Dagster UI: the backfill's run materialized it, each file of the window processed again (the
+`per_file` table, its attempts), from a running `kindex up` (Debian's chromium, headless).
 
 usage: .venv/bin/python docs/screenshot-backfill.py URL WINDOW [OUT]
   e.g. URL http://127.0.0.1:3000, WINDOW '2026-12-03-14:00'
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import sys
 import time
+import urllib.parse
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -27,8 +29,11 @@ def main(url: str, window: str, out: Path) -> None:
     print(f"backfill {backfill} of {window}: {status}")
     dismiss_nux(base)
     with browser_page() as page:
-        page.call("Page.navigate", url=f"{base}/runs/b/{backfill}?tab=partitions")
-        page.wait_for(f"document.body && document.body.innerText.includes('{window}')")
+        partition = urllib.parse.quote(window)
+        page.call(
+            "Page.navigate", url=f"{base}/assets/records?partition={partition}&view=partitions"
+        )
+        page.wait_for("document.body && document.body.innerText.includes('per_file')")
         time.sleep(3)
         screenshot(page, out)
     print(f"wrote {out}")

@@ -17,10 +17,11 @@ from pathlib import Path
 
 from chromium import Page, browser_page, dismiss_nux, screenshot
 
-# Click the "Show Markdown" action of the `speedups` metadata entry (the row that names it).
+# Click the "Show Markdown" action of the `speedup_chart` metadata entry (the row that names it).
 OPEN_CHART = """
 (() => {
-  const rows = [...document.querySelectorAll('tr')].filter(r => r.innerText.includes('speedups'));
+  const rows = [...document.querySelectorAll('tr')]
+    .filter(r => r.innerText.includes('speedup_chart'));
   for (const row of rows) {
     const actions = [...row.querySelectorAll('*')].filter(e => /show markdown/i.test(e.innerText));
     const action = actions[actions.length - 1];  // the innermost: the clickable one
@@ -44,7 +45,7 @@ def main(url: str, partition: str, out: Path) -> None:
 
 def shoot(page: Page, page_url: str, out: Path) -> None:
     page.call("Page.navigate", url=page_url)
-    page.wait_for("document.body && document.body.innerText.includes('speedups')")
+    page.wait_for("document.body && document.body.innerText.includes('speedup_chart')")
     time.sleep(2)
     if not page.evaluate(OPEN_CHART):
         raise RuntimeError("no speedups chart on the page")

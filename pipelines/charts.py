@@ -3,6 +3,8 @@
 matplotlib's object API only (`Figure`, never pyplot): pyplot's global state is not
 thread-safe, and a run draws charts for several files at once. Text is never read as mathtext
 (kernel and provider names hold `$` and `_`), and tick labels are plain numbers.
+matplotlib is imported when a chart is drawn: the processes that import this module (a
+Dagster run starting) do not wait for it.
 """
 
 from __future__ import annotations
@@ -11,12 +13,12 @@ import io
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
-
-from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, LogLocator
+from typing import TYPE_CHECKING, Any
 
 from pipelines import curation
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 def speedups(
@@ -69,6 +71,9 @@ def speedup_bars_png(by_series: Mapping[str, Sequence[float]], title: str) -> by
     labels = sorted(by_series, key=lambda s: geometric_mean(by_series[s]))
     values = [geometric_mean(by_series[s]) for s in labels]
     height = 1.2 + 0.28 * len(labels)
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter
+
     figure = Figure(figsize=(8, min(height, 30)), dpi=80)
     axes = figure.subplots()
     colors = ["#2a9d8f" if v >= 1 else "#e76f51" for v in values]
@@ -102,6 +107,9 @@ def versions_chart_png(points: Iterable[Mapping[str, Any]], title: str) -> bytes
     if not by_series:
         return None
     versions = sorted({v for values in by_series.values() for v in values}, key=version_order)
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter, LogLocator
+
     figure = Figure(figsize=(9, 5), dpi=80)
     axes = figure.subplots()
     for series in sorted(by_series):
@@ -135,6 +143,8 @@ def gpus_chart_png(speedup_rows: Iterable[Mapping[str, Any]], title: str) -> byt
     gpus = sorted({gpu for gpu, _ in by_bar})
     modes = sorted({mode for _, mode in by_bar})
     width = 0.8 / len(modes)
+    from matplotlib.figure import Figure
+
     figure = Figure(figsize=(max(6, 1.6 * len(gpus) + 2), 4.5), dpi=80)
     axes = figure.subplots()
     for m, mode in enumerate(modes):

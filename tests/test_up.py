@@ -16,6 +16,7 @@ from pipelines.commands.up import (
     DEQUEUE_INTERVAL_SECONDS,
     MAX_CONCURRENT_RUNS,
     MAX_RUN_RETRIES,
+    SENSOR_THREADS,
     dagster_instance_yaml,
     remove_up_file,
     write_up_file,
@@ -38,6 +39,8 @@ def test_instance_yaml_is_accepted_by_dagster(tmp_path: Path) -> None:
         config = instance.get_settings("concurrency")
         assert config["runs"]["max_concurrent_runs"] == MAX_CONCURRENT_RUNS
         assert config["pools"]["default_limit"] == 1
+        sensors = instance.get_settings("sensors")
+        assert sensors == {"use_threads": True, "num_workers": SENSOR_THREADS}
 
 
 def test_a_run_whose_worker_died_is_reported_failed(tmp_path: Path) -> None:

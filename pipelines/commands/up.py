@@ -50,6 +50,9 @@ RUN_MONITORING_POLL_SECONDS = 5
 # How often the daemon starts queued runs (Dagster's default is every 5 s): a file dropped waits
 # for a sensor tick and then this, before its run even starts.
 DEQUEUE_INTERVAL_SECONDS = 1
+# Sensors tick on threads of the daemon: a long tick (the reconcile listing of a large bucket)
+# never holds up the one that finds new files.
+SENSOR_THREADS = 4
 # An S3 server that dies this often within S3_RESTART_WINDOW_SECONDS is not restarted again.
 MAX_S3_RESTARTS = 5
 S3_RESTART_WINDOW_SECONDS = 600.0
@@ -90,8 +93,9 @@ def register(subparsers: Any) -> None:
 
 def dagster_instance_yaml(home: Path) -> str:
     """The local instance: SQLite storage under the kindex home, a queued run coordinator, a
-    pool of one for the index writer (the only pool kindex declares), failed runs retried, and
-    runs that never started failed (assets/lost_runs.py fails those whose worker died)."""
+    pool of one for the index writer (the only pool kindex declares), sensors on threads, failed
+    runs retried, and runs that never started failed (assets/lost_runs.py fails those whose
+    worker died)."""
     return f"""\
 # Written by `kindex up`; rewritten on every start.
 local_artifact_storage:
@@ -109,6 +113,9 @@ concurrency:
     max_concurrent_runs: {MAX_CONCURRENT_RUNS}
   pools:
     default_limit: 1
+sensors:
+  use_threads: true
+  num_workers: {SENSOR_THREADS}
 run_retries:
   enabled: true
   max_retries: {MAX_RUN_RETRIES}
