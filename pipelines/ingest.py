@@ -734,6 +734,9 @@ def write_file(store: ObjectStore, settings: Settings, work: FileWork) -> None:
     """Step 4: the file's record set (unless it exists) and its read."""
     assert work.snapshot is not None and work.prepared is not None
     work.records = write_records(store, settings, work.snapshot, work.prepared)
+    # Written: nothing after reads the bytes or the built tables again (the publish reads the
+    # cached objects), so a large file's are not held through the publish.
+    work.data, work.prepared.content = b"", None
 
 
 def done_entry(entry: FileEntry, records: SnapshotRecords) -> FileEntry:
