@@ -572,7 +572,7 @@ class FileWork:
         self.error = error
         if isinstance(error, VersionChanged | NoSuchKey):
             reason = f"overwritten or deleted before it was read ({describe(error)})"
-            self.failed = replace(self.entry, state=FileState.GONE, reason=reason)
+            self.failed = replace(self.entry, state=FileState.GONE, reason=reason, updated_at=None)
         else:
             self.failed = self.entry.failed(describe(error), datetime.now(UTC))
 
@@ -755,6 +755,7 @@ def done_entry(entry: FileEntry, records: SnapshotRecords) -> FileEntry:
         snapshot_digest=records.snapshot_digest,
         runs=records.runs,
         quarantined=records.quarantined,
+        updated_at=None,  # stamped when the row is appended
         next_attempt_at=None,
     )
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -119,7 +118,7 @@ def test_a_failing_file_is_a_failed_ledger_row_and_the_others_land(
     assert "ConnectionError: injected fault" in str(failed.reason)
     assert failed.next_attempt_at is not None and failed.updated_at is not None
     wait = failed.next_attempt_at - failed.updated_at
-    assert FIRST_BACKOFF * 0.8 - timedelta(seconds=5) < wait <= FIRST_BACKOFF * 1.2
+    assert FIRST_BACKOFF * 0.8 <= wait <= FIRST_BACKOFF * 1.2  # counted from the failure
     assert all(rows[k].state is FileState.INDEXED and rows[k].runs == 1 for k in keys[1:])
     published = "select count(distinct source_key) from snapshots"  # the runs are one, deduplicated
     assert query(Settings.from_env(), published) == [(11,)]

@@ -49,7 +49,7 @@ def test_backoff_grows_with_attempts_and_has_jitter() -> None:
     waits = []
     for _ in range(4):
         entry = entry.failed("boom", AT, rng)
-        assert entry.next_attempt_at is not None
+        assert entry.next_attempt_at is not None and entry.updated_at == AT  # from the failure
         waits.append(entry.next_attempt_at - AT)
     assert [entry.attempts, entry.state, entry.reason] == [4, FileState.FAILED, "boom"]
     assert FIRST_BACKOFF * 0.8 <= waits[0] <= FIRST_BACKOFF * 1.2

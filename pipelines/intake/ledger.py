@@ -168,6 +168,7 @@ class FileEntry:
             state=FileState.FAILED,
             reason=reason,
             attempts=attempts,
+            updated_at=now,  # the wait counts from the failure, not from when it was found
             next_attempt_at=now + wait,
         )
 
