@@ -47,7 +47,7 @@ from pipelines.ingest import (
     FileResult,
     describe,
     process_batch,
-    record_set_table,
+    runs_table,
     schema_sample,
     schema_verdict,
 )
@@ -242,19 +242,22 @@ class BatchChecks:
 
     @classmethod
     def of(cls, kindex: KindexResource, result: BatchResult) -> "BatchChecks":
+        import pyarrow.compute as pc
+
         checks = cls(result)
         latency: list[pa.Table] = []
-        for file in result.files:
-            if file.records is None or not file.records.runs:
-                continue
-            keys = file.records.run_keys
-            runs = checks.cosmetic(
-                f"{file.entry.key}: reading the runs",
-                lambda keys=keys: record_set_table(kindex.store, kindex.settings, keys, COLUMNS),  # type: ignore[misc]
-            )
-            if runs is not None:
-                checks.check(file.entry, runs)
-                latency.append(runs)
+        with_runs = [(f.entry, f.records) for f in result.files if f.records and f.records.runs]
+        runs = checks.cosmetic(
+            "reading the batch's runs",
+            lambda: runs_table(
+                kindex.store, kindex.settings, [records for _, records in with_runs], COLUMNS
+            ),
+        )
+        if runs is not None:
+            for entry, records in with_runs:
+                own = runs.filter(pc.equal(runs["snapshot_digest"], records.snapshot_digest))
+                checks.check(entry, own)
+                latency.append(own)
         by_series = checks.cosmetic("speedups", lambda: series_speedups(latency))
         if by_series:
             checks.speedups = speedup_table(by_series)

@@ -4,7 +4,7 @@
    (pipelines/intake/);
 2. snapshot: each file's GET and its immutable copy (`snapshot_file`);
 3. normalize, through the file's source (`normalize_files`, pipelines/sources/);
-4. write its record set (`write_file`);
+4. write its record set (`write_files`);
 5. commit each file's outcome to the ledger, one append for the batch (`process_batch`);
 6. publish the index (`publish_resolving`).
 
@@ -43,11 +43,14 @@ from pipelines.index.record_objects import (
     QUARANTINE_PREVIEW_COLUMNS,
     READS_DIR,
     RECORD_FILES,
+    SCHEMAS,
+    SHARED_DIR,
     SUMMARY_FILE,
     RecordSetContent,
     object_names,
     parquet_bytes,
     preview,
+    record_object_key,
     value_counts,
 )
 from pipelines.intake.incoming import put_incoming, upload_incoming
@@ -146,6 +149,9 @@ class PreparedRecords:
     source: str
     prefix: str
     content: RecordSetContent | None
+    # The objects of its batch that hold its rows, by table, once written (`write_files`);
+    # None while it has none (its own objects are written with its summary).
+    shared: dict[str, list[str]] | None = None
 
 
 def process_snapshot(
@@ -159,7 +165,8 @@ def process_snapshot(
     with parts_folder(settings) as parts_dir:
         normalize_files(store, settings, [work], parts_dir)
         work.raise_failure()
-        write_file(store, settings, work)
+        write_files(store, settings, [work])
+        work.raise_failure()
     assert work.records is not None
     return work.records
 
@@ -204,6 +211,7 @@ def write_records(
             prepared.parser_version,
             prepared.source,
             prepared.content,
+            prepared.shared,
         )
     read = object_read(snapshot, layout.bucket, prepared.parser_version, prepared.source)
     read_key, read_json = f"{prefix}{READS_DIR}/{read.read_id}.json", read.to_json()
@@ -220,22 +228,27 @@ def write_record_set(
     parser_version: str,
     source: str,
     content: RecordSetContent,
+    shared: dict[str, list[str]] | None = None,
 ) -> SnapshotRecords:
-    """Write the record set's objects, then its summary; and keep the objects in the local
-    cache of published files too, since the publish that follows reads them. Parts are named by
-    this write's attempt, which no other write makes: they move into the cache once uploaded. The
-    other objects are cached once the summary names them (then they never change)."""
-    attempt = secrets.token_hex(4)
-    files = {
-        name: object_names(
-            name, len(content.parts[name]) if name in content.parts else None, attempt
-        )
-        for name in RECORD_FILES
-        if not (name == "lineage" and content.lineage_in_runs)  # named below: the runs hold it
-    }
-    written = _put_record_objects(store, layout, prefix, files, content)
-    if content.lineage_in_runs:
-        files["lineage"] = files["runs"]
+    """Write the record set's own objects (unless its batch's `shared` objects hold its rows),
+    then its summary; and keep the objects in the local cache of published files too, since the
+    publish that follows reads them. Parts are named by this write's attempt, which no other
+    write makes: they move into the cache once uploaded. The other objects are cached once the
+    summary names them (then they never change)."""
+    if shared is not None:
+        files, written = dict(shared), {}
+    else:
+        attempt = secrets.token_hex(4)
+        files = {
+            name: object_names(
+                name, len(content.parts[name]) if name in content.parts else None, attempt
+            )
+            for name in RECORD_FILES
+            if not (name == "lineage" and content.lineage_in_runs)  # named below: in the runs
+        }
+        written = _put_record_objects(store, layout, prefix, files, content)
+        if content.lineage_in_runs:
+            files["lineage"] = files["runs"]
     pause_point(RECORD_FILES_WRITTEN)
     quarantine, manifests = content.tables["quarantine"], content.tables["manifests"]
     summary = {
@@ -264,6 +277,43 @@ def write_record_set(
 
 
 UPLOAD_THREADS = 4
+# A record set of at most this many source rows shares its batch's objects; a larger one has
+# objects of its own, which a publish can take into the index as they are.
+SHARED_ROWS_LIMIT = 100_000
+
+
+def put_shared_objects(
+    store: ObjectStore, layout: IndexLayout, contents: Sequence[RecordSetContent]
+) -> list[dict[str, list[str]]]:
+    """One object per table holding the rows of all these record sets (a batch's small files),
+    written and cached; and, for each set, the keys its summary names, by table."""
+    import pyarrow as pa
+
+    base = f"{layout.records_prefix}{SHARED_DIR}/{secrets.token_hex(8)}/"
+    own_lineage = [c.tables["lineage"] for c in contents if not c.lineage_in_runs]
+    tables = {
+        name: pa.concat_tables([c.tables[name].cast(SCHEMAS[name]) for c in contents])
+        for name in ("runs", "manifests", "quarantine")
+    }
+    if own_lineage:
+        tables["lineage"] = pa.concat_tables([t.cast(SCHEMAS["lineage"]) for t in own_lineage])
+    keys = {name: [base + f"{name}.parquet"] if t.num_rows else [] for name, t in tables.items()}
+    with ThreadPoolExecutor(UPLOAD_THREADS, thread_name_prefix="kindex-put") as puts:
+        written = [
+            puts.submit(_put_shared, store, layout, keys[name][0], parquet_bytes(table))
+            for name, table in tables.items()
+            if table.num_rows
+        ]
+        for put in written:
+            put.result()
+    lineage = keys.get("lineage", [])
+    return [{**keys, "lineage": keys["runs"] if c.lineage_in_runs else lineage} for c in contents]
+
+
+def _put_shared(store: ObjectStore, layout: IndexLayout, key: str, data: bytes) -> None:
+    """PUT a shared object, then cache it: named by its batch's attempt, it never changes."""
+    store.put(key, data, content_type=PARQUET_CONTENT_TYPE)
+    cache_bytes(layout.cached_path(key), data)
 
 
 def _put_record_objects(
@@ -315,7 +365,10 @@ def records_from_summary(
         quarantined_by_reason=summary["quarantined_by_reason"],
         manifests_by_kind=summary["manifests_by_kind"],
         reused=reused,
-        run_keys=[prefix + name for name in summary.get("files", {}).get("runs", ["runs.parquet"])],
+        run_keys=[
+            record_object_key(prefix, name)
+            for name in summary.get("files", {}).get("runs", ["runs.parquet"])
+        ],
         run_preview=summary.get("run_preview", []),
         quarantine_preview=summary.get("quarantine_preview", []),
     )
@@ -394,7 +447,9 @@ def resolve_awaiting(
         changed = [work for work in works.values() if not work.written]
         for work in changed:
             work.raise_failure()
-            write_file(store, settings, work)
+        write_files(store, settings, changed)
+        for work in changed:
+            work.raise_failure()
     results = [work.result() for work in changed]
     Ledger.of(store, settings).append([r.entry for r in results])  # their rows, new counts
     return [r.records for r in results if r.records is not None]
@@ -443,7 +498,7 @@ def ingest_paths(
                 works = list(pool.map(lambda i: uploaded_file(store, settings, files[i]), batch))
             with parts_folder(settings) as parts_dir:
                 normalize_files(store, settings, works, parts_dir)
-                each_file(works, lambda work: write_file(store, settings, work))
+                write_files(store, settings, works)
             done += commit_and_publish(store, settings, INGEST_BATCH, works, publish=False).files
             bar.update(sum(sizes[i] for i in batch))
         records = [f.records for f in done if f.records is not None]
@@ -460,26 +515,35 @@ def ingest_paths(
     return IngestSummary(records, index, failed)
 
 
-def record_set_table(
-    store: ObjectStore, settings: Settings, keys: Sequence[str], columns: Sequence[str]
+def runs_table(
+    store: ObjectStore,
+    settings: Settings,
+    records: Sequence[SnapshotRecords],
+    columns: Sequence[str],
 ) -> pa.Table:
-    """Columns of a record set's objects (e.g. its runs) as one Arrow table, in source-line
-    order. Read from the local cache, where writing the record set just put them; from the
-    bucket only when another process wrote them."""
+    """Columns of these record sets' runs as one Arrow table (with their snapshot_digest), in
+    source-line order. Each object is read once (a batch's small files share theirs) from the
+    local cache, where writing the record set just put it; from the bucket only when another
+    process wrote it."""
     import pyarrow as pa
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     layout = IndexLayout.of(settings)
-    wanted = list(dict.fromkeys([*columns, "source_line"]))
+    wanted = list(dict.fromkeys([*columns, "snapshot_digest", "parser_version", "source_line"]))
     tables = []
-    for key in keys:
+    for key in dict.fromkeys(key for r in records for key in r.run_keys):
         cached = layout.cached_path(key)
         source: Path | io.BytesIO = cached if cached.exists() else io.BytesIO(store.get_bytes(key))
         tables.append(pq.read_table(source, columns=wanted))
     if not tables:
         return pa.table({name: pa.array([], pa.string()) for name in wanted})
+    runs = pa.concat_tables(tables)
+    # Only these sets' rows of the objects they share with others of their batch.
+    sets = pa.array([f"{r.snapshot_digest}\0{r.parser_version}" for r in records])
+    key = pc.binary_join_element_wise(runs["snapshot_digest"], runs["parser_version"], "\0")
     # a large file's parts hold its runs in another order
-    return pa.concat_tables(tables).sort_by("source_line")
+    return runs.filter(pc.is_in(key, value_set=sets)).sort_by("source_line")
 
 
 # The schema check validates at most this many runs of a file (evenly spread over it): its cost
@@ -601,7 +665,7 @@ def process_batch(
     each_file(files, lambda work: snapshot_file(store, settings, work))
     with parts_folder(settings) as parts_dir:
         normalize_files(store, settings, files, parts_dir)
-        each_file(files, lambda work: write_file(store, settings, work))
+        write_files(store, settings, files)
     return commit_and_publish(store, settings, batch, files, publish=publish)
 
 
@@ -730,8 +794,50 @@ def build_record_sets(group: Sequence[FileWork], context: SourceContext, parts_d
         work.prepared.content = content
 
 
+def write_files(store: ObjectStore, settings: Settings, files: Sequence[FileWork]) -> None:
+    """Step 4: the files' record sets (those not written yet) and their reads. The small ones
+    share one object per table, written first; then each file's summary names its rows there
+    (or its own objects, a large file's), and its read."""
+    layout = IndexLayout.of(settings)
+    sharing: dict[str, list[FileWork]] = {}  # by record set: two keys of the same bytes, one set
+    for work in files:
+        prepared = work.prepared
+        if (
+            work.failed is None
+            and prepared is not None
+            and prepared.content is not None
+            and not prepared.content.parts
+            and prepared.content.rows <= SHARED_ROWS_LIMIT
+        ):
+            sharing.setdefault(prepared.prefix, []).append(work)
+    if sharing:
+        contents = []
+        for works in sharing.values():
+            assert works[0].prepared is not None and works[0].prepared.content is not None
+            contents.append(works[0].prepared.content)
+        try:
+            shared = put_shared_objects(store, layout, contents)
+        except Exception as error:  # S3 gave up: these files fail, and are retried
+            for works in sharing.values():
+                for work in works:
+                    work.fail(error)
+        else:
+            for works, names in zip(sharing.values(), shared, strict=True):
+                for work in works:
+                    assert work.prepared is not None
+                    work.prepared.shared = names
+    # The same bytes under another key of the batch: its read, once the set's summary is written.
+    again = {id(work) for works in sharing.values() for work in works[1:]}
+    each_file([w for w in files if id(w) not in again], lambda w: write_file(store, settings, w))
+    for work in files:
+        if id(work) in again and work.prepared is not None:
+            work.prepared.content = None
+    each_file([w for w in files if id(w) in again], lambda w: write_file(store, settings, w))
+
+
 def write_file(store: ObjectStore, settings: Settings, work: FileWork) -> None:
-    """Step 4: the file's record set (unless it exists) and its read."""
+    """A file's part of step 4: its record set's summary (and own objects) unless it exists,
+    and its read."""
     assert work.snapshot is not None and work.prepared is not None
     work.records = write_records(store, settings, work.snapshot, work.prepared)
     # Written: nothing after reads the bytes or the built tables again (the publish reads the

@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from pipelines.index.layout import IndexLayout
 from pipelines.index.local import fetch, fetch_all, load_current
-from pipelines.index.publish import included, list_record_sets
+from pipelines.index.publish import RecordObjects, RecordSet, included, list_record_sets
 from pipelines.index.record_objects import MANIFEST_SCHEMA, QUARANTINE_SCHEMA
 from pipelines.index.tables import (
     CURRENT_RECORD_SET,
@@ -76,12 +76,11 @@ class KnownManifests:
 
     def _select(self) -> str:
         if self._manifests is None:
-            published, pending = self._files()
+            published, pending = self._sources()
             self._manifests = (
                 f"SELECT digest, kind, name, manifest FROM "
                 f"({parquet_select(published, MANIFEST_SEGMENT_SCHEMA)}) UNION ALL "
-                f"SELECT digest, kind, name, manifest FROM "
-                f"({parquet_select(pending, MANIFEST_SCHEMA)})"
+                f"SELECT digest, kind, name, manifest FROM ({pending})"
             )
         return self._manifests
 
@@ -92,18 +91,21 @@ class KnownManifests:
         finally:
             con.close()
 
-    def _files(self) -> tuple[list[str], list[str]]:
+    def _sources(self) -> tuple[list[str], str]:
+        """The published manifest files, and a SELECT of the unpublished record sets'."""
         current = load_current(self.store, self.settings)
         segments = current.files.get("manifest_segments", [])
         published = [str(fetch(self.store, self.layout, key)) for key in segments]
         summaries, _ = list_record_sets(self.store, self.layout)
         included_sets, _ = included(self.store, self.layout, current)
+        prefixes = [prefix for prefix in sorted(summaries) if prefix not in included_sets]
+        paths = fetch_all(self.store, self.layout, [summaries[p] for p in prefixes])
         pending = [
-            str(fetch(self.store, self.layout, f"{prefix}manifests.parquet"))
-            for prefix in sorted(summaries)
-            if prefix not in included_sets
+            RecordSet(prefix, orjson.loads(path.read_bytes()))
+            for prefix, path in zip(prefixes, paths, strict=True)
         ]
-        return published, pending
+        objects = RecordObjects.fetch(self.store, self.layout, pending, ["manifests"])
+        return published, objects.select("manifests", MANIFEST_SCHEMA)
 
 
 def known_manifests(store: ObjectStore, settings: Settings) -> KnownManifests:

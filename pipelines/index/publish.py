@@ -56,7 +56,14 @@ from pipelines.index.local import (
     published,
 )
 from pipelines.index.reads import NEWEST_ORDER_SQL, ObjectRead
-from pipelines.index.record_objects import READS_DIR, RUN_SCHEMA, SUMMARY_FILE
+from pipelines.index.record_objects import (
+    READS_DIR,
+    RECORD_FILES,
+    RUN_SCHEMA,
+    SUMMARY_FILE,
+    is_shared,
+    record_object_key,
+)
 from pipelines.index.tables import (
     DUCKDB_TYPES,
     MANIFEST_SEGMENT_SCHEMA,
@@ -101,10 +108,74 @@ class RecordSet:
     def snapshot_digest(self) -> str:
         return str(self.summary["snapshot_digest"])
 
+    @property
+    def parser_version(self) -> str:
+        return str(self.summary["parser_version"])
+
+    def object_names(self, name: str) -> list[str]:
+        """What its summary names for one of its tables: its own object or parts, or an
+        object of its batch (record_objects.is_shared)."""
+        return list(self.summary.get("files", {}).get(name, [f"{name}.parquet"]))
+
     def file_keys(self, name: str) -> list[str]:
-        """The objects of one of its tables: one, or the parts a relay's workers wrote."""
-        names = self.summary.get("files", {}).get(name, [f"{name}.parquet"])
-        return [self.prefix + object_name for object_name in names]
+        return [record_object_key(self.prefix, n) for n in self.object_names(name)]
+
+
+@dataclass(frozen=True, slots=True)
+class RecordObjects:
+    """The objects of some record sets, by table, each once (local copies), and the rows each
+    set claims of the objects it shares with its batch: those are all that is read of them."""
+
+    paths: dict[str, list[str]]
+    claims: list[tuple[str, str, str]]  # (shared object's local path, snapshot, parser version)
+
+    @classmethod
+    def fetch(
+        cls,
+        store: ObjectStore,
+        layout: IndexLayout,
+        sets: Sequence[RecordSet],
+        names: Sequence[str] = RECORD_FILES,
+    ) -> RecordObjects:
+        keys = {
+            name: list(dict.fromkeys(k for rs in sets for k in rs.file_keys(name)))
+            for name in names
+        }
+        unique = list(dict.fromkeys(k for table in keys.values() for k in table))
+        local = dict(zip(unique, map(str, fetch_all(store, layout, unique)), strict=True))
+        claims = {
+            (local[record_object_key(rs.prefix, n)], rs.snapshot_digest, rs.parser_version)
+            for rs in sets
+            for name in names
+            for n in rs.object_names(name)
+            if is_shared(n)
+        }
+        return cls({name: [local[k] for k in ks] for name, ks in keys.items()}, sorted(claims))
+
+    def shared(self, name: str) -> bool:
+        claimed = {path for path, _, _ in self.claims}
+        return any(path in claimed for path in self.paths[name])
+
+    def select(self, name: str, schema: pa.Schema) -> str:
+        """The schema's columns of the sets' rows of one table."""
+        claimed = {path for path, _, _ in self.claims}
+        own = [path for path in self.paths[name] if path not in claimed]
+        common = [path for path in self.paths[name] if path in claimed]
+        if not common:
+            return parquet_select(own, schema)
+        columns = ", ".join(f"r.{column}" for column in schema.names)
+        files = ", ".join(map(sql_string, common))
+        rows = ", ".join(
+            f"({sql_string(path)}, {sql_string(digest)}, {sql_string(version)})"
+            for path, digest, version in self.claims
+            if path in common
+        )
+        select = (
+            f"SELECT {columns} FROM read_parquet([{files}], filename = true) r "
+            f"SEMI JOIN (VALUES {rows}) c(filename, snapshot_digest, parser_version) "
+            "USING (filename, snapshot_digest, parser_version)"
+        )
+        return f"{parquet_select(own, schema)} UNION ALL {select}" if own else select
 
 
 @dataclass(slots=True)
@@ -299,12 +370,7 @@ def build_version(
     local = {
         name: list(map(str, fetch_all(store, layout, keys))) for name, keys in current.files.items()
     }
-    pending_files = {
-        name: list(
-            map(str, fetch_all(store, layout, [k for rs in pending for k in rs.file_keys(name)]))
-        )
-        for name in ("runs", "manifests", "lineage", "quarantine")
-    }
+    objects = RecordObjects.fetch(store, layout, pending)
     layout.cache_dir.mkdir(parents=True, exist_ok=True)
     con = duckdb.connect(
         config={
@@ -331,16 +397,16 @@ def build_version(
         "min({'at': taken_at, 'id': read_id}) AS first_seen FROM reads GROUP BY snapshot_digest"
     )
     several = len(pending) > 1
-    runs = RunChanges.find(con, pending_files["runs"], settled_paths, several)
+    runs = RunChanges.find(con, objects.select("runs", RUN_SCHEMA), settled_paths, several)
     new_manifests, whole_manifests = add_new_records(
-        con, "manifests", "digest", pending_files["manifests"], MANIFEST_SEGMENT_SCHEMA, several
+        con, "manifests", "digest", objects, MANIFEST_SEGMENT_SCHEMA, several
     )
     for name in ("lineage", "quarantine"):
-        select = parquet_select(pending_files[name], STORED_TABLES[f"{name}_files"])
+        select = objects.select(name, STORED_TABLES[f"{name}_files"])
         con.execute(f"CREATE TEMP VIEW new_{name} AS {select}")
     # One record set whose lineage is its runs' rows, all new: no lineage row of its own.
     add_new_lineage(
-        con, not several and runs.all_new and pending_files["lineage"] == pending_files["runs"]
+        con, not several and runs.all_new and objects.paths["lineage"] == objects.paths["runs"]
     )
     recompute_run_state(con, {rs.snapshot_digest for rs in pending})
     run_files = runs.write(con, layout, live_paths)
@@ -367,7 +433,8 @@ def build_version(
                 name == "manifest_segments"
                 and whole_manifests
                 and new_manifests > 0
-                and table_files(pending_files["manifests"], name)
+                and not objects.shared("manifests")
+                and table_files(objects.paths["manifests"], name)
             ):
                 keys = [key for rs in pending for key in rs.file_keys("manifests")]
                 locations = [f"s3://{layout.bucket}/{key}" for key in keys]
@@ -427,7 +494,7 @@ class RunChanges:
     def find(
         cls,
         con: duckdb.DuckDBPyConnection,
-        files: Sequence[str],
+        pending_runs: str,
         settled_paths: Sequence[str],
         several: bool,
     ) -> RunChanges:
@@ -444,7 +511,7 @@ class RunChanges:
         )
         con.execute(
             f"""CREATE TEMP {"TABLE" if several else "VIEW"} candidate_runs AS
-                SELECT {columns} FROM ({parquet_select(files, RUN_SCHEMA)}) c
+                SELECT {columns} FROM ({pending_runs}) c
                 JOIN first_reads f USING (snapshot_digest) {first_only}"""
         )
         # A late series: a pending run observed no later than the series' newest run (which
@@ -717,19 +784,19 @@ def add_new_records(
     con: duckdb.DuckDBPyConnection,
     name: str,
     digest_column: str,
-    files: Sequence[str],
+    objects: RecordObjects,
     schema: pa.Schema,
     several: bool,
 ) -> tuple[int, bool]:
     """new_<name>: the records of the pending sets the index lacks, once each (with the key
     where they were first seen, when the schema has a column for it). Known digests are found
     by probing the (large) old segments with the (small) candidate set, so the cost follows the
-    new rows. `files`: the pending sets' files; `several`: whether they are of more than one set.
+    new rows. `objects`: the pending sets'; `several`: whether they are of more than one set.
     Returns how many are new, and whether they are every record of the one pending set."""
     keyed = "source_key" in schema.names
     stored = schema.remove(schema.get_field_index("source_key")) if keyed else schema
     columns = ", ".join(f"c.{f.name}" for f in stored) + (", f.source_key" if keyed else "")
-    source = parquet_select(files, stored)
+    source = objects.select(name, stored)
     # A record set holds each digest once: with one set, nothing need be picked, and a view
     # reads only the columns each later step asks for (the last one writes them out).
     first_only = (

@@ -10,10 +10,16 @@ snapshots without touching what an earlier one wrote:
     records/<parser_version>/<snapshot hex>/summary.json        counts; written last = commit mark
     records/<parser_version>/<snapshot hex>/reads/<id>.json     each object version read as it
 
-A record set of many runs (a large harness file) holds its runs and lineage as several parts
-instead, `runs-<attempt>-000.parquet` and on, spooled as they were built; `summary.json`
-names each table's objects under "files". A record set without `summary.json` is incomplete (a
-crash mid-write) and is ignored and rewritten.
+`summary.json` names each table's objects under "files". The small files of one batch share
+their objects: one per table for the whole batch,
+
+    records/batches/<attempt>/runs.parquet  (and manifests, quarantine, lineage)
+
+whose rows a record set's summary claims by its snapshot digest and parser version, so a file
+costs the bucket its summary and its read, not an object per table. A record set of many runs
+(a large harness file) holds its runs and lineage as parts of its own instead,
+`runs-<attempt>-000.parquet` and on, spooled as they were built. A record set without
+`summary.json` is incomplete (a crash mid-write) and is ignored and rewritten.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from pipelines.records import Record, RowOutcome, RunFacts
 RECORD_FILES = ("runs", "manifests", "quarantine", "lineage")
 SUMMARY_FILE = "summary.json"
 READS_DIR = "reads"
+SHARED_DIR = "batches"  # under the records prefix: the objects a batch's record sets share
 PREVIEW_ROWS = 5
 RUN_PREVIEW_COLUMNS = [
     "source_line",
@@ -417,6 +424,18 @@ def parquet_bytes(table: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, row_group_size=ROW_GROUP_ROWS, **parquet_options(table.schema))
     return sink.getvalue().to_pybytes()
+
+
+def is_shared(name: str) -> bool:
+    """Whether an object a record set's summary names is shared by its batch's record sets (a
+    key, holding a slash), whose rows are told apart by their snapshot_digest and
+    parser_version columns; else it is a name in the set's own prefix, holding its rows only."""
+    return "/" in name
+
+
+def record_object_key(prefix: str, name: str) -> str:
+    """The key of an object a record set's summary names (`prefix`: the set's)."""
+    return name if is_shared(name) else prefix + name
 
 
 def object_names(name: str, parts: int | None, attempt: str) -> list[str]:
