@@ -37,7 +37,7 @@ from pipelines.index.faults import RECORD_FILES_WRITTEN, pause_point
 from pipelines.index.known import awaiting_files, is_awaiting, known_manifests
 from pipelines.index.layout import IndexLayout
 from pipelines.index.local import PARQUET_CONTENT_TYPE, cache_bytes, cache_file, fetch, put_file
-from pipelines.index.publish import IndexVersion, publish_index
+from pipelines.index.publish import IndexVersion, RecordSet, publish_index
 from pipelines.index.reads import ObjectRead
 from pipelines.index.record_objects import (
     QUARANTINE_PREVIEW_COLUMNS,
@@ -50,7 +50,6 @@ from pipelines.index.record_objects import (
     object_names,
     parquet_bytes,
     preview,
-    record_object_key,
     value_counts,
 )
 from pipelines.intake.incoming import put_incoming, upload_incoming
@@ -365,10 +364,7 @@ def records_from_summary(
         quarantined_by_reason=summary["quarantined_by_reason"],
         manifests_by_kind=summary["manifests_by_kind"],
         reused=reused,
-        run_keys=[
-            record_object_key(prefix, name)
-            for name in summary.get("files", {}).get("runs", ["runs.parquet"])
-        ],
+        run_keys=RecordSet(prefix, summary).file_keys("runs"),
         run_preview=summary.get("run_preview", []),
         quarantine_preview=summary.get("quarantine_preview", []),
     )
@@ -823,16 +819,16 @@ def write_files(store: ObjectStore, settings: Settings, files: Sequence[FileWork
                     work.fail(error)
         else:
             for works, names in zip(sharing.values(), shared, strict=True):
-                for work in works:
-                    assert work.prepared is not None
-                    work.prepared.shared = names
-    # The same bytes under another key of the batch: its read, once the set's summary is written.
-    again = {id(work) for works in sharing.values() for work in works[1:]}
-    each_file([w for w in files if id(w) not in again], lambda w: write_file(store, settings, w))
-    for work in files:
-        if id(work) in again and work.prepared is not None:
-            work.prepared.content = None
-    each_file([w for w in files if id(w) in again], lambda w: write_file(store, settings, w))
+                assert works[0].prepared is not None
+                works[0].prepared.shared = names
+    # The same bytes under another key of the batch: the set's summary, read back once written.
+    again = [work for works in sharing.values() for work in works[1:]]
+    for work in again:
+        assert work.prepared is not None
+        work.prepared.content = None
+    repeated = {id(work) for work in again}
+    each_file([w for w in files if id(w) not in repeated], lambda w: write_file(store, settings, w))
+    each_file(again, lambda w: write_file(store, settings, w))
 
 
 def write_file(store: ObjectStore, settings: Settings, work: FileWork) -> None:

@@ -18,7 +18,12 @@ import pyarrow as pa
 
 from pipelines.index.layout import IndexLayout
 from pipelines.index.local import fetch, fetch_all, load_current
-from pipelines.index.publish import RecordObjects, RecordSet, included, list_record_sets
+from pipelines.index.publish import (
+    RecordObjects,
+    included,
+    list_record_sets,
+    load_record_sets,
+)
 from pipelines.index.record_objects import MANIFEST_SCHEMA, QUARANTINE_SCHEMA
 from pipelines.index.tables import (
     CURRENT_RECORD_SET,
@@ -99,11 +104,7 @@ class KnownManifests:
         summaries, _ = list_record_sets(self.store, self.layout)
         included_sets, _ = included(self.store, self.layout, current)
         prefixes = [prefix for prefix in sorted(summaries) if prefix not in included_sets]
-        paths = fetch_all(self.store, self.layout, [summaries[p] for p in prefixes])
-        pending = [
-            RecordSet(prefix, orjson.loads(path.read_bytes()))
-            for prefix, path in zip(prefixes, paths, strict=True)
-        ]
+        pending = load_record_sets(self.store, self.layout, summaries, prefixes)
         objects = RecordObjects.fetch(self.store, self.layout, pending, ["manifests"])
         return published, objects.select("manifests", MANIFEST_SCHEMA)
 

@@ -121,6 +121,18 @@ class RecordSet:
         return [record_object_key(self.prefix, n) for n in self.object_names(name)]
 
 
+def load_record_sets(
+    store: ObjectStore, layout: IndexLayout, summaries: dict[str, str], prefixes: Sequence[str]
+) -> list[RecordSet]:
+    """The record sets at these prefixes (`summaries`: prefix -> summary key, as listed), their
+    summaries read from the cache or fetched."""
+    paths = fetch_all(store, layout, [summaries[prefix] for prefix in prefixes])
+    return [
+        RecordSet(prefix, orjson.loads(path.read_bytes()))
+        for prefix, path in zip(prefixes, paths, strict=True)
+    ]
+
+
 @dataclass(frozen=True, slots=True)
 class RecordObjects:
     """The objects of some record sets, by table, each once (local copies), and the rows each
@@ -144,21 +156,25 @@ class RecordObjects:
         unique = list(dict.fromkeys(k for table in keys.values() for k in table))
         local = dict(zip(unique, map(str, fetch_all(store, layout, unique)), strict=True))
         claims = {
-            (local[record_object_key(rs.prefix, n)], rs.snapshot_digest, rs.parser_version)
+            (local[key], rs.snapshot_digest, rs.parser_version)
             for rs in sets
             for name in names
-            for n in rs.object_names(name)
-            if is_shared(n)
+            for object_name, key in zip(rs.object_names(name), rs.file_keys(name), strict=True)
+            if is_shared(object_name)
         }
         return cls({name: [local[k] for k in ks] for name, ks in keys.items()}, sorted(claims))
 
+    @property
+    def claimed(self) -> set[str]:
+        """The local paths of the shared objects."""
+        return {path for path, _, _ in self.claims}
+
     def shared(self, name: str) -> bool:
-        claimed = {path for path, _, _ in self.claims}
-        return any(path in claimed for path in self.paths[name])
+        return not self.claimed.isdisjoint(self.paths[name])
 
     def select(self, name: str, schema: pa.Schema) -> str:
         """The schema's columns of the sets' rows of one table."""
-        claimed = {path for path, _, _ in self.claims}
+        claimed = self.claimed
         own = [path for path in self.paths[name] if path not in claimed]
         common = [path for path in self.paths[name] if path in claimed]
         if not common:
@@ -302,10 +318,8 @@ def _publish(store: ObjectStore, settings: Settings) -> IndexVersion:
     summary_prefixes = sorted(
         {*pending_prefixes, *(k.rsplit("reads/", 1)[0] for k in pending_read_keys)}
     )
-    summary_paths = fetch_all(store, layout, [summaries[p] for p in summary_prefixes])
     summaries_by_prefix = {
-        prefix: orjson.loads(path.read_bytes())
-        for prefix, path in zip(summary_prefixes, summary_paths, strict=True)
+        rs.prefix: rs.summary for rs in load_record_sets(store, layout, summaries, summary_prefixes)
     }
     pending_sets = [RecordSet(prefix, summaries_by_prefix[prefix]) for prefix in pending_prefixes]
     reads = [
