@@ -47,7 +47,7 @@ from pipelines.ingest import (
     FileResult,
     describe,
     process_batch,
-    runs_table,
+    runs_by_snapshot,
     schema_sample,
     schema_verdict,
 )
@@ -242,20 +242,18 @@ class BatchChecks:
 
     @classmethod
     def of(cls, kindex: KindexResource, result: BatchResult) -> "BatchChecks":
-        import pyarrow.compute as pc
-
         checks = cls(result)
         latency: list[pa.Table] = []
         with_runs = [(f.entry, f.records) for f in result.files if f.records and f.records.runs]
         runs = checks.cosmetic(
             "reading the batch's runs",
-            lambda: runs_table(
+            lambda: runs_by_snapshot(
                 kindex.store, kindex.settings, [records for _, records in with_runs], COLUMNS
             ),
         )
-        if runs is not None:
-            for entry, records in with_runs:
-                own = runs.filter(pc.equal(runs["snapshot_digest"], records.snapshot_digest))
+        for entry, records in with_runs:
+            own = runs.get(records.snapshot_digest) if runs is not None else None
+            if own is not None:
                 checks.check(entry, own)
                 latency.append(own)
         by_series = checks.cosmetic("speedups", lambda: series_speedups(latency))

@@ -511,16 +511,15 @@ def ingest_paths(
     return IngestSummary(records, index, failed)
 
 
-def runs_table(
+def runs_by_snapshot(
     store: ObjectStore,
     settings: Settings,
     records: Sequence[SnapshotRecords],
     columns: Sequence[str],
-) -> pa.Table:
-    """Columns of these record sets' runs as one Arrow table (with their snapshot_digest), in
-    source-line order. Each object is read once (a batch's small files share theirs) from the
-    local cache, where writing the record set just put it; from the bucket only when another
-    process wrote it."""
+) -> dict[str, pa.Table]:
+    """Columns of these record sets' runs, a table per snapshot digest, in source-line order.
+    Each object is read once (a batch's small files share theirs) from the local cache, where
+    writing the record set just put it; from the bucket only when another process wrote it."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
@@ -533,13 +532,21 @@ def runs_table(
         source: Path | io.BytesIO = cached if cached.exists() else io.BytesIO(store.get_bytes(key))
         tables.append(pq.read_table(source, columns=wanted))
     if not tables:
-        return pa.table({name: pa.array([], pa.string()) for name in wanted})
+        return {}
     runs = pa.concat_tables(tables)
     # Only these sets' rows of the objects they share with others of their batch.
     sets = pa.array([f"{r.snapshot_digest}\0{r.parser_version}" for r in records])
     key = pc.binary_join_element_wise(runs["snapshot_digest"], runs["parser_version"], "\0")
     # a large file's parts hold its runs in another order
-    return runs.filter(pc.is_in(key, value_set=sets)).sort_by("source_line")
+    runs = runs.filter(pc.is_in(key, value_set=sets)).sort_by(
+        [("snapshot_digest", "ascending"), ("source_line", "ascending")]
+    )
+    by_snapshot: dict[str, pa.Table] = {}
+    start = 0
+    for counted in pc.value_counts(runs["snapshot_digest"]).to_pylist():  # in order of rows
+        by_snapshot[counted["values"]] = runs.slice(start, counted["counts"])
+        start += counted["counts"]
+    return by_snapshot
 
 
 # The schema check validates at most this many runs of a file (evenly spread over it): its cost
