@@ -24,6 +24,7 @@ from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 from tenacity import (
     retry,
+    retry_if_exception,
     retry_if_exception_type,
     stop_after_attempt,
     stop_after_delay,
@@ -56,7 +57,8 @@ __all__ = [
 
 DEFAULT_MAX_ATTEMPTS = 4
 # The embedded server is down only while it is being started again (by `kindex up`, within
-# seconds): a request that finds nothing listening tries again for this long.
+# seconds): a request that finds nothing listening, or a gateway whose volumes have not come back
+# yet (it answers 5xx), tries again for this long.
 EMBEDDED_RECONNECT_SECONDS = 60.0
 BODY_READ_ATTEMPTS = 3
 MULTIPART_THRESHOLD = 64 * 1024 * 1024
@@ -324,12 +326,13 @@ class S3Store:
     # -- errors --------------------------------------------------------------------------------
 
     def _call(self, action: str, key: str, operation: Callable[[], T]) -> T:
-        """Run one S3 operation, turning botocore's exceptions into kindex's. Where nothing
-        listened (the request was never sent), it is sent again for `reconnect_seconds`."""
+        """Run one S3 operation, turning botocore's exceptions into kindex's. Where the server
+        is not back yet (nothing listened, or it answered 5xx past botocore's retries), the
+        request is sent again for `reconnect_seconds`."""
         where = f"s3://{self.bucket}/{key}"
         if self.reconnect_seconds > 0:
             operation = retry(
-                retry=retry_if_exception_type(boto_errors.EndpointConnectionError),
+                retry=retry_if_exception(_server_not_back),
                 stop=stop_after_delay(self.reconnect_seconds),
                 wait=wait_exponential(multiplier=0.2, max=2),
                 reraise=True,
@@ -529,6 +532,17 @@ def _shown(text: str) -> str:
 
 def _one_line(text: str) -> str:
     return " ".join(text.split())
+
+
+def _server_not_back(error: BaseException) -> bool:
+    """Whether a restarting server would explain the error: nothing listened, or it answered
+    with a server error (SeaweedFS's gateway answers before its volumes have registered)."""
+    if isinstance(error, boto_errors.EndpointConnectionError):
+        return True
+    if not isinstance(error, boto_errors.ClientError):
+        return False
+    status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+    return isinstance(status, int) and status >= 500
 
 
 def _code(error: boto_errors.ClientError) -> str:
