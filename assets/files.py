@@ -46,7 +46,7 @@ from pipelines.ingest import (
     BatchResult,
     FileResult,
     describe,
-    process_batch,
+    process_batches,
     runs_by_snapshot,
     schema_sample,
     schema_verdict,
@@ -60,9 +60,6 @@ T = TypeVar("T")
 
 GROUP = "kindex"
 RECORDS_KEY = AssetKey("records")
-# A run's files: enough that a batch pays its fixed costs (a Dagster run, a publish, a ledger
-# commit) once for many small files; few enough that a run's table and memory stay small.
-MAX_FILES_PER_RUN = 250
 FILE_TABLE_ROWS = 200  # files listed on a materialization (all are in the `files` view)
 # A transient fault of the batch as a whole (the index's publish, the ledger's commit) gets the
 # step again: files already written find their record sets and add nothing twice.
@@ -140,7 +137,8 @@ def records(
         )
     batch = config.batch or context.run.run_id
     context.log.info(f"batch {batch}: {len(entries)} files")
-    result = process_batch(kindex.store, kindex.settings, entries, batch)
+    results = list(process_batches(kindex.store, kindex.settings, entries, batch))
+    result = BatchResult.merged(batch, results)
     log_failures(context, result)
     checks = BatchChecks.of(kindex, result)
     yield MaterializeResult(metadata=batch_metadata(result, checks))
@@ -151,11 +149,7 @@ def records(
 def reprocess(context: OpExecutionContext, config: ReprocessConfig, kindex: KindexResource) -> None:
     entries = kindex.ledger.select(patterns=config.files, quarantined=config.quarantined)
     context.log.info(f"{len(entries)} files match {config.files}")
-    for start in range(0, len(entries), MAX_FILES_PER_RUN):
-        chunk = entries[start : start + MAX_FILES_PER_RUN]
-        result = process_batch(
-            kindex.store, kindex.settings, chunk, f"{context.run_id}-{start // MAX_FILES_PER_RUN}"
-        )
+    for result in process_batches(kindex.store, kindex.settings, entries, context.run_id):
         log_failures(context, result)
         checks = BatchChecks.of(kindex, result)
         by_window: dict[str, list[FileResult]] = {}

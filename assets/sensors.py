@@ -36,9 +36,10 @@ from dagster import (
     sensor,
 )
 
-from assets.files import MAX_FILES_PER_RUN, RECORDS_KEY
+from assets.files import RECORDS_KEY
 from assets.index import INDEX_KEY
 from assets.resources import KindexResource
+from pipelines.ingest import bounded_batches
 from pipelines.intake.ledger import FileEntry, FileState, Ledger, new_versions, version_of
 from pipelines.intake.notifications import ChangeFeed, NotificationError, ObjectChange
 from pipelines.intake.sensor_cursor import ListingCursor, advance
@@ -77,16 +78,17 @@ def runs_in_flight(instance: DagsterInstance) -> bool:
 
 
 def batch_requests(ledger: Ledger, entries: Sequence[FileEntry], why: str) -> list[RunRequest]:
-    """Runs for these files: a batch per arrival window and MAX_FILES_PER_RUN files, written to
-    the ledger as pending (one commit) before any run is requested."""
+    """Runs for these files: a batch per arrival window, bounded in files and bytes
+    (`bounded_batches`), written to the ledger as pending (one commit) before any run is
+    requested."""
     by_window: dict[str, list[FileEntry]] = {}
     for entry in entries:
         by_window.setdefault(entry.arrival_window, []).append(entry)
     pending: list[FileEntry] = []
     requests: list[RunRequest] = []
     for window, files in sorted(by_window.items()):
-        for start in range(0, len(files), MAX_FILES_PER_RUN):
-            chunk = files[start : start + MAX_FILES_PER_RUN]
+        for indexes in bounded_batches([e.size for e in files]):
+            chunk = [files[i] for i in indexes]
             batch = batch_id(chunk)
             pending += [
                 replace(e, state=FileState.PENDING, batch=batch, updated_at=None) for e in chunk

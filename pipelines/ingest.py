@@ -390,28 +390,30 @@ def uploaded_file(store: ObjectStore, settings: Settings, path: Path) -> FileWor
 
 
 INGEST_BATCH = "kindex-ingest"
-# Files `kindex ingest` takes through the steps at once: a batch's bytes stay in memory.
-INGEST_BATCH_FILES = 250
-INGEST_BATCH_BYTES = 256 << 20
+# A batch's files: enough that a batch pays its fixed costs (a Dagster run, a publish, a ledger
+# commit, the checks' chart) once for many small files; its bytes bounded, since they stay in
+# memory through its steps.
+BATCH_FILES = 1000
+BATCH_BYTES = 256 << 20
 
 
-def ingest_batches(paths: Sequence[Path], sizes: Sequence[int]) -> Iterator[list[int]]:
-    """The files in order, in batches of bounded count and bytes. Two files with one name go
-    to one key, so never into one batch: the second is uploaded after the first is done."""
+def bounded_batches(sizes: Sequence[int], names: Sequence[str] = ()) -> Iterator[list[int]]:
+    """The files in order (their indexes), in batches of at most BATCH_FILES files and
+    BATCH_BYTES bytes (a larger file alone). `names`: files of one name never share a batch
+    (`kindex ingest` uploads both to one key: the second waits until the first is done)."""
     batch: list[int] = []
-    names: set[str] = set()
-    held = 0
-    for i, path in enumerate(paths):
+    held, seen = 0, set[str]()
+    for i, size in enumerate(sizes):
+        name = names[i] if names else None
         if batch and (
-            len(batch) >= INGEST_BATCH_FILES
-            or held + sizes[i] > INGEST_BATCH_BYTES
-            or path.name in names
+            len(batch) >= BATCH_FILES or held + size > BATCH_BYTES or (name and name in seen)
         ):
             yield batch
-            batch, names, held = [], set(), 0
+            batch, held, seen = [], 0, set()
         batch.append(i)
-        names.add(path.name)
-        held += sizes[i]
+        held += size
+        if name:
+            seen.add(name)
     if batch:
         yield batch
 
@@ -488,7 +490,7 @@ def ingest_paths(
     )
     done: list[FileResult] = []
     with bar:
-        for batch in ingest_batches(files, sizes):
+        for batch in bounded_batches(sizes, [path.name for path in files]):
             bar.set_description(f"{files[batch[0]].name} and {len(batch) - 1} more")
             with ThreadPoolExecutor(FILE_THREADS, thread_name_prefix="kindex-upload") as pool:
                 works = list(pool.map(lambda i: uploaded_file(store, settings, files[i]), batch))
@@ -612,6 +614,17 @@ class BatchResult:
     def count(self, state: FileState) -> int:
         return sum(1 for f in self.files if f.entry.state is state)
 
+    @classmethod
+    def merged(cls, batch: str, results: Sequence[BatchResult]) -> BatchResult:
+        """The results of the batches one run took, as one (the newest index)."""
+        indexes = [r.index for r in results if r.index is not None]
+        return cls(
+            batch,
+            [file for r in results for file in r.files],
+            indexes[-1] if indexes else None,
+            sum(r.resolved for r in results),
+        )
+
 
 def describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
@@ -670,6 +683,17 @@ def process_batch(
         normalize_files(store, settings, files, parts_dir)
         write_files(store, settings, files)
     return commit_and_publish(store, settings, batch, files, publish=publish)
+
+
+def process_batches(
+    store: ObjectStore, settings: Settings, entries: Sequence[FileEntry], batch: str
+) -> Iterator[BatchResult]:
+    """process_batch over files that may be more than a batch holds (a backfill of many
+    windows, a glob): bounded batches, in order, named `batch` when there is one."""
+    chunks = list(bounded_batches([entry.size for entry in entries]))
+    for n, chunk in enumerate(chunks):
+        name = batch if len(chunks) == 1 else f"{batch}-{n}"
+        yield process_batch(store, settings, [entries[i] for i in chunk], name)
 
 
 def commit_and_publish(

@@ -109,3 +109,34 @@ def test_the_index_takes_only_the_rows_a_written_summary_claims(
     assert query(settings, "select count(*) from quarantine") == [(1,)]
     publish_index(s3_store, settings)  # nothing new: the same counts
     assert query(settings, "select count(*) from runs") == [(50,)]
+
+
+def test_batches_are_bounded_in_files_and_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ingest, "BATCH_FILES", 3)
+    monkeypatch.setattr(ingest, "BATCH_BYTES", 100)
+    sizes = [10, 10, 10, 10, 60, 50, 500, 1]
+    # three files; then bytes (10+60 fit, +50 not); a larger file alone
+    assert list(ingest.bounded_batches(sizes)) == [[0, 1, 2], [3, 4], [5], [6], [7]]
+    names = ["a", "b", "a", "c"]  # `kindex ingest` puts both a's to one key: never together
+    assert list(ingest.bounded_batches([1, 1, 1, 1], names)) == [[0, 1], [2, 3]]
+
+
+def test_more_files_than_a_batch_holds_are_processed_in_batches(
+    s3_store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A backfill of many windows or a glob: each bounded batch its own steps and ledger rows,
+    every file processed once."""
+    monkeypatch.setattr(ingest, "BATCH_FILES", 2)
+    settings = Settings.from_env()
+    entries = dropped(s3_store, small_files())
+
+    results = list(ingest.process_batches(s3_store, settings, entries, "b"))
+
+    assert [r.batch for r in results] == ["b-0", "b-1"]
+    merged = ingest.BatchResult.merged("b", results)
+    assert [f.entry.key for f in merged.files] == [e.key for e in entries]
+    assert {f.entry.batch for f in merged.files} == {"b-0", "b-1"}
+    assert merged.index is results[-1].index is not None
+    assert query(settings, "select count(*), count(distinct run_digest) from runs") == [(50, 50)]
+    [single] = ingest.process_batches(s3_store, settings, entries[:1], "c")
+    assert single.batch == "c"  # a batch the sensors named keeps its name

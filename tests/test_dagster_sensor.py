@@ -1,7 +1,7 @@
 """The incoming-files sensor against a real SeaweedFS bucket: nothing dropped is missed (many
 files at once, same-second uploads, overwrites, keys sorting before others), deleted keys do not
 wedge it, and a tick's files go into few runs (a batch per arrival window, at most
-MAX_FILES_PER_RUN files each)."""
+BATCH_FILES files each)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ from dagster_support import (
 from index_support import csv_bytes, liger_rows, query
 
 import assets.sensors
-from assets.sensors import MAX_FILES_PER_RUN, batch_of, batch_requests
+from assets.sensors import batch_of, batch_requests
+from pipelines.ingest import BATCH_FILES
 from pipelines.intake.ledger import FileEntry, FileState, Ledger, window_of
 from pipelines.settings import Settings
 from pipelines.storage.base import ObjectInfo
@@ -93,8 +94,8 @@ def test_a_thousand_files_dropped_at_once_are_all_processed_in_few_runs(
     windows: dict[str, int] = {}
     for info in dropped:
         windows[window_of(info.last_modified)] = windows.get(window_of(info.last_modified), 0) + 1
-    # 4 runs, not 1,000 (5 when the burst straddles an hour)
-    assert len(requests) == sum(-(-n // MAX_FILES_PER_RUN) for n in windows.values())
+    # 1 run, not 1,000 (2 when the burst straddles an hour)
+    assert len(requests) == sum(-(-n // BATCH_FILES) for n in windows.values())
     assert {r.partition_key for r in requests} == set(windows)
     assert sum(int(r.tags["kindex/files"]) for r in requests) == MANY_FILES
     assert versions(requested(s3_store, requests)) == {(o.key, o.etag) for o in dropped}
@@ -122,12 +123,12 @@ def test_a_thousand_files_dropped_at_once_are_all_processed_in_few_runs(
 
 def test_a_ticks_files_go_in_a_batch_per_window_of_at_most_max_files(s3_store: Any) -> None:
     """Versions of two arrival windows, more in one than a run takes: a run per window and
-    MAX_FILES_PER_RUN files, each file in one batch, all pending in the ledger before any run is
+    BATCH_FILES files, each file in one batch, all pending in the ledger before any run is
     requested."""
     late = datetime(2026, 3, 1, 10, 59, 59, tzinfo=UTC)
     busy = [
         ObjectInfo(f"incoming/busy/{n:04d}.csv", f"etag{n}", 10, late - timedelta(seconds=n))
-        for n in range(MAX_FILES_PER_RUN + 20)
+        for n in range(BATCH_FILES + 20)
     ]
     quiet = [
         ObjectInfo(f"incoming/quiet/{n}.csv", f"etag{n}", 10, late + timedelta(seconds=1 + n))
@@ -141,7 +142,7 @@ def test_a_ticks_files_go_in_a_batch_per_window_of_at_most_max_files(s3_store: A
     windows = [r.partition_key for r in requests]
     assert windows == ["2026-03-01-10:00", "2026-03-01-10:00", "2026-03-01-11:00"]
     sizes = [int(r.tags["kindex/files"]) for r in requests]
-    assert sizes == [MAX_FILES_PER_RUN, 20, 3]
+    assert sizes == [BATCH_FILES, 20, 3]
     assert len({batch_of(r) for r in requests}) == len({r.run_key for r in requests}) == 3
     for request in requests:
         batch = ledger.of_batch(batch_of(request))
