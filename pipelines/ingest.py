@@ -36,16 +36,15 @@ from tqdm import tqdm
 from pipelines.index.faults import RECORD_FILES_WRITTEN, pause_point
 from pipelines.index.known import awaiting_files, is_awaiting, known_manifests
 from pipelines.index.layout import IndexLayout
-from pipelines.index.local import PARQUET_CONTENT_TYPE, cache_bytes, cache_file, fetch, put_file
-from pipelines.index.publish import IndexVersion, RecordSet, publish_index
+from pipelines.index.local import PARQUET_CONTENT_TYPE, cache_bytes, cache_file, put_file
+from pipelines.index.publish import IndexVersion, RecordSet, list_record_sets, publish_index
 from pipelines.index.reads import ObjectRead
 from pipelines.index.record_objects import (
     QUARANTINE_PREVIEW_COLUMNS,
-    READS_DIR,
     RECORD_FILES,
     SCHEMAS,
+    SETS_FILE,
     SHARED_DIR,
-    SUMMARY_FILE,
     RecordSetContent,
     object_names,
     parquet_bytes,
@@ -141,16 +140,15 @@ def object_read(snapshot: Snapshot, bucket: str, parser_version: str, source: st
 
 @dataclass(slots=True)
 class PreparedRecords:
-    """A snapshot's bytes normalized: its record set's place, and its content unless the record
-    set exists already (then nothing was normalized)."""
+    """A snapshot's bytes normalized: its record set's place, and its content; or the summary
+    of the record set that exists already (then nothing was normalized)."""
 
     parser_version: str
     source: str
     prefix: str
     content: RecordSetContent | None
-    # The objects of its batch that hold its rows, by table, once written (`write_files`);
-    # None while it has none (its own objects are written with its summary).
-    shared: dict[str, list[str]] | None = None
+    existing: dict[str, Any] | None = None  # the summary of the record set written before
+    registered: frozenset[str] = frozenset()  # the ids of the reads it has already
 
 
 def process_snapshot(
@@ -189,71 +187,17 @@ def parts_folder(settings: Settings) -> Iterator[Path]:
         yield Path(folder)
 
 
-def write_records(
-    store: ObjectStore, settings: Settings, snapshot: Snapshot, prepared: PreparedRecords
-) -> SnapshotRecords:
-    """Write the record set (unless it exists) and register the read.
-
-    The summary object is written last: a record set without it is incomplete and is redone.
-    The read (key, ETag) is registered every time, so the same bytes under a new key count."""
-    layout = IndexLayout.of(settings)
-    prefix = prepared.prefix
-    if prepared.content is None:
-        summary = orjson.loads(fetch(store, layout, prefix + SUMMARY_FILE).read_bytes())
-        records = records_from_summary(summary, snapshot.key, prefix, reused=True)
-    else:
-        records = write_record_set(
-            store,
-            layout,
-            prefix,
-            snapshot,
-            prepared.parser_version,
-            prepared.source,
-            prepared.content,
-            prepared.shared,
-        )
-    read = object_read(snapshot, layout.bucket, prepared.parser_version, prepared.source)
-    read_key, read_json = f"{prefix}{READS_DIR}/{read.read_id}.json", read.to_json()
-    store.put(read_key, read_json, content_type="application/json")
-    cache_bytes(layout.cached_path(read_key), read_json)  # the publish that follows reads it
-    return records
-
-
-def write_record_set(
-    store: ObjectStore,
-    layout: IndexLayout,
-    prefix: str,
-    snapshot: Snapshot,
-    parser_version: str,
-    source: str,
-    content: RecordSetContent,
-    shared: dict[str, list[str]] | None = None,
-) -> SnapshotRecords:
-    """Write the record set's own objects (unless its batch's `shared` objects hold its rows),
-    then its summary; and keep the objects in the local cache of published files too, since the
-    publish that follows reads them. Parts are named by this write's attempt, which no other
-    write makes: they move into the cache once uploaded. The other objects are cached once the
-    summary names them (then they never change)."""
-    if shared is not None:
-        files, written = dict(shared), {}
-    else:
-        attempt = secrets.token_hex(4)
-        files = {
-            name: object_names(
-                name, len(content.parts[name]) if name in content.parts else None, attempt
-            )
-            for name in RECORD_FILES
-            if not (name == "lineage" and content.lineage_in_runs)  # named below: in the runs
-        }
-        written = _put_record_objects(store, layout, prefix, files, content)
-        if content.lineage_in_runs:
-            files["lineage"] = files["runs"]
-    pause_point(RECORD_FILES_WRITTEN)
+def record_set_summary(
+    snapshot: Snapshot, prepared: PreparedRecords, files: dict[str, list[str]]
+) -> dict[str, Any]:
+    """What the sets file says of a record set just written (`files`: its objects, by table)."""
+    content = prepared.content
+    assert content is not None
     quarantine, manifests = content.tables["quarantine"], content.tables["manifests"]
-    summary = {
+    return {
         "snapshot_digest": snapshot.digest,
-        "parser_version": parser_version,
-        "source": source,
+        "parser_version": prepared.parser_version,
+        "source": prepared.source,
         "rows": content.rows,
         "runs": content.row_count("runs"),
         "lineage": content.row_count("lineage"),
@@ -264,15 +208,8 @@ def write_record_set(
         "manifests_by_kind": value_counts(manifests, "kind"),
         "run_preview": content.run_preview(),
         "quarantine_preview": preview(quarantine, QUARANTINE_PREVIEW_COLUMNS),
-        "written_at": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+        "written_at": utc_text(datetime.now(UTC)),
     }
-    written[prefix + SUMMARY_FILE] = orjson.dumps(summary)
-    store.put(
-        prefix + SUMMARY_FILE, written[prefix + SUMMARY_FILE], content_type="application/json"
-    )
-    for key, data in written.items():  # named by the summary now: they never change
-        cache_bytes(layout.cached_path(key), data)
-    return records_from_summary(summary, snapshot.key, prefix, reused=False)
 
 
 UPLOAD_THREADS = 4
@@ -281,14 +218,24 @@ UPLOAD_THREADS = 4
 SHARED_ROWS_LIMIT = 100_000
 
 
+def is_small(content: RecordSetContent) -> bool:
+    return not content.parts and content.rows <= SHARED_ROWS_LIMIT
+
+
+def batch_folder(layout: IndexLayout) -> str:
+    """A new batch's folder for its shared objects and its sets file: named by when it was
+    written (a prefix two batches wrote is the newest's), and unique."""
+    written_at = f"{datetime.now(UTC):%Y%m%dT%H%M%S%f}"
+    return f"{layout.records_prefix}{SHARED_DIR}/{written_at}-{secrets.token_hex(4)}/"
+
+
 def put_shared_objects(
-    store: ObjectStore, layout: IndexLayout, contents: Sequence[RecordSetContent]
+    store: ObjectStore, layout: IndexLayout, folder: str, contents: Sequence[RecordSetContent]
 ) -> list[dict[str, list[str]]]:
     """One object per table holding the rows of all these record sets (a batch's small files),
     written and cached; and, for each set, the keys its summary names, by table."""
     import pyarrow as pa
 
-    base = f"{layout.records_prefix}{SHARED_DIR}/{secrets.token_hex(8)}/"
     own_lineage = [c.tables["lineage"] for c in contents if not c.lineage_in_runs]
     tables = {
         name: pa.concat_tables([c.tables[name].cast(SCHEMAS[name]) for c in contents])
@@ -296,10 +243,10 @@ def put_shared_objects(
     }
     if own_lineage:
         tables["lineage"] = pa.concat_tables([t.cast(SCHEMAS["lineage"]) for t in own_lineage])
-    keys = {name: [base + f"{name}.parquet"] if t.num_rows else [] for name, t in tables.items()}
+    keys = {name: [folder + f"{name}.parquet"] if t.num_rows else [] for name, t in tables.items()}
     with ThreadPoolExecutor(UPLOAD_THREADS, thread_name_prefix="kindex-put") as puts:
         written = [
-            puts.submit(_put_shared, store, layout, keys[name][0], parquet_bytes(table))
+            puts.submit(_put_cached, store, layout, keys[name][0], parquet_bytes(table))
             for name, table in tables.items()
             if table.num_rows
         ]
@@ -309,37 +256,40 @@ def put_shared_objects(
     return [{**keys, "lineage": keys["runs"] if c.lineage_in_runs else lineage} for c in contents]
 
 
-def _put_shared(store: ObjectStore, layout: IndexLayout, key: str, data: bytes) -> None:
-    """PUT a shared object, then cache it: named by its batch's attempt, it never changes."""
-    store.put(key, data, content_type=PARQUET_CONTENT_TYPE)
-    cache_bytes(layout.cached_path(key), data)
-
-
-def _put_record_objects(
-    store: ObjectStore,
-    layout: IndexLayout,
-    prefix: str,
-    files: dict[str, list[str]],
-    content: RecordSetContent,
-) -> dict[str, bytes]:
-    """PUT the record set's objects, several at once (boto3 clients are thread-safe), parts
-    first: those are encoded already, so they upload while the other tables are encoded. Parts
-    move into the cache once uploaded; the other objects are returned, by key, to be cached
-    later."""
-    written: dict[str, bytes] = {}
+def put_own_objects(
+    store: ObjectStore, layout: IndexLayout, prefix: str, content: RecordSetContent
+) -> dict[str, list[str]]:
+    """A large record set's objects in its own prefix, several at once (boto3 clients are
+    thread-safe), parts first: those are encoded already, so they upload while the other tables
+    are encoded. Parts are named by this write's attempt, which no other write makes. Each
+    object is cached once uploaded. Returns the names the summary gives, by table."""
+    attempt = secrets.token_hex(4)
+    files = {
+        name: object_names(
+            name, len(content.parts[name]) if name in content.parts else None, attempt
+        )
+        for name in RECORD_FILES
+        if not (name == "lineage" and content.lineage_in_runs)  # named below: in the runs
+    }
     with ThreadPoolExecutor(UPLOAD_THREADS, thread_name_prefix="kindex-put") as puts:
         pending: list[Future[Any]] = []
         for name, parts in content.parts.items():
             for key, part in zip([prefix + n for n in files[name]], parts, strict=True):
                 pending.append(puts.submit(_put_part, store, key, part, layout.cached_path(key)))
         for name in [name for name in files if name not in content.parts]:
-            key = prefix + files[name][0]
-            written[key] = parquet_bytes(content.tables[name])
-            put = puts.submit(store.put, key, written[key], content_type=PARQUET_CONTENT_TYPE)
-            pending.append(put)
+            data = parquet_bytes(content.tables[name])
+            pending.append(puts.submit(_put_cached, store, layout, prefix + files[name][0], data))
         for future in pending:
             future.result()
-    return written
+    if content.lineage_in_runs:
+        files["lineage"] = files["runs"]
+    return files
+
+
+def _put_cached(store: ObjectStore, layout: IndexLayout, key: str, data: bytes) -> None:
+    """PUT an object, then cache it: the publish that follows reads it."""
+    store.put(key, data, content_type=PARQUET_CONTENT_TYPE)
+    cache_bytes(layout.cached_path(key), data)
 
 
 def _put_part(store: ObjectStore, key: str, part: Path, cached: Path) -> None:
@@ -656,6 +606,12 @@ class FileWork:
         else:
             self.failed = self.entry.failed(describe(error), datetime.now(UTC))
 
+    @property
+    def new_content(self) -> RecordSetContent:
+        """The record set this file's bytes were normalized into, not written yet."""
+        assert self.prepared is not None and self.prepared.content is not None
+        return self.prepared.content
+
     def raise_failure(self) -> None:
         """Raise what failed this file, for a caller of one file that wants it raised."""
         if self.error is not None:
@@ -757,6 +713,11 @@ def normalize_files(
     layout = IndexLayout.of(settings)
     known = known_manifests(store, settings)
     context = SourceContext(known_digest=known, manifest_named=known.named)
+    # Bytes kept before may have their record set written already (the same bytes under
+    # another key, or a retry); bytes kept just now cannot.
+    listing = None
+    if any(work.failed is None and not work.kept_now for work in files):
+        listing = list_record_sets(store, layout)
 
     def place(work: FileWork) -> None:
         assert work.snapshot is not None
@@ -767,8 +728,11 @@ def normalize_files(
         prefix = layout.record_set_prefix(version, work.snapshot.digest)
         work.source = source
         work.prepared = PreparedRecords(version, source.name, prefix, None)
-        # Written already: the same bytes under another key, or a retry.
-        work.written = not work.kept_now and store.head(prefix + SUMMARY_FILE) is not None
+        if listing is not None and not work.kept_now and prefix in listing.summaries:
+            [written] = listing.record_sets(store, layout, [prefix])
+            work.prepared.existing = written.summary
+            work.prepared.registered = frozenset(listing.reads.get(prefix, {}))
+        work.written = work.prepared.existing is not None
 
     each_file(files, place)
     by_source: dict[str, list[FileWork]] = {}
@@ -822,54 +786,93 @@ def build_record_sets(group: Sequence[FileWork], context: SourceContext, parts_d
 
 
 def write_files(store: ObjectStore, settings: Settings, files: Sequence[FileWork]) -> None:
-    """Step 4: the files' record sets (those not written yet) and their reads. The small ones
-    share one object per table, written first; then each file's summary names its rows there
-    (or its own objects, a large file's), and its read."""
+    """Step 4: the record sets not written yet, then the batch's sets file: every file's record
+    set summary and read, in one object written last, once the record objects are durable.
+    Small sets share one object per table; a large one has objects of its own, and its failure
+    is its file's alone."""
     layout = IndexLayout.of(settings)
-    sharing: dict[str, list[FileWork]] = {}  # by record set: two keys of the same bytes, one set
+    folder = batch_folder(layout)
+    writers: dict[str, FileWork] = {}  # by record set: two keys of the same bytes, one set
     for work in files:
-        prepared = work.prepared
-        if (
-            work.failed is None
-            and prepared is not None
-            and prepared.content is not None
-            and not prepared.content.parts
-            and prepared.content.rows <= SHARED_ROWS_LIMIT
-        ):
-            sharing.setdefault(prepared.prefix, []).append(work)
-    if sharing:
-        contents = []
-        for works in sharing.values():
-            assert works[0].prepared is not None and works[0].prepared.content is not None
-            contents.append(works[0].prepared.content)
+        if work.failed is None and work.prepared is not None and work.prepared.content:
+            writers.setdefault(work.prepared.prefix, work)
+    contents = {prefix: work.new_content for prefix, work in writers.items()}
+    small = [prefix for prefix, content in contents.items() if is_small(content)]
+    written: dict[str, dict[str, list[str]]] = {}  # prefix -> its objects, by table
+    if small:
         try:
-            shared = put_shared_objects(store, layout, contents)
+            shared = put_shared_objects(store, layout, folder, [contents[p] for p in small])
         except Exception as error:  # S3 gave up: these files fail, and are retried
-            for works in sharing.values():
-                for work in works:
-                    work.fail(error)
+            for prefix in small:
+                writers[prefix].fail(error)
         else:
-            for works, names in zip(sharing.values(), shared, strict=True):
-                assert works[0].prepared is not None
-                works[0].prepared.shared = names
-    # The same bytes under another key of the batch: the set's summary, read back once written.
-    again = [work for works in sharing.values() for work in works[1:]]
-    for work in again:
+            written |= dict(zip(small, shared, strict=True))
+
+    def put_own(work: FileWork) -> None:
         assert work.prepared is not None
-        work.prepared.content = None
-    repeated = {id(work) for work in again}
-    each_file([w for w in files if id(w) not in repeated], lambda w: write_file(store, settings, w))
-    each_file(again, lambda w: write_file(store, settings, w))
+        prefix = work.prepared.prefix
+        written[prefix] = put_own_objects(store, layout, prefix, contents[prefix])
+
+    each_file([work for prefix, work in writers.items() if prefix not in small], put_own)
+    pause_point(RECORD_FILES_WRITTEN)
+    sets_file = SetsFile(folder)
+    for work in files:
+        if work.failed is None and work.prepared is not None:
+            writer = writers.get(work.prepared.prefix, work)
+            if writer.failed is not None:  # the same bytes under another key failed
+                work.fail(writer.error or RuntimeError("its record set was not written"))
+            else:
+                sets_file.add(work, written.get(work.prepared.prefix), writer is work)
+    try:
+        sets_file.put(store, layout)
+    except Exception as error:  # S3 gave up: the batch's files fail, and are retried
+        for work in sets_file.files:
+            work.fail(error)
+    for work in files:  # nothing after reads the bytes or the built tables again
+        work.data = b""
+        if work.prepared is not None:
+            work.prepared.content = None
 
 
-def write_file(store: ObjectStore, settings: Settings, work: FileWork) -> None:
-    """A file's part of step 4: its record set's summary (and own objects) unless it exists,
-    and its read."""
-    assert work.snapshot is not None and work.prepared is not None
-    work.records = write_records(store, settings, work.snapshot, work.prepared)
-    # Written: nothing after reads the bytes or the built tables again (the publish reads the
-    # cached objects), so a large file's are not held through the publish.
-    work.data, work.prepared.content = b"", None
+@dataclass(slots=True)
+class SetsFile:
+    """A batch's record set summaries and reads, as they go into its sets file."""
+
+    folder: str
+    summaries: dict[str, dict[str, Any]] = field(default_factory=dict)  # by prefix
+    reads: list[orjson.Fragment] = field(default_factory=list)
+    files: list[FileWork] = field(default_factory=list)
+
+    def add(self, work: FileWork, objects: dict[str, list[str]] | None, writer: bool) -> None:
+        """A file's read, and its record set's summary: new when `objects` were just written
+        (`writer`: this file wrote them; another key of the same bytes finds them), else the
+        one written before."""
+        prepared, snapshot = work.prepared, work.snapshot
+        assert prepared is not None and snapshot is not None
+        if objects is None:
+            assert prepared.existing is not None
+            summary = prepared.existing
+        elif writer:
+            summary = record_set_summary(snapshot, prepared, objects)
+            self.summaries[prepared.prefix] = summary
+        else:
+            summary = self.summaries[prepared.prefix]
+        read = object_read(snapshot, work.entry.bucket, prepared.parser_version, prepared.source)
+        if read.read_id not in prepared.registered:  # else the same version, processed again
+            entry = b'{"prefix":%s,"read":%s}' % (orjson.dumps(prepared.prefix), read.to_json())
+            self.reads.append(orjson.Fragment(entry))
+        self.files.append(work)
+        reused = not (objects is not None and writer)
+        work.records = records_from_summary(summary, snapshot.key, prepared.prefix, reused=reused)
+
+    def put(self, store: ObjectStore, layout: IndexLayout) -> None:
+        if not self.summaries and not self.reads:
+            return
+        key = self.folder + SETS_FILE
+        sets = [{"prefix": prefix, "summary": s} for prefix, s in self.summaries.items()]
+        data = orjson.dumps({"sets": sets, "reads": self.reads})
+        store.put(key, data, content_type="application/json")
+        cache_bytes(layout.cached_path(key), data)  # the publish that follows reads it
 
 
 def done_entry(entry: FileEntry, records: SnapshotRecords) -> FileEntry:

@@ -7,6 +7,7 @@ import io
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from pipelines.index.local import open_index
@@ -87,3 +88,18 @@ def s3_requests(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
 
     monkeypatch.setattr(S3Store, "_call", recorded)
     return sent
+
+
+def as_legacy_layout(store: Any) -> None:
+    """Rewrite a home's batch sets files as what kindex wrote before them: a summary object per
+    record set and an object per read, in the set's prefix."""
+    for info in list(store.list("records/batches/")):
+        if info.key.endswith("/sets.json"):
+            content = orjson.loads(store.get_bytes(info.key))
+            for entry in content["sets"]:
+                store.put_bytes(entry["prefix"] + "summary.json", orjson.dumps(entry["summary"]))
+            for entry in content["reads"]:
+                read = entry["read"]
+                key = f"{entry['prefix']}reads/{read['read_id']}.json"
+                store.put_bytes(key, orjson.dumps(read))
+            store.delete(info.key)

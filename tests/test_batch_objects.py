@@ -1,9 +1,9 @@
 """The small files of a batch share their record objects: one object per table for the whole
-batch, whose rows each file's summary claims by its snapshot digest and parser version. A file
-costs the bucket its GET, its snapshot and three small writes (its read record, its summary and
-its read); the index reads of a shared object only the rows of the summaries it takes, so a file
-whose summary never came (a crash, an S3 error) adds nothing until its batch is redone, and then
-adds each row once."""
+batch, whose rows each file's summary claims by its snapshot digest and parser version. Their
+summaries and reads go into one sets file, written last, so a file costs the bucket its GET, its
+snapshot and its read record; the index reads of a shared object only the rows of the summaries
+it takes, so a batch whose sets file never came (a crash, an S3 error) adds nothing until it is
+redone, and then adds each row once."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from index_support import csv_bytes, liger_rows, query, s3_requests
 
 import pipelines.ingest as ingest
 from pipelines.index.publish import publish_index
-from pipelines.index.record_objects import SHARED_DIR, SUMMARY_FILE
-from pipelines.ingest import FileWork, process_batch
+from pipelines.index.record_objects import SETS_FILE, SHARED_DIR
+from pipelines.ingest import process_batch
 from pipelines.intake.ledger import FileEntry, FileState
 from pipelines.settings import Settings
 
@@ -57,16 +57,22 @@ def test_a_batch_of_small_files_shares_one_object_per_table(
         "manifests.parquet",
         "quarantine.parquet",  # the bad file's row
         "runs.parquet",  # a Liger file's lineage is its runs: no lineage object
+        SETS_FILE,
     ]
-    summaries = sorted({k for action, k in sent if action == "put" and k.endswith(SUMMARY_FILE)})
-    assert len(summaries) == 3  # three record sets: f0 and its copy are one
-    for key in summaries:
-        files = orjson.loads(s3_store.get_bytes(key))["files"]
+    objects = objects[:3]
+    [sets_key] = [k for action, k in sent if action == "put" and k.endswith(SETS_FILE)]
+    assert sets_key.rsplit("/", 2)[0] == objects[0].rsplit("/", 2)[0]  # in the batch's folder
+    sets_file = orjson.loads(s3_store.get_bytes(sets_key))
+    assert len(sets_file["sets"]) == 3  # three record sets: f0 and its copy are one
+    for entry in sets_file["sets"]:
+        files = entry["summary"]["files"]
         assert set(files["runs"]) | set(files["manifests"]) <= set(objects)
         assert files["lineage"] == files["runs"]
+    assert sorted(r["read"]["source_key"] for r in sets_file["reads"]) == sorted(
+        key for key, _ in small_files()
+    )
     record_puts = [k for a, k in sent if a == "put" and k.startswith("records/")]
-    # each file's read; each record set's summary; the batch's three objects
-    assert len(record_puts) == 4 + 3 + 3
+    assert len(record_puts) == 3 + 1  # the batch's three objects, then its sets file
     assert query(settings, "select count(*), count(distinct run_digest) from runs") == [(50, 50)]
     assert query(settings, "select count(*) from quarantine") == [(1,)]
     lineage = "select count(*), count(distinct (snapshot_digest, source_line)) from lineage"
@@ -74,39 +80,38 @@ def test_a_batch_of_small_files_shares_one_object_per_table(
     assert query(settings, "select count(*) from snapshots") == [(4,)]
 
 
-def test_the_index_takes_only_the_rows_a_written_summary_claims(
+def test_a_batch_whose_sets_file_failed_adds_nothing_and_its_redo_adds_each_row_once(
     s3_store: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A file whose summary failed after its batch's objects were written: the index holds the
-    other files' rows only; redone alone, it shares a new object, and no row comes twice."""
+    """The sets file failed after the batch's objects were written: the index holds none of
+    their rows (no summary claims them), the files are failed ledger rows, and redone they
+    share new objects, each row once."""
     settings = Settings.from_env()
-    items = small_files()
-    entries = dropped(s3_store, items)
-    write_file = ingest.write_file
+    entries = dropped(s3_store, small_files())
+    put = ingest.SetsFile.put
 
-    def summary_fails_for_f1(store: Any, settings: Settings, work: FileWork) -> None:
-        if work.entry.key == "incoming/f1.csv":
-            raise ConnectionError("injected fault: the summary PUT failed")
-        write_file(store, settings, work)
+    def fails(self: ingest.SetsFile, store: Any, layout: Any) -> None:
+        raise ConnectionError("injected fault: the sets file PUT failed")
 
-    monkeypatch.setattr(ingest, "write_file", summary_fails_for_f1)
+    monkeypatch.setattr(ingest.SetsFile, "put", fails)
     first = process_batch(s3_store, settings, entries, "b1")
 
-    states = {f.entry.key: f.entry.state for f in first.files}
-    assert states["incoming/f1.csv"] is FileState.FAILED
-    assert len(shared_objects(s3_store)) == 3  # f1's rows are in them, claimed by no summary
-    assert query(settings, "select count(*) from runs") == [(30,)]  # f0 (20) and bad (10)
-    assert query(settings, "select count(*) from lineage") == [(30,)]
+    assert {f.entry.state for f in first.files} == {FileState.FAILED}
+    assert {f.entry.reason for f in first.files} == {
+        "ConnectionError: injected fault: the sets file PUT failed"
+    }
+    assert len(shared_objects(s3_store)) == 3  # their rows, claimed by no summary
+    assert query(settings, "select count(*) from runs") == [(0,)]
 
-    monkeypatch.setattr(ingest, "write_file", write_file)
-    (failed,) = [f.entry for f in first.files if f.entry.key == "incoming/f1.csv"]
-    again = process_batch(s3_store, settings, [failed], "b2")
+    monkeypatch.setattr(ingest.SetsFile, "put", put)
+    again = process_batch(s3_store, settings, [f.entry for f in first.files], "b2")
 
-    assert [f.entry.state for f in again.files] == [FileState.INDEXED]
-    assert len(shared_objects(s3_store)) == 5  # its own batch: runs and manifests
+    assert [f.entry.state for f in again.files] == [FileState.INDEXED] * 4
+    assert len(shared_objects(s3_store)) == 3 + 4  # the redo's three objects and its sets file
     assert query(settings, "select count(*), count(distinct run_digest) from runs") == [(50, 50)]
     assert query(settings, "select count(*) from lineage") == [(50,)]
     assert query(settings, "select count(*) from quarantine") == [(1,)]
+    assert query(settings, "select count(*) from snapshots") == [(4,)]
     publish_index(s3_store, settings)  # nothing new: the same counts
     assert query(settings, "select count(*) from runs") == [(50,)]
 

@@ -95,6 +95,12 @@ def test_index_materializes_with_no_files(s3_store: Any, instance: DagsterInstan
     assert instance.get_latest_materialization_event(AssetKey("index")) is not None
 
 
+def before_writing(sent: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The requests before the step's first write of records (the publish lists them after)."""
+    writes = [n for n, (action, key) in enumerate(sent) if action == "put" and "records/" in key]
+    return sent[: writes[0]] if writes else sent
+
+
 def test_new_bytes_are_processed_without_looking_up_what_cannot_exist_yet(
     s3_store: Any, instance: DagsterInstance, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -109,17 +115,19 @@ def test_new_bytes_are_processed_without_looking_up_what_cannot_exist_yet(
     assert execute(instance, (driver.tick().run_requests or [])[0]).success
 
     snapshot = next(key for action, key in sent if action == "copy")
-    summary = next(key for action, key in sent if key.endswith("/summary.json"))
     assert ("get", snapshot) not in sent  # the bytes the step read are the bytes it parsed
     assert not [key for action, key in sent if action == "get" and "/reads/" in key]
-    assert ("head", summary) not in sent and ("put", summary) in sent
+    assert ("list", "records/") not in before_writing(sent)  # no record set looked for
+    assert [key for action, key in sent if action == "put" and key.endswith("/sets.json")]
     sent.clear()
     s3_store.put_bytes("incoming/second.csv", data)
 
     request = (driver.tick().run_requests or [])[0]
     assert execute(instance, request).success
 
-    assert ("head", summary) in sent and ("put", summary) not in sent
+    assert ("list", "records/") in before_writing(sent)  # found and reused: its read is written
     assert not [key for action, key in sent if action == "copy"]
+    written = [key for action, key in sent if action == "put" and key.startswith("records/")]
+    assert len(written) == 1 and written[0].endswith("/sets.json")
     second = latest_metadata(instance, "records", request.partition_key)
     assert second["runs"] == LIGER_RUNS and second["files"] == 1

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from index_support import (
+    as_legacy_layout,
     csv_bytes,
     fingerprints,
     index_settings,
@@ -238,6 +239,7 @@ def test_the_first_publish_after_the_upgrade_mends_a_home_left_wrong(
     rebuilds from every record set and read object, and the key's newest read is A again."""
     ingest_bytes(s3_store, index_settings, [(KEY, rows_bytes(A_ROWS))])
     ingest_bytes(s3_store, index_settings, [(KEY, rows_bytes(B_ROWS))])
+    as_legacy_layout(s3_store)  # the old format's home: an object per summary and per read
     b_read = latest_read_per_key(s3_store, index_settings)[KEY]
     read_object = next(
         o.key for o in s3_store.list("records/") if "/reads/" in o.key and b_read.hex not in o.key
@@ -247,7 +249,7 @@ def test_the_first_publish_after_the_upgrade_mends_a_home_left_wrong(
     s3_store.put_bytes(read_object, second_a.to_json())  # what the old code did, in place
     # The old format's home: no catalog, and no read objects in its cache.
     (Path(index_settings.home) / "catalog.db").unlink()
-    IndexLayout.of(index_settings).cached_path(read_object).unlink()
+    IndexLayout.of(index_settings).cached_path(read_object).unlink(missing_ok=True)
     assert retracted(index_settings) == {at("C", T1), at("D", T1)}
 
     publish_index(s3_store, index_settings)

@@ -22,7 +22,6 @@ from pipelines.index.publish import (
     RecordObjects,
     included,
     list_record_sets,
-    load_record_sets,
 )
 from pipelines.index.record_objects import MANIFEST_SCHEMA, QUARANTINE_SCHEMA
 from pipelines.index.tables import (
@@ -101,10 +100,10 @@ class KnownManifests:
         current = load_current(self.store, self.settings)
         segments = current.files.get("manifest_segments", [])
         published = [str(fetch(self.store, self.layout, key)) for key in segments]
-        summaries, _ = list_record_sets(self.store, self.layout)
+        listing = list_record_sets(self.store, self.layout)
         included_sets, _ = included(self.store, self.layout, current)
-        prefixes = [prefix for prefix in sorted(summaries) if prefix not in included_sets]
-        pending = load_record_sets(self.store, self.layout, summaries, prefixes)
+        prefixes = [prefix for prefix in sorted(listing.summaries) if prefix not in included_sets]
+        pending = listing.record_sets(self.store, self.layout, prefixes)
         objects = RecordObjects.fetch(self.store, self.layout, pending, ["manifests"])
         return published, objects.select("manifests", MANIFEST_SCHEMA)
 

@@ -60,6 +60,8 @@ from pipelines.index.record_objects import (
     READS_DIR,
     RECORD_FILES,
     RUN_SCHEMA,
+    SETS_FILE,
+    SHARED_DIR,
     SUMMARY_FILE,
     is_shared,
     record_object_key,
@@ -121,16 +123,93 @@ class RecordSet:
         return [record_object_key(self.prefix, n) for n in self.object_names(name)]
 
 
-def load_record_sets(
-    store: ObjectStore, layout: IndexLayout, summaries: dict[str, str], prefixes: Sequence[str]
-) -> list[RecordSet]:
-    """The record sets at these prefixes (`summaries`: prefix -> summary key, as listed), their
-    summaries read from the cache or fetched."""
-    paths = fetch_all(store, layout, [summaries[prefix] for prefix in prefixes])
-    return [
-        RecordSet(prefix, orjson.loads(path.read_bytes()))
-        for prefix, path in zip(prefixes, paths, strict=True)
-    ]
+@dataclass(frozen=True, slots=True)
+class Listed:
+    """Where a summary or a read is: an object of its own (a home written before batch files),
+    or entry `member` of a batch's sets file."""
+
+    key: str
+    member: int | None = None
+
+
+@dataclass(slots=True)
+class RecordSetListing:
+    """The complete record sets in the bucket and the reads registered with them: each batch's
+    sets file (its summaries and reads, written once its record objects are durable), and the
+    summary and read objects of homes written before those files."""
+
+    summaries: dict[str, Listed] = field(default_factory=dict)  # prefix -> its summary
+    reads: dict[str, dict[str, Listed]] = field(default_factory=dict)  # prefix -> read id ->
+    batch_files: dict[str, dict[str, Any]] = field(default_factory=dict)  # key -> its content
+
+    def record_sets(
+        self, store: ObjectStore, layout: IndexLayout, prefixes: Sequence[str]
+    ) -> list[RecordSet]:
+        """The record sets at these prefixes, their summaries read from the cache or fetched."""
+        return [
+            RecordSet(prefix, summary)
+            for prefix, summary in zip(
+                prefixes,
+                self._load(store, layout, [self.summaries[p] for p in prefixes], "sets", "summary"),
+                strict=True,
+            )
+        ]
+
+    def object_reads(
+        self, store: ObjectStore, layout: IndexLayout, ids: Sequence[tuple[str, str]]
+    ) -> list[ObjectRead]:
+        """The reads of these (prefix, read id) pairs."""
+        places = [self.reads[prefix][read] for prefix, read in ids]
+        loaded = self._load(store, layout, places, "reads", "read")
+        return [ObjectRead.from_dict(read) for read in loaded]
+
+    def _load(
+        self,
+        store: ObjectStore,
+        layout: IndexLayout,
+        places: Sequence[Listed],
+        table: str,
+        field_name: str,
+    ) -> list[dict[str, Any]]:
+        own = [place.key for place in places if place.member is None]
+        loaded = {
+            key: orjson.loads(path.read_bytes())
+            for key, path in zip(own, fetch_all(store, layout, own), strict=True)
+        }
+        return [
+            loaded[place.key]
+            if place.member is None
+            else self.batch_files[place.key][table][place.member][field_name]
+            for place in places
+        ]
+
+
+def list_record_sets(store: ObjectStore, layout: IndexLayout) -> RecordSetListing:
+    """Every complete record set and read, from one listing of the records prefix and the
+    batches' sets files (each fetched once: the cache keeps them, they never change). A prefix
+    several batches wrote (its file processed again before the index had it) is the newest's."""
+    listing = RecordSetListing()
+    batches = f"{layout.records_prefix}{SHARED_DIR}/"
+    batch_keys = []
+    for info in store.list(layout.records_prefix):
+        key = info.key
+        if key.endswith("/" + SETS_FILE) and key.startswith(batches):
+            batch_keys.append(key)
+        elif key.endswith("/" + SUMMARY_FILE):
+            listing.summaries[key.removesuffix(SUMMARY_FILE)] = Listed(key)
+        elif f"/{READS_DIR}/" in key and key.endswith(".json"):
+            prefix, _, name = key.rpartition(f"{READS_DIR}/")
+            listing.reads.setdefault(prefix, {})[name.removesuffix(".json")] = Listed(key)
+    batch_keys.sort()  # named by when they were written
+    for key, path in zip(batch_keys, fetch_all(store, layout, batch_keys), strict=True):
+        content = orjson.loads(path.read_bytes())
+        listing.batch_files[key] = content
+        for n, entry in enumerate(content["sets"]):
+            listing.summaries[entry["prefix"]] = Listed(key, n)
+        for n, entry in enumerate(content["reads"]):
+            places = listing.reads.setdefault(entry["prefix"], {})
+            places[entry["read"]["read_id"]] = Listed(key, n)
+    return listing
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,25 +290,11 @@ def new_version_id() -> str:
     return datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ") + "-" + secrets.token_hex(3)
 
 
-def list_record_sets(
-    store: ObjectStore, layout: IndexLayout
-) -> tuple[dict[str, str], dict[str, list[str]]]:
-    """Complete record sets (prefix -> summary key) and read objects (prefix -> keys)."""
-    summaries: dict[str, str] = {}
-    reads: dict[str, list[str]] = {}
-    for info in store.list(layout.records_prefix):
-        key = info.key
-        if key.endswith("/" + SUMMARY_FILE):
-            summaries[key.removesuffix(SUMMARY_FILE)] = key
-        elif "/reads/" in key and key.endswith(".json"):
-            reads.setdefault(key.rsplit("reads/", 1)[0], []).append(key)
-    return summaries, reads
-
-
 def included(
     store: ObjectStore, layout: IndexLayout, index: PublishedIndex
-) -> tuple[set[str], set[str]]:
-    """The record set prefixes and read object keys a version holds (from its snapshots)."""
+) -> tuple[set[str], set[tuple[str, str]]]:
+    """The record set prefixes a version holds, and its reads as (prefix, read id): a read is
+    registered with each record set (parser version) that processed it (from its snapshots)."""
     paths = list(map(str, fetch_all(store, layout, index.files["snapshots"])))
     con = duckdb.connect()
     try:
@@ -239,12 +304,24 @@ def included(
         ).fetchall()
     finally:
         con.close()
-    sets, reads = set(), set()
-    for parser_version, snapshot_digest, read_id in rows:
-        prefix = layout.record_set_prefix(parser_version, snapshot_digest)
-        sets.add(prefix)
-        reads.add(f"{prefix}{READS_DIR}/{read_id}.json")
-    return sets, reads
+    reads = {
+        (layout.record_set_prefix(parser_version, snapshot_digest), read_id)
+        for parser_version, snapshot_digest, read_id in rows
+    }
+    return {prefix for prefix, _ in reads}, reads
+
+
+def pending_reads(
+    listing: RecordSetListing, included_reads: set[tuple[str, str]]
+) -> list[tuple[str, str]]:
+    """(prefix, read id) of the reads of complete record sets that the index lacks."""
+    return sorted(
+        (prefix, read)
+        for prefix, reads in listing.reads.items()
+        if prefix in listing.summaries
+        for read in reads
+        if (prefix, read) not in included_reads
+    )
 
 
 def unpublished_record_sets(store: ObjectStore, settings: Settings) -> list[str]:
@@ -257,13 +334,11 @@ def unpublished_record_sets(store: ObjectStore, settings: Settings) -> list[str]
     included_sets, included_reads = included(
         store, layout, published(catalog, current, store.bucket)
     )
-    summaries, read_keys = list_record_sets(store, layout)
-    return sorted(
-        prefix
-        for prefix, keys in read_keys.items()
-        if prefix in summaries
-        and (prefix not in included_sets or any(k not in included_reads for k in keys))
-    )
+    listing = list_record_sets(store, layout)
+    unpublished = {
+        prefix for prefix in listing.summaries if prefix in listing.reads
+    } - included_sets
+    return sorted(unpublished | {prefix for prefix, _ in pending_reads(listing, included_reads)})
 
 
 def publish_index(store: ObjectStore, settings: Settings) -> IndexVersion:
@@ -294,38 +369,27 @@ def _publish(store: ObjectStore, settings: Settings) -> IndexVersion:
     catalog.roll_back_to(version)
     current = published(catalog, version, store.bucket)
     included_sets, included_reads = included(store, layout, current)
-    summaries, read_keys = list_record_sets(store, layout)
-    # A record set counts once it has a read too: a process killed between the summary and
-    # the read object leaves a set whose runs have no source key yet (its rerun adds it).
+    listing = list_record_sets(store, layout)
+    # A record set counts once it has a read too: a set without one (a home written before
+    # batch files, its process killed between the summary and the read) has no source key yet.
     pending_prefixes = [
         prefix
-        for prefix in sorted(summaries)
-        if prefix not in included_sets and prefix in read_keys
+        for prefix in sorted(listing.summaries)
+        if prefix not in included_sets and prefix in listing.reads
     ]
-    pending_read_keys = sorted(
-        key
-        for prefix, keys in read_keys.items()
-        if prefix in summaries
-        for key in keys
-        if key not in included_reads
-    )
-    if not pending_prefixes and not pending_read_keys:
+    new_reads = pending_reads(listing, included_reads)
+    if not pending_prefixes and not new_reads:
         install_local(store, layout, current)
         return IndexVersion(
             version.version, version.parent, published=False, counts=dict(version.counts)
         )
     # Every summary the new reads need too (a new read of a set already in the index).
-    summary_prefixes = sorted(
-        {*pending_prefixes, *(k.rsplit("reads/", 1)[0] for k in pending_read_keys)}
-    )
+    summary_prefixes = sorted({*pending_prefixes, *(prefix for prefix, _ in new_reads)})
     summaries_by_prefix = {
-        rs.prefix: rs.summary for rs in load_record_sets(store, layout, summaries, summary_prefixes)
+        rs.prefix: rs.summary for rs in listing.record_sets(store, layout, summary_prefixes)
     }
     pending_sets = [RecordSet(prefix, summaries_by_prefix[prefix]) for prefix in pending_prefixes]
-    reads = [
-        ObjectRead.from_json(path.read_bytes())
-        for path in fetch_all(store, layout, pending_read_keys)
-    ]
+    reads = listing.object_reads(store, layout, new_reads)
     new_version, new_runs = build_version(
         store, layout, catalog, current, pending_sets, reads, summaries_by_prefix
     )

@@ -2,8 +2,9 @@
 of a key is its newest version.
 
 The same bytes dropped under two keys are one snapshot but two reads; retraction is judged per
-key, so the index needs every read. Each read is a small JSON object beside the record set it was
-processed into: `records/<parser_version>/<snapshot hex>/reads/<read id>.json`.
+key, so the index needs every read. Each read goes into the sets file of the batch that processed
+it (`records/batches/<batch>/sets.json`; an object of its own beside its record set in homes
+written before, `records/<parser_version>/<snapshot hex>/reads/<read id>.json`).
 
 A key that returns to bytes it held before (A, then B, then A again) is read again: the second A
 is a new read of the same snapshot, with its own LastModified, so the key's newest read is what
@@ -86,7 +87,11 @@ class ObjectRead:
 
     @classmethod
     def from_json(cls, data: bytes) -> ObjectRead:
-        fields: dict[str, Any] = orjson.loads(data)
+        return cls.from_dict(orjson.loads(data))
+
+    @classmethod
+    def from_dict(cls, parsed: dict[str, Any]) -> ObjectRead:
+        fields = dict(parsed)
         fields.pop("read_id", None)
         for name in ("last_modified", "taken_at", "processed_at", "committed_at"):
             if fields.get(name) is not None:

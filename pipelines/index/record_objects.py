@@ -1,25 +1,26 @@
 """Record objects: the normalized outcomes of one snapshot, written as a few large Parquet objects.
 
-Layout under the records prefix, keyed by parser version so a later parser can re-process old
+A batch of files writes one folder, named by when it was written:
+
+    records/batches/<written at>-<id>/runs.parquet        one row per run (BenchmarkRun)
+    records/batches/<written at>-<id>/manifests.parquet   every other manifest, once
+    records/batches/<written at>-<id>/quarantine.parquet  rows kept aside, with reasons
+    records/batches/<written at>-<id>/lineage.parquet     (line, run digest) of a run row
+    records/batches/<written at>-<id>/sets.json           summaries and reads; written last
+
+The Parquet objects hold the rows of all the batch's small record sets; `sets.json` holds each
+record set's summary, which claims its rows by snapshot digest and parser version and names the
+objects under "files", and each file's read (the object version it was read as). So a file costs
+the bucket no object of its own, and a batch whose `sets.json` never came (a crash mid-write)
+adds nothing and is redone. A record set of many runs (a large harness file) holds its tables in
+a prefix of its own instead, keyed by parser version so a later parser can re-process old
 snapshots without touching what an earlier one wrote:
 
-    records/<parser_version>/<snapshot hex>/runs.parquet        one row per run (BenchmarkRun)
-    records/<parser_version>/<snapshot hex>/manifests.parquet   every other manifest, once
-    records/<parser_version>/<snapshot hex>/quarantine.parquet  rows kept aside, with reasons
-    records/<parser_version>/<snapshot hex>/lineage.parquet     (line, run digest) of every run row
-    records/<parser_version>/<snapshot hex>/summary.json        counts; written last = commit mark
-    records/<parser_version>/<snapshot hex>/reads/<id>.json     each object version read as it
+    records/<parser_version>/<snapshot hex>/runs-<attempt>-000.parquet   parts, as spooled
+    records/<parser_version>/<snapshot hex>/manifests.parquet            (and the others)
 
-`summary.json` names each table's objects under "files". The small files of one batch share
-their objects: one per table for the whole batch,
-
-    records/batches/<attempt>/runs.parquet  (and manifests, quarantine, lineage)
-
-whose rows a record set's summary claims by its snapshot digest and parser version, so a file
-costs the bucket its summary and its read, not an object per table. A record set of many runs
-(a large harness file) holds its runs and lineage as parts of its own instead,
-`runs-<attempt>-000.parquet` and on, spooled as they were built. A record set without
-`summary.json` is incomplete (a crash mid-write) and is ignored and rewritten.
+Homes written before batch files have a `summary.json` and `reads/<read id>.json` in each record
+set's prefix, which read as before.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ RECORD_FILES = ("runs", "manifests", "quarantine", "lineage")
 SUMMARY_FILE = "summary.json"
 READS_DIR = "reads"
 SHARED_DIR = "batches"  # under the records prefix: the objects a batch's record sets share
+SETS_FILE = "sets.json"  # in a batch's folder: its record sets' summaries and reads, written last
 PREVIEW_ROWS = 5
 RUN_PREVIEW_COLUMNS = [
     "source_line",

@@ -3,9 +3,10 @@
 Every object version under the incoming prefix has a snapshot and, for the current parser, a
 record set (its quarantine rows included) that registered the read of that version. A version's
 read is its key's newest read record with its ETag (`snapshots/reads/<key>/<hex>.json`, which
-names the read id); a record set's reads are `records/<parser version>/<hex>/reads/<read id>.json`
-and its snapshot is `snapshots/sha256/<hex>`. So a check costs a few listings, and a GET of each
-read record that changed since the last check (they are cached by their ETag).
+names the read id); a record set's reads are in the sets file of the batch that wrote it
+(`records/batches/<batch>/sets.json`; `records/<parser version>/<hex>/reads/<read id>.json` in
+homes written before) and its snapshot is `snapshots/sha256/<hex>`. So a check costs a few
+listings, and a GET of each read record and sets file that is new since the last check.
 
 Also here: the snapshot of a given object version, looked up in the bucket (not in Dagster's
 event log, whose queries are bounded), for one file or for ten thousand.
@@ -17,8 +18,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from pipelines.index.layout import IndexLayout
+from pipelines.index.publish import list_record_sets
 from pipelines.index.reads import read_id
-from pipelines.index.record_objects import READS_DIR, SUMMARY_FILE
 from pipelines.intake.snapshots import (
     Snapshot,
     load_reads,
@@ -120,17 +121,12 @@ def _current_reads(
     """read id -> snapshot hex, for every complete record set of a current parser version. A
     source may write a record set under its version and a suffix naming what the index held
     (`+defs-…`, a FlashInfer trace and the definitions it resolved): that is current too."""
+    listing = list_record_sets(store, layout)
     reads: dict[str, str] = {}
-    complete: set[str] = set()
-    for version in parser_versions:
-        base = f"{layout.records_prefix}{version}"
-        for info in store.list(base):
-            suffix, slash, path = info.key.removeprefix(base).partition("/")
-            if not slash or (suffix and not suffix.startswith("+")):
-                continue  # another version that merely starts alike
-            snapshot_hex, _, rest = path.partition("/")
-            if rest == SUMMARY_FILE:
-                complete.add(snapshot_hex)
-            elif rest.startswith(READS_DIR + "/") and rest.endswith(".json"):
-                reads[rest.removeprefix(READS_DIR + "/").removesuffix(".json")] = snapshot_hex
-    return {read_id: h for read_id, h in reads.items() if h in complete}
+    for prefix in listing.summaries:
+        version, _, snapshot_hex = (
+            prefix.removeprefix(layout.records_prefix).rstrip("/").rpartition("/")
+        )
+        if any(version == v or version.startswith(v + "+") for v in parser_versions):
+            reads |= dict.fromkeys(listing.reads.get(prefix, {}), snapshot_hex)
+    return reads
