@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from pipelines.settings import Settings
+from pipelines.storage.base import KeptCopy
 from pipelines.storage.embedded import (
     ADMIN_GRPC_OFFSET,
     EmbeddedS3,
@@ -107,9 +108,10 @@ def test_objects_are_stored_encrypted_and_read_back_whole_and_in_ranges(
             Bucket=s3_store.bucket, Key="incoming/big.csv", Range=f"bytes={start}-{end}"
         )["Body"].read()
         assert body == data[start : end + 1]
-    assert s3_store.copy_unchanged(
+    copied = s3_store.keep_copy(
         "incoming/big.csv", "snapshots/big.csv", etag=info.etag, size=info.size
     )
+    assert copied is KeptCopy.COPIED
     assert s3_store.get_bytes("snapshots/big.csv") == data
 
 
@@ -263,9 +265,10 @@ def test_only_the_s3_api_answers_and_only_with_credentials(embedded_s3: Embedded
     written = store.head("incoming/secret.csv")
     assert written is not None
     # Server-side copy, as snapshots are taken: the gateway's own filer access still works.
-    assert store.copy_unchanged(
+    copied = store.keep_copy(
         "incoming/secret.csv", "snapshots/copy", etag=written.etag, size=written.size
     )
+    assert copied is KeptCopy.COPIED
     before = {o.key: o.etag for o in store.list("")}
     fid = volume_file_id(embedded_s3.data_dir, len(secret) + SEALED_OVERHEAD)
     assert embedded_s3.pid is not None

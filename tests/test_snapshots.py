@@ -28,6 +28,7 @@ from pipelines.intake.snapshots import (
     take_snapshot,
 )
 from pipelines.settings import Settings
+from pipelines.storage.base import KeptCopy
 from pipelines.storage.s3 import S3Store
 
 
@@ -149,13 +150,16 @@ def test_a_key_changed_while_it_is_read_still_gives_the_bytes_read(
         return read
 
     monkeypatch.setattr(s3_store, "get_object", read_then_change)
-    copies: list[bool] = []
-    copy_unchanged = s3_store.copy_unchanged
-    monkeypatch.setattr(
-        s3_store, "copy_unchanged", lambda *a, **k: copies.append(copy_unchanged(*a, **k)) or False
-    )
+    copies: list[KeptCopy] = []
+    keep_copy = s3_store.keep_copy
+
+    def recorded(*args: Any, **kwargs: Any) -> KeptCopy:
+        copies.append(keep_copy(*args, **kwargs))
+        return copies[-1]
+
+    monkeypatch.setattr(s3_store, "keep_copy", recorded)
     snap = take_snapshot(s3_store, settings, "incoming/race.csv")
-    assert copies == [False]  # the server refused: the ETag changed, or the key is gone
+    assert copies == [KeptCopy.NOT_COPIED]  # the server refused: the ETag changed, or it went
     assert snap.digest == "sha256:" + hashlib.sha256(b"the version read").hexdigest()
     assert read_snapshot(s3_store, settings, snap) == b"the version read"
 

@@ -30,7 +30,7 @@ import orjson
 from pipelines.index.reads import newest_order
 from pipelines.intake.incoming import SourceCommit
 from pipelines.settings import Settings
-from pipelines.storage.base import NoSuchKey, ObjectInfo, ObjectStore
+from pipelines.storage.base import KeptCopy, NoSuchKey, ObjectInfo, ObjectStore
 
 DIGEST_PREFIX = "sha256:"
 READ_FETCH_THREADS = 8
@@ -171,13 +171,14 @@ def _keep(
     """Keep `data` (the version `info` of its key, hashing to `digest`) and record the read."""
     key = info.key
     raw_key = snapshot_key(settings, digest)
-    kept_now = store.head(raw_key) is None
     # Copied on the server while the key still holds the bytes just read (its ETag), which
     # spares sending them back; uploaded from here when the key changed since.
-    if kept_now and not store.copy_unchanged(
+    kept = store.keep_copy(
         key, raw_key, etag=info.etag, size=len(data), content_type=SNAPSHOT_CONTENT_TYPE
-    ):
+    )
+    if kept is KeptCopy.NOT_COPIED:
         store.put(raw_key, data, content_type=SNAPSHOT_CONTENT_TYPE)
+    kept_now = kept is not KeptCopy.EXISTED
     snapshot = _record_read(store, settings, info, digest, first_read=kept_now)
     return TakenSnapshot(snapshot, data, kept_now)
 

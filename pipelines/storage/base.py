@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import Enum
 from pathlib import Path
 from typing import Protocol
 
@@ -22,6 +23,14 @@ class ObjectInfo:
     version_id: str | None = None
     # User metadata (x-amz-meta-*) as a HEAD or GET returns it; a listing carries none.
     metadata: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+
+class KeptCopy(Enum):
+    """What `keep_copy` did."""
+
+    COPIED = "copied"  # the key holds the source's bytes, copied just now
+    EXISTED = "existed"  # the key held an object already: nothing was copied
+    NOT_COPIED = "not copied"  # the source changed or went since, or is too large to copy
 
 
 class ObjectStore(Protocol):
@@ -50,9 +59,9 @@ class ObjectStore(Protocol):
         metadata: Mapping[str, str] | None = None,
     ) -> ObjectInfo: ...
 
-    def copy_unchanged(
+    def keep_copy(
         self, source_key: str, key: str, *, etag: str, size: int, content_type: str | None = None
-    ) -> bool: ...
+    ) -> KeptCopy: ...
 
     def get_bytes(self, key: str) -> bytes: ...
 

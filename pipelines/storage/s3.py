@@ -32,7 +32,7 @@ from tenacity import (
 )
 
 from pipelines.settings import Settings
-from pipelines.storage.base import NoSuchKey, ObjectInfo
+from pipelines.storage.base import KeptCopy, NoSuchKey, ObjectInfo
 from pipelines.storage.credentials import S3Credentials, configured_credentials
 from pipelines.storage.embedded import ServerLease
 from pipelines.storage.errors import (
@@ -181,35 +181,36 @@ class S3Store:
             lambda: self.client.put_object(Bucket=self.bucket, Key=key, Body=data, **extra),
         )
 
-    def copy_unchanged(
+    def keep_copy(
         self, source_key: str, key: str, *, etag: str, size: int, content_type: str | None = None
-    ) -> bool:
-        """Copy `source_key` (of `size` bytes) to `key` on the server, only while its ETag is
-        still `etag`, so the copy holds the bytes read with that ETag. False when it was not
-        copied: the source changed or went since, or it is too large for one CopyObject."""
-        if size > COPY_OBJECT_LIMIT:
-            return False
-        source = {"Bucket": self.bucket, "Key": source_key}
-        extra = {**_put_args(content_type, None), "MetadataDirective": "REPLACE"}
-        try:
-            self._call(
-                "copy",
-                key,
-                lambda: self.client.copy_object(
-                    Bucket=self.bucket,
-                    Key=key,
-                    CopySource=source,
-                    CopySourceIfMatch=f'"{etag}"',
-                    **extra,
-                ),
-            )
-        except NoSuchKey:
-            return False
-        except boto_errors.ClientError as error:
-            if _code(error) == "PreconditionFailed":
-                return False
-            raise
-        return True
+    ) -> KeptCopy:
+        """Copy `source_key` (of `size` bytes) to a new `key` on the server, only while the
+        source's ETag is still `etag`, so the copy holds the bytes read with that ETag, and only
+        if `key` holds nothing yet (a conditional write: one request where the key is new)."""
+        if size <= COPY_OBJECT_LIMIT:
+            source = {"Bucket": self.bucket, "Key": source_key}
+            extra = {**_put_args(content_type, None), "MetadataDirective": "REPLACE"}
+            try:
+                self._call(
+                    "copy",
+                    key,
+                    lambda: self.client.copy_object(
+                        Bucket=self.bucket,
+                        Key=key,
+                        CopySource=source,
+                        CopySourceIfMatch=f'"{etag}"',
+                        IfNoneMatch="*",
+                        **extra,
+                    ),
+                )
+                return KeptCopy.COPIED
+            except NoSuchKey:
+                pass
+            except boto_errors.ClientError as error:
+                if _code(error) != "PreconditionFailed":
+                    raise
+        # Refused (by either condition, which S3 does not tell apart) or too large.
+        return KeptCopy.EXISTED if self.head(key) is not None else KeptCopy.NOT_COPIED
 
     def get_bytes(self, key: str) -> bytes:
         return self.get_object(key)[0]
