@@ -144,31 +144,42 @@ def read_and_keep(
 ) -> TakenSnapshot:
     """take_snapshot, keeping the bytes read for the caller to parse."""
     data, info = store.get_object(key)
-    if etag is not None and info.etag != etag.strip('"'):
+    if etag is not None:
+        _check_version(store, key, info, etag)
+    return _keep(store, settings, info, data, content_digest(data))
+
+
+def _check_version(store: ObjectStore, key: str, found: ObjectInfo | None, etag: str) -> None:
+    """Refuse a key that no longer holds the version `etag` (`found`: what it holds now)."""
+    if found is None or found.etag != etag.strip('"'):
+        now = "is gone" if found is None else f"has ETag {found.etag}"
         raise VersionChanged(
-            f"s3://{store.bucket}/{key} has ETag {info.etag}, not {etag.strip(chr(34))}: "
+            f"s3://{store.bucket}/{key} {now}, not {etag.strip(chr(34))}: "
             "it was overwritten since it was listed"
         )
-    return _keep(store, settings, info, data, content_digest(data))
 
 
 def snapshot_written(
     store: ObjectStore, settings: Settings, written: ObjectInfo, data: bytes, digest: str
 ) -> TakenSnapshot:
-    """The snapshot of the version this process just wrote from `data` (`written`: what the PUT
-    returned; `digest`: the caller's content_digest of `data`). Its bytes are known, so they are
-    not read back; the key must still hold that version (its ETag), else this refuses as
-    take_snapshot does with an ETag."""
-    info = store.head(written.key)
-    if info is None or info.etag != written.etag:
-        return read_and_keep(store, settings, written.key, etag=written.etag)
-    return _keep(store, settings, info, data, digest)
+    """The snapshot of the version this process just wrote from `data` (`written`: what
+    put_bytes returned, from a HEAD of it; `digest`: the caller's content_digest of `data`). Its
+    bytes are known, so they are not read back; the key must still hold that version (its
+    ETag), else this refuses as take_snapshot does with an ETag."""
+    return _keep(store, settings, written, data, digest, refuse_changed=True)
 
 
 def _keep(
-    store: ObjectStore, settings: Settings, info: ObjectInfo, data: bytes, digest: str
+    store: ObjectStore,
+    settings: Settings,
+    info: ObjectInfo,
+    data: bytes,
+    digest: str,
+    *,
+    refuse_changed: bool = False,
 ) -> TakenSnapshot:
-    """Keep `data` (the version `info` of its key, hashing to `digest`) and record the read."""
+    """Keep `data` (the version `info` of its key, hashing to `digest`) and record the read.
+    `refuse_changed`: refuse, rather than keep the bytes, a key that changed since."""
     key = info.key
     raw_key = snapshot_key(settings, digest)
     # Copied on the server while the key still holds the bytes just read (its ETag), which
@@ -177,6 +188,8 @@ def _keep(
         key, raw_key, etag=info.etag, size=len(data), content_type=SNAPSHOT_CONTENT_TYPE
     )
     if kept is KeptCopy.NOT_COPIED:
+        if refuse_changed:
+            _check_version(store, key, store.head(key), info.etag)
         store.put(raw_key, data, content_type=SNAPSHOT_CONTENT_TYPE)
     kept_now = kept is not KeptCopy.EXISTED
     snapshot = _record_read(store, settings, info, digest, first_read=kept_now)
