@@ -207,7 +207,9 @@ class S3Store:
             except NoSuchKey:
                 pass
             except boto_errors.ClientError as error:
-                if _code(error) != "PreconditionFailed":
+                # 409: another write of the key was in flight (AWS asks for a retry; the HEAD
+                # below tells whether it landed).
+                if _code(error) not in {"PreconditionFailed", "ConditionalRequestConflict"}:
                     raise
         # Refused (by either condition, which S3 does not tell apart) or too large.
         return KeptCopy.EXISTED if self.head(key) is not None else KeptCopy.NOT_COPIED
