@@ -4,15 +4,17 @@
    (pipelines/intake/);
 2. snapshot: each file's GET and its immutable copy (`snapshot_file`);
 3. normalize, through the file's source (`normalize_files`, pipelines/sources/);
-4. write its record set (`write_files`);
+4. write the batch's record objects, then its sets file, every file's summary and read
+   (`write_files`);
 5. commit each file's outcome to the ledger, one append for the batch (`process_batch`);
 6. publish the index (`publish_resolving`).
 
 A batch is committed to the ledger only once its record sets are durable: a crash before redoes
-the batch, and a redone file finds its record set written (content-addressed) and adds no run
-twice. A crash between the commit and the publish leaves record sets the index lacks, which the
-next publish takes (the index catch-up sensor asks for one). `kindex ingest` takes steps 2-4 and
-6 for files on disk.
+the batch, and a redone file finds its record set written (its sets file listed), or writes it
+again in a batch of its own whose summary alone claims its rows, and adds no run twice. A crash
+between the commit and the publish leaves record sets the index lacks, which the next publish
+takes (the index catch-up sensor asks for one). `kindex ingest` takes steps 2-4 and 6 for files
+on disk.
 """
 
 from __future__ import annotations
