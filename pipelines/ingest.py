@@ -288,9 +288,16 @@ def put_own_objects(
     return files
 
 
-def _put_cached(store: ObjectStore, layout: IndexLayout, key: str, data: bytes) -> None:
-    """PUT an object, then cache it: the publish that follows reads it."""
-    store.put(key, data, content_type=PARQUET_CONTENT_TYPE)
+def _put_cached(
+    store: ObjectStore,
+    layout: IndexLayout,
+    key: str,
+    data: bytes,
+    content_type: str = PARQUET_CONTENT_TYPE,
+) -> None:
+    """PUT an object of a batch's record sets, then cache it: the publish that follows reads
+    it."""
+    store.put(key, data, content_type=content_type)
     cache_bytes(layout.cached_path(key), data)
 
 
@@ -821,8 +828,8 @@ def write_files(store: ObjectStore, settings: Settings, files: Sequence[FileWork
     for work in files:
         if work.failed is None and work.prepared is not None:
             writer = writers.get(work.prepared.prefix, work)
-            if writer.failed is not None:  # the same bytes under another key failed
-                work.fail(writer.error or RuntimeError("its record set was not written"))
+            if writer.error is not None:  # the same bytes under another key failed
+                work.fail(writer.error)
             else:
                 sets_file.add(work, written.get(work.prepared.prefix), writer is work)
     try:
@@ -853,18 +860,17 @@ class SetsFile:
         assert prepared is not None and snapshot is not None
         if objects is None:
             assert prepared.existing is not None
-            summary = prepared.existing
+            summary, reused = prepared.existing, True
         elif writer:
-            summary = record_set_summary(snapshot, prepared, objects)
+            summary, reused = record_set_summary(snapshot, prepared, objects), False
             self.summaries[prepared.prefix] = summary
         else:
-            summary = self.summaries[prepared.prefix]
+            summary, reused = self.summaries[prepared.prefix], True
         read = object_read(snapshot, work.entry.bucket, prepared.parser_version, prepared.source)
         if read.read_id not in prepared.registered:  # else the same version, processed again
             entry = b'{"prefix":%s,"read":%s}' % (orjson.dumps(prepared.prefix), read.to_json())
             self.reads.append(orjson.Fragment(entry))
         self.files.append(work)
-        reused = not (objects is not None and writer)
         work.records = records_from_summary(summary, snapshot.key, prepared.prefix, reused=reused)
 
     def put(self, store: ObjectStore, layout: IndexLayout) -> None:
@@ -873,8 +879,7 @@ class SetsFile:
         key = self.folder + SETS_FILE
         sets = [{"prefix": prefix, "summary": s} for prefix, s in self.summaries.items()]
         data = orjson.dumps({"sets": sets, "reads": self.reads})
-        store.put(key, data, content_type="application/json")
-        cache_bytes(layout.cached_path(key), data)  # the publish that follows reads it
+        _put_cached(store, layout, key, data, content_type="application/json")
 
 
 def done_entry(entry: FileEntry, records: SnapshotRecords) -> FileEntry:

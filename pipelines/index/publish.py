@@ -142,6 +142,27 @@ class RecordSetListing:
     reads: dict[str, dict[str, Listed]] = field(default_factory=dict)  # prefix -> read id ->
     batch_files: dict[str, dict[str, Any]] = field(default_factory=dict)  # key -> its content
 
+    def unpublished(
+        self, included_sets: set[str], included_reads: set[tuple[str, str]]
+    ) -> tuple[list[str], list[tuple[str, str]]]:
+        """What a publish adds to an index that holds these: the complete record sets it lacks,
+        and the reads, as (prefix, read id), it lacks of complete sets. A record set counts once
+        it has a read too: a set without one (a home written before batch files, its process
+        killed between the summary and the read) has no source key yet."""
+        sets = [
+            prefix
+            for prefix in sorted(self.summaries)
+            if prefix not in included_sets and prefix in self.reads
+        ]
+        reads = sorted(
+            (prefix, read)
+            for prefix, ids in self.reads.items()
+            if prefix in self.summaries
+            for read in ids
+            if (prefix, read) not in included_reads
+        )
+        return sets, reads
+
     def record_sets(
         self, store: ObjectStore, layout: IndexLayout, prefixes: Sequence[str]
     ) -> list[RecordSet]:
@@ -311,19 +332,6 @@ def included(
     return {prefix for prefix, _ in reads}, reads
 
 
-def pending_reads(
-    listing: RecordSetListing, included_reads: set[tuple[str, str]]
-) -> list[tuple[str, str]]:
-    """(prefix, read id) of the reads of complete record sets that the index lacks."""
-    return sorted(
-        (prefix, read)
-        for prefix, reads in listing.reads.items()
-        if prefix in listing.summaries
-        for read in reads
-        if (prefix, read) not in included_reads
-    )
-
-
 def unpublished_record_sets(store: ObjectStore, settings: Settings) -> list[str]:
     """Prefixes of complete record sets (summary and read written) the current index lacks, and
     of read objects it has not folded in: what the next publish would add."""
@@ -334,11 +342,8 @@ def unpublished_record_sets(store: ObjectStore, settings: Settings) -> list[str]
     included_sets, included_reads = included(
         store, layout, published(catalog, current, store.bucket)
     )
-    listing = list_record_sets(store, layout)
-    unpublished = {
-        prefix for prefix in listing.summaries if prefix in listing.reads
-    } - included_sets
-    return sorted(unpublished | {prefix for prefix, _ in pending_reads(listing, included_reads)})
+    sets, reads = list_record_sets(store, layout).unpublished(included_sets, included_reads)
+    return sorted({*sets, *(prefix for prefix, _ in reads)})
 
 
 def publish_index(store: ObjectStore, settings: Settings) -> IndexVersion:
@@ -370,14 +375,7 @@ def _publish(store: ObjectStore, settings: Settings) -> IndexVersion:
     current = published(catalog, version, store.bucket)
     included_sets, included_reads = included(store, layout, current)
     listing = list_record_sets(store, layout)
-    # A record set counts once it has a read too: a set without one (a home written before
-    # batch files, its process killed between the summary and the read) has no source key yet.
-    pending_prefixes = [
-        prefix
-        for prefix in sorted(listing.summaries)
-        if prefix not in included_sets and prefix in listing.reads
-    ]
-    new_reads = pending_reads(listing, included_reads)
+    pending_prefixes, new_reads = listing.unpublished(included_sets, included_reads)
     if not pending_prefixes and not new_reads:
         install_local(store, layout, current)
         return IndexVersion(
