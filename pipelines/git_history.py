@@ -24,7 +24,7 @@ from tqdm import tqdm
 from pipelines.index.publish import publish_index
 from pipelines.ingest import IngestSummary, SnapshotRecords, process_snapshot
 from pipelines.intake.incoming import SourceCommit, check_incoming_key, put_incoming
-from pipelines.intake.snapshots import Snapshot, content_digest, read_record_key, snapshot_written
+from pipelines.intake.snapshots import Snapshot, content_digest, put_by_snapshot, read_record_key
 from pipelines.settings import Settings
 from pipelines.storage.base import NoSuchKey, ObjectInfo, ObjectStore
 
@@ -115,11 +115,14 @@ def ingest_history(
     with tqdm(total=len(history.versions), unit="version", disable=not shown) as bar:
         for version, data in history.contents():
             bar.set_description(version.commit.commit[:10])
-            written = put_incoming(
-                store, settings, Path(history.name), data, key=target, commit=version.commit
-            )
-            snapshot = snapshot_written(
-                store, settings, written, data, content_digest(data)
+            snapshot = put_by_snapshot(
+                store,
+                settings,
+                Path(history.name),
+                data,
+                content_digest(data),
+                key=target,
+                commit=version.commit,
             ).snapshot
             files.append(process_snapshot(store, settings, snapshot))
             bar.update()

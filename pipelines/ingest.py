@@ -53,7 +53,7 @@ from pipelines.index.record_objects import (
     preview,
     value_counts,
 )
-from pipelines.intake.incoming import put_incoming, upload_incoming
+from pipelines.intake.incoming import upload_incoming
 from pipelines.intake.ledger import FileEntry, FileState, Ledger
 from pipelines.settings import Settings
 from pipelines.sources import Source, SourceContext, source_of
@@ -332,18 +332,16 @@ def records_from_summary(
 def uploaded_file(store: ObjectStore, settings: Settings, path: Path) -> FileWork:
     """Upload a file to its incoming key and snapshot that version: the batch steps' first two
     for a file on disk. A file that fits one PUT is read once, and the bytes sent are the bytes
-    hashed and parsed: nothing is read back from the bucket (the snapshot is copied on the
-    server while the key still holds the version written). A larger file streams up first and
-    is read back."""
-    from pipelines.intake.snapshots import content_digest, read_and_keep, snapshot_written
+    hashed and parsed: they go up to the snapshot, and the incoming version is its copy on the
+    server, so nothing is read back. A larger file streams up first and is read back."""
+    from pipelines.intake.snapshots import content_digest, put_by_snapshot, read_and_keep
 
     if path.stat().st_size > SINGLE_PUT_LIMIT:
         info = upload_incoming(store, settings, path)
         taken = read_and_keep(store, settings, info.key, info.etag)
     else:
         data = path.read_bytes()
-        written = put_incoming(store, settings, path, data)
-        taken = snapshot_written(store, settings, written, data, content_digest(data))
+        taken = put_by_snapshot(store, settings, path, data, content_digest(data))
     entry = FileEntry.pending(store.bucket, known_info(taken.snapshot), batch=INGEST_BATCH)
     return FileWork(entry, taken.snapshot, taken.data, taken.kept_now)
 

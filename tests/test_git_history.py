@@ -22,8 +22,8 @@ from pipelines.cli import main
 from pipelines.git_history import GitHistoryError, file_history
 from pipelines.index.publish import publish_index
 from pipelines.ingest import process_snapshot
-from pipelines.intake.incoming import SourceCommit, put_incoming
-from pipelines.intake.snapshots import content_digest, list_reads, snapshot_written, take_snapshot
+from pipelines.intake.incoming import SourceCommit
+from pipelines.intake.snapshots import content_digest, list_reads, put_by_snapshot, take_snapshot
 
 __all__ = ["index_settings"]  # the fixture, imported for pytest
 
@@ -233,11 +233,8 @@ def test_ingest_git_brings_in_the_whole_history_run_by_run(
     before = run_state(index_settings)
     oldest = file_history(repo, FILE).versions[0]
     data = version_bytes(ours[oldest.commit.commit])
-    written = put_incoming(
-        s3_store, index_settings, Path(FILE), data, key=KEY, commit=oldest.commit
-    )
-    snapshot = snapshot_written(
-        s3_store, index_settings, written, data, content_digest(data)
+    snapshot = put_by_snapshot(
+        s3_store, index_settings, Path(FILE), data, content_digest(data), KEY, oldest.commit
     ).snapshot
     process_snapshot(s3_store, index_settings, snapshot)
     publish_index(s3_store, index_settings)
@@ -251,11 +248,8 @@ def test_versions_uploaded_in_any_order_are_judged_by_commit_time(
     history = file_history(repo, FILE)
     for version in reversed(history.versions):  # newest first: upload order is not history
         data = history.read(version)
-        written = put_incoming(
-            s3_store, index_settings, Path(FILE), data, key=KEY, commit=version.commit
-        )
-        snapshot = snapshot_written(
-            s3_store, index_settings, written, data, content_digest(data)
+        snapshot = put_by_snapshot(
+            s3_store, index_settings, Path(FILE), data, content_digest(data), KEY, version.commit
         ).snapshot
         process_snapshot(s3_store, index_settings, snapshot)
     publish_index(s3_store, index_settings)

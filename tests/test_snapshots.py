@@ -5,10 +5,12 @@ from __future__ import annotations
 import hashlib
 import os
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from pipelines.ingest import known_info
 from pipelines.intake.incoming import SourceCommit
 from pipelines.intake.snapshots import (
     Snapshot,
@@ -20,11 +22,11 @@ from pipelines.intake.snapshots import (
     latest_read_per_key,
     list_reads,
     load_snapshot,
+    put_by_snapshot,
     read_record_key,
     read_snapshot,
     reads_prefix,
     snapshot_key,
-    snapshot_written,
     take_snapshot,
 )
 from pipelines.settings import Settings
@@ -182,39 +184,40 @@ def test_an_unchanged_key_is_copied_on_the_server(
     assert uploads == [read_record_key(settings, "incoming/same.csv", snap.digest)]  # only it
 
 
-def test_a_version_just_written_is_snapshotted_without_reading_it_back(
+def test_a_file_put_by_way_of_its_snapshot_is_sent_once_and_not_read_back(
     s3_store: S3Store, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`kindex ingest` holds the bytes it PUT: the snapshot is copied on the server from that
-    version, and nothing is read back."""
+    """`kindex ingest` holds the bytes it uploads: they go up to the snapshot, the incoming
+    version is its copy on the server, and the copy's answer describes that version as a HEAD
+    would (LastModified to the second), with nothing read back."""
     data = os.urandom(50_000)
-    written = s3_store.put_bytes("incoming/mine.csv", data)
-
-    get_object = s3_store.get_object  # get_bytes reads through it
+    get_object, head = s3_store.get_object, s3_store.head  # get_bytes reads through get_object
 
     def no_read_back(key: str) -> Any:
         assert key.startswith("snapshots/reads/"), f"{key} was read back"
         return get_object(key)  # read records are read, to keep the newest one
 
+    def no_head(key: str) -> Any:
+        raise AssertionError(f"{key} was asked for")
+
     monkeypatch.setattr(s3_store, "get_object", no_read_back)
-    snap = snapshot_written(s3_store, settings, written, data, content_digest(data)).snapshot
+    monkeypatch.setattr(s3_store, "head", no_head)
+    taken = put_by_snapshot(s3_store, settings, Path("mine.csv"), data, content_digest(data))
+    again = put_by_snapshot(s3_store, settings, Path("same bytes.csv"), data, content_digest(data))
     monkeypatch.undo()
+    snap = taken.snapshot
+    assert (taken.kept_now, again.kept_now) == (True, False)  # the second found it kept
     assert snap.digest == "sha256:" + hashlib.sha256(data).hexdigest()
-    assert (snap.key, snap.etag, snap.size) == ("incoming/mine.csv", written.etag, len(data))
-    assert snap.last_modified == written.last_modified
+    # key, ETag, size, LastModified and version id as the server states them
+    assert s3_store.head("incoming/mine.csv") == known_info(snap)
+    assert s3_store.get_bytes("incoming/mine.csv") == data
+    head = s3_store.client.head_object(Bucket=s3_store.bucket, Key="incoming/mine.csv")
+    assert head["ContentType"] == "text/csv"
     assert read_snapshot(s3_store, settings, snap) == data
     assert load_snapshot(s3_store, settings, snap.digest, key="incoming/mine.csv") == snap
-
-
-def test_a_version_written_then_overwritten_is_refused(
-    s3_store: S3Store, settings: Settings
-) -> None:
-    data = b"what this process wrote"
-    written = s3_store.put_bytes("incoming/mine.csv", data)
-    s3_store.put_bytes("incoming/mine.csv", b"somebody else's newer version")
-    with pytest.raises(VersionChanged, match=written.etag):
-        snapshot_written(s3_store, settings, written, data, content_digest(data))
-    assert list(s3_store.list("snapshots/")) == []
+    assert load_snapshot(s3_store, settings, snap.digest, key="incoming/same bytes.csv") == (
+        again.snapshot
+    )
 
 
 def test_a_version_with_a_commit_is_newest_by_its_commit_time(

@@ -23,12 +23,13 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import orjson
 
 from pipelines.index.reads import newest_order
-from pipelines.intake.incoming import SourceCommit
+from pipelines.intake.incoming import SourceCommit, content_type_of, incoming_key
 from pipelines.settings import Settings
 from pipelines.storage.base import KeptCopy, NoSuchKey, ObjectInfo, ObjectStore
 
@@ -159,27 +160,37 @@ def _check_version(store: ObjectStore, key: str, found: ObjectInfo | None, etag:
         )
 
 
-def snapshot_written(
-    store: ObjectStore, settings: Settings, written: ObjectInfo, data: bytes, digest: str
+def put_by_snapshot(
+    store: ObjectStore,
+    settings: Settings,
+    path: Path,
+    data: bytes,
+    digest: str,
+    key: str | None = None,
+    commit: SourceCommit | None = None,
 ) -> TakenSnapshot:
-    """The snapshot of the version this process just wrote from `data` (`written`: what
-    put_bytes returned, from a HEAD of it; `digest`: the caller's content_digest of `data`). Its
-    bytes are known, so they are not read back; the key must still hold that version (its
-    ETag), else this refuses as take_snapshot does with an ETag."""
-    return _keep(store, settings, written, data, digest, refuse_changed=True)
+    """put_incoming by way of the snapshot: the bytes of `path` (hashing to `digest`, the
+    caller's content_digest of `data`) go up once, to their snapshot unless it was kept
+    already, and the key's new version is a server-side copy of it, whose answer names its
+    ETag and LastModified. Nothing is read back, and the read recorded is the version the copy
+    made, whatever another writer does to the key."""
+    raw_key = snapshot_key(settings, digest)
+    kept_now = store.put_new(raw_key, data, content_type=SNAPSHOT_CONTENT_TYPE)
+    info = store.copy_to(
+        raw_key,
+        key or incoming_key(settings, path),
+        size=len(data),
+        content_type=content_type_of(path),
+        metadata=commit.to_metadata() if commit else None,
+    )
+    snapshot = _record_read(store, settings, info, digest, first_read=kept_now)
+    return TakenSnapshot(snapshot, data, kept_now)
 
 
 def _keep(
-    store: ObjectStore,
-    settings: Settings,
-    info: ObjectInfo,
-    data: bytes,
-    digest: str,
-    *,
-    refuse_changed: bool = False,
+    store: ObjectStore, settings: Settings, info: ObjectInfo, data: bytes, digest: str
 ) -> TakenSnapshot:
-    """Keep `data` (the version `info` of its key, hashing to `digest`) and record the read.
-    `refuse_changed`: refuse, rather than keep the bytes, a key that changed since."""
+    """Keep `data` (the version `info` of its key, hashing to `digest`) and record the read."""
     key = info.key
     raw_key = snapshot_key(settings, digest)
     # Copied on the server while the key still holds the bytes just read (its ETag), which
@@ -188,8 +199,6 @@ def _keep(
         key, raw_key, etag=info.etag, size=len(data), content_type=SNAPSHOT_CONTENT_TYPE
     )
     if kept is KeptCopy.NOT_COPIED:
-        if refuse_changed:
-            _check_version(store, key, store.head(key), info.etag)
         store.put(raw_key, data, content_type=SNAPSHOT_CONTENT_TYPE)
     kept_now = kept is not KeptCopy.EXISTED
     snapshot = _record_read(store, settings, info, digest, first_read=kept_now)

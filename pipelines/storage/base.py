@@ -59,6 +59,18 @@ class ObjectStore(Protocol):
         metadata: Mapping[str, str] | None = None,
     ) -> ObjectInfo: ...
 
+    def put_new(self, key: str, data: bytes, *, content_type: str | None = None) -> bool: ...
+
+    def copy_to(
+        self,
+        source_key: str,
+        key: str,
+        *,
+        size: int,
+        content_type: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> ObjectInfo: ...
+
     def keep_copy(
         self, source_key: str, key: str, *, etag: str, size: int, content_type: str | None = None
     ) -> KeptCopy: ...

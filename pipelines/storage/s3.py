@@ -181,6 +181,56 @@ class S3Store:
             lambda: self.client.put_object(Bucket=self.bucket, Key=key, Body=data, **extra),
         )
 
+    def put_new(self, key: str, data: bytes, *, content_type: str | None = None) -> bool:
+        """Write `key` only if it holds nothing yet (If-None-Match: *, one request): True if
+        this wrote it, False if an object was there."""
+        extra = _put_args(content_type, None)
+        try:
+            self._put_object(key, data, {**extra, "IfNoneMatch": "*"})
+        except boto_errors.ClientError as error:
+            code = _code(error)
+            if code == "PreconditionFailed":
+                return False
+            # 409: another write of the key was in flight; the HEAD tells whether it landed.
+            if code != "ConditionalRequestConflict":
+                raise
+            if self.head(key) is not None:
+                return False
+            self._put_object(key, data, extra)
+        return True
+
+    def copy_to(
+        self,
+        source_key: str,
+        key: str,
+        *,
+        size: int,
+        content_type: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> ObjectInfo:
+        """Copy `source_key` (of `size` bytes) to `key` on the server: the new version as the
+        copy's answer describes it (ETag, LastModified, version id), with no HEAD."""
+        source = {"Bucket": self.bucket, "Key": source_key}
+        extra = {**_put_args(content_type, metadata), "MetadataDirective": "REPLACE"}
+        response = self._call(
+            "copy",
+            key,
+            lambda: self.client.copy_object(
+                Bucket=self.bucket, Key=key, CopySource=source, **extra
+            ),
+        )
+        result = response["CopyObjectResult"]
+        return ObjectInfo(
+            key=key,
+            etag=_etag(result["ETag"]),
+            size=size,
+            # A HEAD, a GET and a listing state LastModified to the second; a copy's answer
+            # may carry milliseconds.
+            last_modified=_utc(result["LastModified"]).replace(microsecond=0),
+            version_id=response.get("VersionId"),
+            metadata=dict(metadata or {}),
+        )
+
     def keep_copy(
         self, source_key: str, key: str, *, etag: str, size: int, content_type: str | None = None
     ) -> KeptCopy:
