@@ -1067,14 +1067,19 @@ def _all_held_and_stateless(con: duckdb.DuckDBPyConnection, snapshots: list[str]
     """Whether no candidate has a state and every snapshot that holds one is some key's newest
     read. `snapshots`: those of the new runs and of the lineage read; the old runs' are in
     old_series_runs."""
+    # An Arrow column, not a list parameter: DuckDB converts a Python list value by value, and
+    # tries to import pandas for each.
+    con.register(
+        "listed_snapshots", pa.table({"snapshot_digest": pa.array(snapshots, pa.string())})
+    )
     row = con.execute(
         """SELECT (SELECT count(*) FROM had_state)
                   + (SELECT count(*) FROM (
                          SELECT snapshot_digest FROM old_series_runs
-                         UNION SELECT unnest($snapshots::VARCHAR[])
-                     ) WHERE snapshot_digest NOT IN (SELECT snapshot_digest FROM newest))""",
-        {"snapshots": snapshots},
+                         UNION SELECT snapshot_digest FROM listed_snapshots
+                     ) WHERE snapshot_digest NOT IN (SELECT snapshot_digest FROM newest))"""
     ).fetchone()
+    con.unregister("listed_snapshots")
     return row is not None and row[0] == 0
 
 
