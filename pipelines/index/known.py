@@ -47,7 +47,8 @@ class KnownManifests:
         self._named: dict[tuple[str, str], dict[str, Any] | None] = {}
         # Manifests of record sets built since (the files before this one in a batch).
         self._learned: set[str] = set()
-        self._learned_named: dict[tuple[str, str], dict[str, Any]] = {}
+        # Their texts by (kind, name), parsed only when asked for: few are.
+        self._learned_named: dict[tuple[str, str], str] = {}
 
     def learn(self, manifests: pa.Table) -> None:
         """Count these manifests (a record set's just built, not written yet) as known."""
@@ -56,7 +57,7 @@ class KnownManifests:
             strict=True,
         ):
             self._learned.add(digest)
-            self._learned_named.setdefault((kind, name), orjson.loads(manifest))
+            self._learned_named.setdefault((kind, name), manifest)
 
     def __call__(self, digest: str) -> bool:
         if digest in self._learned:
@@ -68,7 +69,7 @@ class KnownManifests:
 
     def named(self, kind: str, name: str) -> dict[str, Any] | None:
         if (kind, name) in self._learned_named:
-            return self._learned_named[kind, name]
+            return orjson.loads(self._learned_named[kind, name])
         if (kind, name) not in self._named:
             rows = self._query(
                 f"SELECT manifest FROM ({self._select()}) WHERE kind = ? AND name = ? "

@@ -21,7 +21,7 @@ import binascii
 import hashlib
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -86,7 +86,8 @@ class Snapshot:
         return newest_order(self.committed_at, self.last_modified, self.read_at)
 
     def to_json(self) -> bytes:
-        return orjson.dumps(asdict(self), option=orjson.OPT_SORT_KEYS | orjson.OPT_UTC_Z)
+        fields = {name: getattr(self, name) for name in self.__slots__}  # flat: no asdict
+        return orjson.dumps(fields, option=orjson.OPT_SORT_KEYS | orjson.OPT_UTC_Z)
 
     @classmethod
     def from_json(cls, data: bytes) -> Snapshot:
