@@ -25,16 +25,18 @@ import sys
 import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, as_completed
-from contextlib import contextmanager
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor, as_completed
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from itertools import repeat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
 from tqdm import tqdm
 
+from pipelines.forked import usable_cpus, worker_context
 from pipelines.index.faults import RECORD_FILES_WRITTEN, pause_point
 from pipelines.index.known import awaiting_files, is_awaiting, known_manifests
 from pipelines.index.layout import IndexLayout
@@ -59,6 +61,7 @@ from pipelines.settings import Settings
 from pipelines.sources import Source, SourceContext, source_of
 from pipelines.sources.source import SourceObject
 from pipelines.storage.base import NoSuchKey, ObjectInfo, ObjectStore
+from pipelines.storage.s3 import S3Store
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -329,6 +332,44 @@ def records_from_summary(
     )
 
 
+# A batch of at least this many files goes up from several processes, where there are CPUs for
+# them: each small file is three requests, and botocore's work on each holds the GIL.
+PROCESS_UPLOAD_FILES = 64
+
+
+@contextmanager
+def uploader(
+    store: ObjectStore, settings: Settings
+) -> Iterator[Callable[[Sequence[Path]], list[FileWork]]]:
+    """How `kindex ingest` sends a batch of files up (`upload_files`): from this process, or
+    split in order among one worker process per usable CPU (started with the first batch large
+    enough). A worker makes the store again, with its own client: only a store that pickles
+    (an S3Store) goes to one."""
+    workers = usable_cpus() if isinstance(store, S3Store) else 1
+    with ExitStack() as stack:
+        pool: ProcessPoolExecutor | None = None
+
+        def upload(paths: Sequence[Path]) -> list[FileWork]:
+            nonlocal pool
+            if workers < 2 or len(paths) < PROCESS_UPLOAD_FILES:
+                return upload_files(store, settings, paths)
+            if pool is None:
+                context = worker_context(__name__)
+                pool = stack.enter_context(ProcessPoolExecutor(workers, mp_context=context))
+            size = -(-len(paths) // workers)
+            chunks = [paths[i : i + size] for i in range(0, len(paths), size)]
+            parts = pool.map(upload_files, repeat(store), repeat(settings), chunks)
+            return [work for part in parts for work in part]
+
+        yield upload
+
+
+def upload_files(store: ObjectStore, settings: Settings, paths: Sequence[Path]) -> list[FileWork]:
+    """Steps 1-2 for files on disk, in order, from FILE_THREADS threads."""
+    with ThreadPoolExecutor(FILE_THREADS, thread_name_prefix="kindex-upload") as pool:
+        return list(pool.map(lambda path: uploaded_file(store, settings, path), paths))
+
+
 def uploaded_file(store: ObjectStore, settings: Settings, path: Path) -> FileWork:
     """Upload a file to its incoming key and snapshot that version: the batch steps' first two
     for a file on disk. A file that fits one PUT is read once, and the bytes sent are the bytes
@@ -446,11 +487,10 @@ def ingest_paths(
         disable=not (progress and sys.stderr.isatty()),
     )
     done: list[FileResult] = []
-    with bar:
+    with bar, uploader(store, settings) as upload:
         for batch in bounded_batches(sizes, [path.name for path in files]):
             bar.set_description(f"{files[batch[0]].name} and {len(batch) - 1} more")
-            with ThreadPoolExecutor(FILE_THREADS, thread_name_prefix="kindex-upload") as pool:
-                works = list(pool.map(lambda i: uploaded_file(store, settings, files[i]), batch))
+            works = upload([files[i] for i in batch])
             with parts_folder(settings) as parts_dir:
                 normalize_files(store, settings, works, parts_dir)
                 write_files(store, settings, works)

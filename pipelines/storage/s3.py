@@ -119,6 +119,7 @@ class S3Store:
         self.page_size = page_size
         self.reconnect_seconds = reconnect_seconds
         self._credentials = credentials
+        self._region, self._path_style, self._max_attempts = region, path_style, max_attempts
         self.client = client or make_client(
             endpoint_url=endpoint_url,
             region=region,
@@ -150,13 +151,23 @@ class S3Store:
 
     def with_bucket(self, bucket: str) -> S3Store:
         """The same endpoint and client, another bucket."""
-        return S3Store(
-            bucket,
-            endpoint_url=self.endpoint_url,
-            page_size=self.page_size,
-            reconnect_seconds=self.reconnect_seconds,
-            client=self.client,
-        )
+        return S3Store(bucket, **self._options(), client=self.client)
+
+    def _options(self) -> dict[str, Any]:
+        return {
+            "endpoint_url": self.endpoint_url,
+            "region": self._region,
+            "path_style": self._path_style,
+            "credentials": self._credentials,
+            "max_attempts": self._max_attempts,
+            "page_size": self.page_size,
+            "reconnect_seconds": self.reconnect_seconds,
+        }
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """A store sent to another process (a worker's) is made again there, with a client of
+        its own: a boto3 client is neither picklable nor safe to share across a fork."""
+        return (functools.partial(S3Store, **self._options()), (self.bucket,))
 
     # -- the ObjectStore protocol --------------------------------------------------------------
 
