@@ -5,13 +5,13 @@ same bytes under any key are one snapshot) and records the read beside them:
 `<snapshot prefix>reads/<base64url key>/<hex>.json` (a long key: its hash) holds the key, ETag,
 version id, size, LastModified and the time of the read. Parsing reads the snapshot, never the
 mutable key (or, for a version kindex itself just wrote, the bytes it wrote, which hash to the
-snapshot's digest).
+snapshot's digest). A file `kindex ingest` uploads goes the other way (`put_by_snapshot`): its
+bytes to the snapshot, then the key's version as a server-side copy of that.
 
 A read record is per (key, content): when a key returns to bytes it held before, the record of
 that content is updated to the newer LastModified, so the newest read of a key is always the
 key's newest version that kindex saw ("newest" as pipelines/index/reads.py orders reads: by commit
-time where a version carries one, else by LastModified). `record_reread` records such a return
-from a listing alone, when the bytes are ones already kept (the sensor calls it).
+time where a version carries one, else by LastModified).
 """
 
 from __future__ import annotations
