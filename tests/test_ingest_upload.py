@@ -51,16 +51,22 @@ def test_a_batch_uploaded_from_worker_processes_lands_whole_and_in_order(
 ) -> None:
     paths = small_csvs(tmp_path / "files", ingest.PROCESS_UPLOAD_FILES + 5)
     pools: list[int] = []
+    ended: list[bool] = []
 
     class CountedPool(ProcessPoolExecutor):
         def __init__(self, workers: int, **options: Any) -> None:
             pools.append(workers)
             super().__init__(workers, **options)
 
+        def shutdown(self, wait: bool = True, **options: Any) -> None:
+            ended.append(wait)
+            super().shutdown(wait, **options)
+
     monkeypatch.setattr(ingest, "ProcessPoolExecutor", CountedPool)
     monkeypatch.setattr(ingest, "usable_cpus", lambda: 2)  # workers even on one CPU
     summary = ingest.ingest_paths(paths, index_settings, progress=False, store=s3_store)
     assert pools == [2]
+    assert ended == [True]  # and ended with the ingest
     assert [f.source_key for f in summary.files] == [f"incoming/{p.name}" for p in paths]
     assert [f.snapshot_digest for f in summary.files] == [
         "sha256:" + hashlib.sha256(p.read_bytes()).hexdigest() for p in paths
