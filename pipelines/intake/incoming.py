@@ -76,6 +76,26 @@ def check_incoming_key(settings: Settings, key: str) -> str:
     return key
 
 
+@dataclass(frozen=True, slots=True)
+class IncomingUpload:
+    """What an upload of a local file sends, however its bytes go up."""
+
+    key: str
+    content_type: str | None
+    metadata: dict[str, str] | None
+
+
+def incoming_upload(
+    settings: Settings, path: Path, key: str | None = None, commit: SourceCommit | None = None
+) -> IncomingUpload:
+    """`path` goes to `key`, or to its incoming key, typed by its name, with its commit."""
+    return IncomingUpload(
+        key or incoming_key(settings, path),
+        content_type_of(path),
+        commit.to_metadata() if commit else None,
+    )
+
+
 def upload_incoming(
     store: ObjectStore,
     settings: Settings,
@@ -84,11 +104,9 @@ def upload_incoming(
     commit: SourceCommit | None = None,
 ) -> ObjectInfo:
     """Upload `path` to `key`, or to its incoming key, streaming it from disk."""
+    upload = incoming_upload(settings, path, key, commit)
     return store.upload_file(
-        path,
-        key or incoming_key(settings, path),
-        content_type=content_type_of(path),
-        metadata=commit.to_metadata() if commit else None,
+        path, upload.key, content_type=upload.content_type, metadata=upload.metadata
     )
 
 
@@ -102,11 +120,9 @@ def put_incoming(
 ) -> ObjectInfo:
     """Put `data`, the bytes of `path` already read, to `key` (default: its incoming key) in one
     request."""
+    upload = incoming_upload(settings, path, key, commit)
     return store.put_bytes(
-        key or incoming_key(settings, path),
-        data,
-        content_type=content_type_of(path),
-        metadata=commit.to_metadata() if commit else None,
+        upload.key, data, content_type=upload.content_type, metadata=upload.metadata
     )
 
 

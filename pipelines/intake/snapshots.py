@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 
 from pipelines.index.reads import newest_order
-from pipelines.intake.incoming import SourceCommit, content_type_of, incoming_key
+from pipelines.intake.incoming import SourceCommit, incoming_upload
 from pipelines.settings import Settings
 from pipelines.storage.base import KeptCopy, NoSuchKey, ObjectInfo, ObjectStore
 
@@ -175,14 +175,15 @@ def put_by_snapshot(
     already, and the key's new version is a server-side copy of it, whose answer names its
     ETag and LastModified. Nothing is read back, and the read recorded is the version the copy
     made, whatever another writer does to the key."""
+    upload = incoming_upload(settings, path, key, commit)
     raw_key = snapshot_key(settings, digest)
     kept_now = store.put_new(raw_key, data, content_type=SNAPSHOT_CONTENT_TYPE)
     info = store.copy_to(
         raw_key,
-        key or incoming_key(settings, path),
+        upload.key,
         size=len(data),
-        content_type=content_type_of(path),
-        metadata=commit.to_metadata() if commit else None,
+        content_type=upload.content_type,
+        metadata=upload.metadata,
     )
     snapshot = _record_read(store, settings, info, digest, first_read=kept_now)
     return TakenSnapshot(snapshot, data, kept_now)

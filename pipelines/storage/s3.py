@@ -221,15 +221,7 @@ class S3Store:
     ) -> ObjectInfo:
         """Copy `source_key` (of `size` bytes) to `key` on the server: the new version as the
         copy's answer describes it (ETag, LastModified, version id), with no HEAD."""
-        source = {"Bucket": self.bucket, "Key": source_key}
-        extra = {**_put_args(content_type, metadata), "MetadataDirective": "REPLACE"}
-        response = self._call(
-            "copy",
-            key,
-            lambda: self.client.copy_object(
-                Bucket=self.bucket, Key=key, CopySource=source, **extra
-            ),
-        )
+        response = self._copy_object(source_key, key, _put_args(content_type, metadata))
         result = response["CopyObjectResult"]
         return ObjectInfo(
             key=key,
@@ -249,21 +241,9 @@ class S3Store:
         source's ETag is still `etag`, so the copy holds the bytes read with that ETag, and only
         if `key` holds nothing yet (a conditional write: one request where the key is new)."""
         if size <= COPY_OBJECT_LIMIT:
-            source = {"Bucket": self.bucket, "Key": source_key}
-            extra = {**_put_args(content_type, None), "MetadataDirective": "REPLACE"}
+            conditions = {"CopySourceIfMatch": f'"{etag}"', "IfNoneMatch": "*"}
             try:
-                self._call(
-                    "copy",
-                    key,
-                    lambda: self.client.copy_object(
-                        Bucket=self.bucket,
-                        Key=key,
-                        CopySource=source,
-                        CopySourceIfMatch=f'"{etag}"',
-                        IfNoneMatch="*",
-                        **extra,
-                    ),
-                )
+                self._copy_object(source_key, key, {**_put_args(content_type, None), **conditions})
                 return KeptCopy.COPIED
             except NoSuchKey:
                 pass
@@ -274,6 +254,22 @@ class S3Store:
                     raise
         # Refused (by either condition, which S3 does not tell apart) or too large.
         return KeptCopy.EXISTED if self.head(key) is not None else KeptCopy.NOT_COPIED
+
+    def _copy_object(self, source_key: str, key: str, extra: Mapping[str, Any]) -> Any:
+        """One CopyObject within this bucket; the copy gets the headers in `extra`, not the
+        source's."""
+        source = {"Bucket": self.bucket, "Key": source_key}
+        return self._call(
+            "copy",
+            key,
+            lambda: self.client.copy_object(
+                Bucket=self.bucket,
+                Key=key,
+                CopySource=source,
+                MetadataDirective="REPLACE",
+                **extra,
+            ),
+        )
 
     def get_bytes(self, key: str) -> bytes:
         return self.get_object(key)[0]
