@@ -24,9 +24,9 @@ from tqdm import tqdm
 from pipelines.index.publish import publish_index
 from pipelines.ingest import IngestSummary, SnapshotRecords, process_snapshot
 from pipelines.intake.incoming import SourceCommit, check_incoming_key, put_incoming
-from pipelines.intake.snapshots import Snapshot, content_digest, put_by_snapshot, read_record_key
+from pipelines.intake.snapshots import content_digest, list_reads, put_by_snapshot
 from pipelines.settings import Settings
-from pipelines.storage.base import NoSuchKey, ObjectInfo, ObjectStore
+from pipelines.storage.base import ObjectInfo, ObjectStore
 
 GIT_TIMEOUT_SECONDS = 120
 READ_POLL_SECONDS = 0.5
@@ -161,15 +161,11 @@ class NotReadInTime(GitHistoryError):
 def wait_until_read(
     store: ObjectStore, settings: Settings, info: ObjectInfo, digest: str, seconds: float
 ) -> None:
-    """Until the key's read record of these bytes is this upload (or newer)."""
-    record_key = read_record_key(settings, info.key, digest)
+    """Until the key's newest read of these bytes is this upload (or newer)."""
     deadline = time.monotonic() + seconds
     while True:
-        try:
-            read = Snapshot.from_json(store.get_bytes(record_key))
-        except NoSuchKey:  # not read yet
-            read = None
-        if read is not None and read.last_modified >= info.last_modified:
+        reads = [r for r in list_reads(store, settings, info.key) if r.digest == digest]
+        if reads and reads[-1].last_modified >= info.last_modified:
             return
         if time.monotonic() >= deadline:
             raise NotReadInTime(

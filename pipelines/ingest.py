@@ -26,7 +26,7 @@ import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor, as_completed
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from itertools import repeat
@@ -48,7 +48,6 @@ from pipelines.index.record_objects import (
     RECORD_FILES,
     SCHEMAS,
     SETS_FILE,
-    SHARED_DIR,
     RecordSetContent,
     object_names,
     parquet_bytes,
@@ -231,7 +230,7 @@ def batch_folder(layout: IndexLayout) -> str:
     """A new batch's folder for its shared objects and its sets file: named by when it was
     written (a prefix two batches wrote is the newest's), and unique."""
     written_at = f"{datetime.now(UTC):%Y%m%dT%H%M%S%f}"
-    return f"{layout.records_prefix}{SHARED_DIR}/{written_at}-{secrets.token_hex(4)}/"
+    return f"{layout.batches_prefix}{written_at}-{secrets.token_hex(4)}/"
 
 
 def put_shared_objects(
@@ -423,7 +422,7 @@ def resolve_awaiting(
     definition), of this batch and of the published index, now that more is indexed: a file
     whose record set comes out the same under what the index now holds is left as it is (its
     source's `version_of` says so without rebuilding it)."""
-    from pipelines.intake.snapshots import load_reads, read_record_key
+    from pipelines.intake.snapshots import SnapshotNotFound, load_snapshot
 
     waiting = {
         (f.snapshot_digest, f.source_key)
@@ -433,7 +432,10 @@ def resolve_awaiting(
     waiting.update(awaiting_files(store, settings))
     if not waiting:
         return []
-    reads = load_reads(store, [read_record_key(settings, k, d) for d, k in sorted(waiting)])
+    reads = []
+    for digest, key in sorted(waiting):
+        with suppress(SnapshotNotFound):  # its read was lost with its batch: it is read again
+            reads.append(load_snapshot(store, settings, digest, key))
     works: dict[str, FileWork] = {}
     for snapshot in reads:  # one per content: the same bytes under two keys are one record set
         works.setdefault(snapshot.digest, snapshot_work(store, settings, snapshot))
@@ -731,19 +733,22 @@ def each_file(files: Sequence[FileWork], step: Callable[[FileWork], None]) -> No
 
 
 def snapshot_file(store: ObjectStore, settings: Settings, work: FileWork) -> None:
-    """Step 2: the file's GET and its immutable copy (the copy and the read record are written
-    once). A version processed before is not copied again: its read is loaded."""
+    """Step 2: the file's GET and its immutable copy (written once; its first read is recorded
+    by the batch's sets file). A version processed before is not copied again: its read is
+    loaded."""
     from pipelines.intake.ledger import version_of
-    from pipelines.intake.snapshots import load_reads, read_and_keep, read_record_key
+    from pipelines.intake.snapshots import list_reads, read_and_keep
 
     entry = work.entry
     if entry.snapshot_digest is not None:
-        record_key = read_record_key(settings, entry.key, entry.snapshot_digest)
-        reads = load_reads(store, [record_key])
-        known = [r for r in reads if version_of(known_info(r)) == entry.version]
-        if known:
-            work.snapshot = known[0]
-            work.data = snapshot_data(store, settings, known[0])
+        known = [
+            r
+            for r in list_reads(store, settings, entry.key)
+            if r.digest == entry.snapshot_digest and version_of(known_info(r)) == entry.version
+        ]
+        if known:  # its newest read (another of the same version: a read by a concurrent batch)
+            work.snapshot = known[-1]
+            work.data = snapshot_data(store, settings, known[-1])
             return
     taken = read_and_keep(store, settings, entry.key, etag=entry.etag)
     work.snapshot, work.data, work.kept_now = taken.snapshot, taken.data, taken.kept_now

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from pipelines.ingest import known_info
+from pipelines.ingest import known_info, process_snapshot
 from pipelines.intake.incoming import SourceCommit
 from pipelines.intake.snapshots import (
     Snapshot,
@@ -214,10 +214,30 @@ def test_a_file_put_by_way_of_its_snapshot_is_sent_once_and_not_read_back(
     head = s3_store.client.head_object(Bucket=s3_store.bucket, Key="incoming/mine.csv")
     assert head["ContentType"] == "text/csv"
     assert read_snapshot(s3_store, settings, snap) == data
-    assert load_snapshot(s3_store, settings, snap.digest, key="incoming/mine.csv") == snap
+    # A first read is recorded by the batch that processes it; the second read has a record.
+    with pytest.raises(SnapshotNotFound):
+        load_snapshot(s3_store, settings, snap.digest, key="incoming/mine.csv")
     assert load_snapshot(s3_store, settings, snap.digest, key="incoming/same bytes.csv") == (
         again.snapshot
     )
+
+
+def test_a_first_read_a_batch_processed_is_found_in_its_sets_file(
+    s3_store: S3Store, settings: Settings
+) -> None:
+    """A first read costs no request of its own: the batch's sets file holds it, and every
+    lookup of reads finds it there. The same bytes uploaded again to the key are that read."""
+    data = b"kernel,provider\n"  # any bytes: a file of no known format is quarantined whole
+    taken = put_by_snapshot(s3_store, settings, Path("first.csv"), data, content_digest(data))
+    assert taken.kept_now and not list(s3_store.list(reads_prefix(settings)))
+    process_snapshot(s3_store, settings, taken.snapshot, taken)
+    assert not list(s3_store.list(reads_prefix(settings)))  # no read record was written
+    key = "incoming/first.csv"
+    assert load_snapshot(s3_store, settings, taken.snapshot.digest, key=key) == taken.snapshot
+    assert list_reads(s3_store, settings) == [taken.snapshot]
+    assert latest_read_per_key(s3_store, settings) == {key: taken.snapshot}
+    again = put_by_snapshot(s3_store, settings, Path("first.csv"), data, content_digest(data))
+    assert again.snapshot == taken.snapshot  # its newest read is these bytes: nothing new
 
 
 def test_a_version_with_a_commit_is_newest_by_its_commit_time(

@@ -13,6 +13,8 @@ from pipelines.settings import Settings
 
 DEFAULT_RECORDS_PREFIX = "records/"
 DEFAULT_INDEX_PREFIX = "index/"
+# Under the records prefix: a folder per batch, for its shared objects and its sets file.
+SHARED_DIR = "batches"
 
 
 def _prefix(value: str) -> str:
@@ -38,6 +40,10 @@ class IndexLayout:
     # bucket side
     def record_set_prefix(self, parser_version: str, snapshot_digest: str) -> str:
         return f"{self.records_prefix}{parser_version}/{snapshot_hex(snapshot_digest)}/"
+
+    @property
+    def batches_prefix(self) -> str:
+        return f"{self.records_prefix}{SHARED_DIR}/"
 
     # local side
     @property

@@ -61,7 +61,6 @@ from pipelines.index.record_objects import (
     RECORD_FILES,
     RUN_SCHEMA,
     SETS_FILE,
-    SHARED_DIR,
     SUMMARY_FILE,
     is_shared,
     record_object_key,
@@ -210,7 +209,7 @@ def list_record_sets(store: ObjectStore, layout: IndexLayout) -> RecordSetListin
     batches' sets files (each fetched once: the cache keeps them, they never change). A prefix
     several batches wrote (its file processed again before the index had it) is the newest's."""
     listing = RecordSetListing()
-    batches = f"{layout.records_prefix}{SHARED_DIR}/"
+    batches = layout.batches_prefix
     batch_keys = []
     for info in store.list(layout.records_prefix):
         key = info.key

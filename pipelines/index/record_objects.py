@@ -41,7 +41,6 @@ from pipelines.records import Record, RowOutcome, RunFacts
 RECORD_FILES = ("runs", "manifests", "quarantine", "lineage")
 SUMMARY_FILE = "summary.json"
 READS_DIR = "reads"
-SHARED_DIR = "batches"  # under the records prefix: the objects a batch's record sets share
 SETS_FILE = "sets.json"  # in a batch's folder: its record sets' summaries and reads, written last
 PREVIEW_ROWS = 5
 RUN_PREVIEW_COLUMNS = [

@@ -2,11 +2,12 @@
 
 Every object version under the incoming prefix has a snapshot and, for the current parser, a
 record set (its quarantine rows included) that registered the read of that version. A version's
-read is its key's newest read record with its ETag (`snapshots/reads/<key>/<hex>.json`, which
-names the read id); a record set's reads are in the sets file of the batch that wrote it
-(`records/batches/<batch>/sets.json`; `records/<parser version>/<hex>/reads/<read id>.json` in
-homes written before) and its snapshot is `snapshots/sha256/<hex>`. So a check costs a few
-listings, and a GET of each read record and sets file that is new since the last check.
+read is its key's newest recorded read with its ETag (pipelines/intake/snapshots.py: a read
+record, `snapshots/reads/<key>/<hex>.json`, or a read a batch's sets file registered); a record
+set's reads are in the sets file of the batch that wrote it (`records/batches/<batch>/sets.json`;
+`records/<parser version>/<hex>/reads/<read id>.json` in homes written before) and its snapshot
+is `snapshots/sha256/<hex>`. So a check costs a few listings, and a GET of each read record and
+sets file that is new since the last check.
 
 Also here: the snapshot of a given object version, looked up in the bucket (not in Dagster's
 event log, whose queries are bounded), for one file or for ten thousand.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 
 from pipelines.index.layout import IndexLayout
 from pipelines.index.publish import list_record_sets
@@ -25,6 +27,7 @@ from pipelines.intake.snapshots import (
     load_reads,
     read_record_key,
     reads_prefix,
+    sets_file_reads,
 )
 from pipelines.settings import Settings
 from pipelines.storage.base import ObjectInfo, ObjectStore
@@ -94,7 +97,7 @@ def reconcile(
 
 
 def _reads_by_version(store: ObjectStore, settings: Settings) -> dict[tuple[str, str], Snapshot]:
-    """For each (key, ETag) ever read, its newest read."""
+    """For each (key, ETag) ever read, its newest read: of the read records and the sets files."""
     listed = {o.key: o.etag for o in store.list(reads_prefix(settings)) if o.key.endswith(".json")}
     read_cache = _read_caches.setdefault(store.bucket, {})
     for stale in read_cache.keys() - listed.keys():
@@ -104,14 +107,18 @@ def _reads_by_version(store: ObjectStore, settings: Settings) -> dict[tuple[str,
         record_key = read_record_key(settings, read.key, read.digest)
         if record_key in listed:
             read_cache[record_key] = (listed[record_key], read)
+    recorded = [cached[1] for k in listed if (cached := read_cache.get(k)) is not None]
+    registered = (
+        read
+        for by_key in sets_file_reads(store, settings)
+        for reads in by_key.values()
+        for read in reads
+    )
     newest: dict[tuple[str, str], Snapshot] = {}
-    for record_key in listed:
-        cached = read_cache.get(record_key)
-        if cached is not None:
-            read = cached[1]
-            held = newest.get((read.key, read.etag))
-            if held is None or read.order > held.order:
-                newest[(read.key, read.etag)] = read
+    for read in chain(recorded, registered):
+        held = newest.get((read.key, read.etag))
+        if held is None or read.order > held.order:
+            newest[(read.key, read.etag)] = read
     return newest
 
 

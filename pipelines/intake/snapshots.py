@@ -1,17 +1,24 @@
 """Immutable, content-addressed copies of every object version kindex reads.
 
 Reading a dropped object copies its bytes, unchanged, to `<snapshot prefix>sha256/<hex>` (the
-same bytes under any key are one snapshot) and records the read beside them:
-`<snapshot prefix>reads/<base64url key>/<hex>.json` (a long key: its hash) holds the key, ETag,
-version id, size, LastModified and the time of the read. Parsing reads the snapshot, never the
-mutable key (or, for a version kindex itself just wrote, the bytes it wrote, which hash to the
-snapshot's digest). A file `kindex ingest` uploads goes the other way (`put_by_snapshot`): its
-bytes to the snapshot, then the key's version as a server-side copy of that.
+same bytes under any key are one snapshot) and records the read: the key, ETag, version id,
+size, LastModified and the time of the read. Parsing reads the snapshot, never the mutable key
+(or, for a version kindex itself just wrote, the bytes it wrote, which hash to the snapshot's
+digest). A file `kindex ingest` uploads goes the other way (`put_by_snapshot`): its bytes to the
+snapshot, then the key's version as a server-side copy of that.
 
-A read record is per (key, content): when a key returns to bytes it held before, the record of
-that content is updated to the newer LastModified, so the newest read of a key is always the
-key's newest version that kindex saw ("newest" as pipelines/index/reads.py orders reads: by commit
-time where a version carries one, else by LastModified).
+Where a read is recorded:
+- a first read (its bytes were kept just now, so no read of them exists) that a batch processes
+  is recorded by the batch's sets file (`records/batches/<batch>/sets.json`), with the batch's
+  records, and costs no request of its own; a crash before that file leaves the version unread,
+  and it is read again;
+- any other read has a read record, `<snapshot prefix>reads/<base64url key>/<hex>.json` (a long
+  key: its hash), one per (key, content): when a key returns to bytes it held before, the
+  record of that content is updated to the newer read, so the newest read of a key is always
+  the key's newest version that kindex saw ("newest" as pipelines/index/reads.py orders reads:
+  by commit time where a version carries one, else by LastModified).
+
+`list_reads` gives the reads of both places.
 """
 
 from __future__ import annotations
@@ -23,12 +30,13 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from pipelines.index.reads import newest_order
+from pipelines.index.reads import ObjectRead, newest_order
 from pipelines.intake.incoming import SourceCommit, incoming_upload
 from pipelines.settings import Settings
 from pipelines.storage.base import KeptCopy, NoSuchKey, ObjectInfo, ObjectStore
@@ -90,6 +98,27 @@ class Snapshot:
         return orjson.dumps(fields, option=orjson.OPT_SORT_KEYS | orjson.OPT_UTC_Z)
 
     @classmethod
+    def of_read(cls, read: ObjectRead) -> Snapshot:
+        """The read a batch's sets file registered (an ObjectRead), as a read record holds it."""
+        return cls(
+            digest=read.snapshot_digest,
+            bucket=read.bucket,
+            key=read.source_key,
+            etag=read.etag,
+            version_id=read.version_id,
+            size=read.size,
+            last_modified=read.last_modified,
+            read_at=read.taken_at,
+            commit=read.commit,
+            committed_at=read.committed_at,
+        )
+
+    @property
+    def identity(self) -> tuple[str, str, str, str | None, datetime, datetime]:
+        """The same read, whether its read record or a sets file holds it."""
+        return (self.digest, self.key, self.etag, self.version_id, self.last_modified, self.read_at)
+
+    @classmethod
     def from_json(cls, data: bytes) -> Snapshot:
         fields: dict[str, Any] = orjson.loads(data)
         for name in ("last_modified", "read_at", "committed_at"):
@@ -138,17 +167,23 @@ def take_snapshot(
 ) -> Snapshot:
     """Read the object at `key` once, keep its bytes under their digest (written only if
     absent) and record the read. With `etag`, refuse a version other than that one."""
-    return read_and_keep(store, settings, key, etag).snapshot
+    return read_and_keep(store, settings, key, etag, in_batch=False).snapshot
 
 
 def read_and_keep(
-    store: ObjectStore, settings: Settings, key: str, etag: str | None = None
+    store: ObjectStore,
+    settings: Settings,
+    key: str,
+    etag: str | None = None,
+    *,
+    in_batch: bool = True,
 ) -> TakenSnapshot:
-    """take_snapshot, keeping the bytes read for the caller to parse."""
+    """take_snapshot for a batch, keeping the bytes read for it to parse; a first read is
+    recorded by the batch's sets file. `in_batch=False`: by a read record, as any other."""
     data, info = store.get_object(key)
     if etag is not None:
         _check_version(store, key, info, etag)
-    return _keep(store, settings, info, data, content_digest(data))
+    return _keep(store, settings, info, data, content_digest(data), in_batch)
 
 
 def _check_version(store: ObjectStore, key: str, found: ObjectInfo | None, etag: str) -> None:
@@ -173,8 +208,9 @@ def put_by_snapshot(
     """put_incoming by way of the snapshot: the bytes of `path` (hashing to `digest`, the
     caller's content_digest of `data`) go up once, to their snapshot unless it was kept
     already, and the key's new version is a server-side copy of it, whose answer names its
-    ETag and LastModified. Nothing is read back, and the read recorded is the version the copy
-    made, whatever another writer does to the key."""
+    ETag and LastModified. Nothing is read back, and the read is the version the copy made,
+    whatever another writer does to the key. The batch that processes the file records a first
+    read."""
     upload = incoming_upload(settings, path, key, commit)
     raw_key = snapshot_key(settings, digest)
     kept_now = store.put_new(raw_key, data, content_type=SNAPSHOT_CONTENT_TYPE)
@@ -185,12 +221,17 @@ def put_by_snapshot(
         content_type=upload.content_type,
         metadata=upload.metadata,
     )
-    snapshot = _record_read(store, settings, info, digest, first_read=kept_now)
+    snapshot = _record_read(store, settings, info, digest, first_read=kept_now, in_batch=True)
     return TakenSnapshot(snapshot, data, kept_now)
 
 
 def _keep(
-    store: ObjectStore, settings: Settings, info: ObjectInfo, data: bytes, digest: str
+    store: ObjectStore,
+    settings: Settings,
+    info: ObjectInfo,
+    data: bytes,
+    digest: str,
+    in_batch: bool,
 ) -> TakenSnapshot:
     """Keep `data` (the version `info` of its key, hashing to `digest`) and record the read."""
     key = info.key
@@ -203,7 +244,7 @@ def _keep(
     if kept is KeptCopy.NOT_COPIED:
         store.put(raw_key, data, content_type=SNAPSHOT_CONTENT_TYPE)
     kept_now = kept is not KeptCopy.EXISTED
-    snapshot = _record_read(store, settings, info, digest, first_read=kept_now)
+    snapshot = _record_read(store, settings, info, digest, first_read=kept_now, in_batch=in_batch)
     return TakenSnapshot(snapshot, data, kept_now)
 
 
@@ -212,14 +253,15 @@ def _record_read(
     settings: Settings,
     info: ObjectInfo,
     digest: str,
-    first_read: bool = False,
+    *,
+    first_read: bool,
+    in_batch: bool,
 ) -> Snapshot:
-    """Record that `info` (a version of its key, with metadata as a HEAD or GET gives it) was
-    read and holds the snapshot `digest`, unless its read record says so already.
-    `first_read`: the snapshot was kept just now, so no read of it was recorded before."""
+    """The read of `info` (a version of its key, with metadata as a HEAD or GET gives it),
+    which holds the snapshot `digest`: recorded unless a recorded read says so already.
+    `first_read`: the snapshot was kept just now, so no read of it exists; `in_batch`: then the
+    batch's sets file records it, and no read record is written."""
     commit = SourceCommit.from_metadata(info.metadata)
-    record_key = read_record_key(settings, info.key, digest)
-    previous = None if first_read else _load_read(store, record_key)
     snapshot = Snapshot(
         digest=digest,
         bucket=store.bucket,
@@ -232,15 +274,27 @@ def _record_read(
         commit=commit.commit if commit else None,
         committed_at=commit.committed_at if commit else None,
     )
-    # A new read only when it can change what the key's newest version is: not when its newest
-    # read is these bytes already (the same file uploaded again), nor for an upload older than
-    # the one recorded (a late upload of an old commit). A, B, A within one second is a new
-    # read: the same order, but B was read since.
-    if previous is not None and (
-        previous.order[:2] > snapshot.order[:2] or _is_newest_read(store, settings, previous)
-    ):
-        return previous
-    store.put(record_key, snapshot.to_json(), content_type="application/json")
+    if first_read and in_batch:
+        return snapshot
+    if not first_read:
+        # A new read only when it can change what the key's newest version is: not when its
+        # newest read is these bytes already (the same file uploaded again), nor for an upload
+        # older than the one recorded (a late upload of an old commit). A, B, A within one
+        # second is a new read: the same order, but B was read since.
+        reads = list_reads(store, settings, info.key)
+        same = [read for read in reads if read.digest == digest]
+        if same:
+            previous = same[-1]
+            others = [read for read in reads if read.digest != digest]
+            if previous.order[:2] > snapshot.order[:2] or all(
+                read.order <= previous.order for read in others
+            ):
+                return previous
+    store.put(
+        read_record_key(settings, info.key, digest),
+        snapshot.to_json(),
+        content_type="application/json",
+    )
     return snapshot
 
 
@@ -261,25 +315,26 @@ def read_snapshot(store: ObjectStore, settings: Settings, snapshot: Snapshot | s
 def load_snapshot(
     store: ObjectStore, settings: Settings, digest: str, key: str | None = None
 ) -> Snapshot:
-    """The read record of `digest`: as read from `key`, or (no key) its first read of any key."""
-    if key is not None:
-        found = _load_read(store, read_record_key(settings, key, digest))
-        if found is None:
-            raise SnapshotNotFound(f"no read of s3://{store.bucket}/{key} with snapshot {digest}")
-        return found
-    suffix = f"/{_hex(digest)}.json"
-    keys = [o.key for o in store.list(reads_prefix(settings)) if o.key.endswith(suffix)]
-    reads = load_reads(store, keys)
+    """The read of `digest`: its newest as read from `key`, or (no key) its first of any key."""
+    reads = [read for read in list_reads(store, settings, key) if read.hex == _hex(digest)]
     if not reads:
-        raise SnapshotNotFound(f"no read with snapshot {digest} in bucket {store.bucket}")
+        where = f"s3://{store.bucket}/{key}" if key is not None else f"bucket {store.bucket}"
+        raise SnapshotNotFound(f"no read of {where} with snapshot {digest}")
+    if key is not None:
+        return reads[-1]
     return min(reads, key=lambda r: (r.read_at, r.key))
 
 
 def list_reads(store: ObjectStore, settings: Settings, key: str | None = None) -> list[Snapshot]:
-    """Every recorded read (of one key, or of all keys), oldest version first."""
+    """Every recorded read (of one key, or of all keys), oldest version first: the read
+    records, and the reads the batches' sets files registered."""
     keys = [o.key for o in store.list(reads_prefix(settings, key)) if o.key.endswith(".json")]
-    reads = load_reads(store, keys)
-    return sorted(reads, key=lambda r: (r.order, r.key, r.digest))
+    reads = {read.identity: read for read in load_reads(store, keys)}
+    for by_key in sets_file_reads(store, settings):
+        registered = by_key.get(key, ()) if key is not None else chain(*by_key.values())
+        for read in registered:
+            reads.setdefault(read.identity, read)
+    return sorted(reads.values(), key=lambda r: (r.order, r.key, r.digest))
 
 
 def latest_read_per_key(
@@ -293,15 +348,33 @@ def latest_read_per_key(
     return latest
 
 
+# The reads each batch's sets file registered, by object key, per bucket and sets file: a sets
+# file never changes once written, so a process parses each once.
+_sets_files: dict[tuple[str, str], dict[str, list[Snapshot]]] = {}
+
+
+def sets_file_reads(store: ObjectStore, settings: Settings) -> list[dict[str, list[Snapshot]]]:
+    """The reads of each batch's sets file (pipelines/index/record_objects.py), by object key,
+    oldest batch first: a listing of the batches, and a GET of each sets file new to the cache."""
+    from pipelines.index.layout import IndexLayout
+    from pipelines.index.local import fetch_all
+    from pipelines.index.record_objects import SETS_FILE
+
+    layout = IndexLayout.of(settings)
+    keys = sorted(
+        o.key for o in store.list(layout.batches_prefix) if o.key.endswith("/" + SETS_FILE)
+    )
+    new = [key for key in keys if (store.bucket, key) not in _sets_files]
+    for key, path in zip(new, fetch_all(store, layout, new), strict=True):
+        by_key: dict[str, list[Snapshot]] = {}
+        for entry in orjson.loads(path.read_bytes())["reads"]:
+            read = Snapshot.of_read(ObjectRead.from_dict(entry["read"]))
+            by_key.setdefault(read.key, []).append(read)
+        _sets_files[(store.bucket, key)] = by_key
+    return [_sets_files[(store.bucket, key)] for key in keys]
+
+
 # -- helpers -----------------------------------------------------------------------------------
-
-
-def _is_newest_read(store: ObjectStore, settings: Settings, read: Snapshot) -> bool:
-    """True when no other content of the read's key was read as a newer version. LastModified
-    has one-second resolution, so A, B, A again within a second need the time of the read."""
-    own = read_record_key(settings, read.key, read.digest)
-    others = [o.key for o in store.list(reads_prefix(settings, read.key)) if o.key != own]
-    return all(r.order <= read.order for r in load_reads(store, others))
 
 
 def _load_read(store: ObjectStore, record_key: str) -> Snapshot | None:
