@@ -161,11 +161,11 @@ class NotReadInTime(GitHistoryError):
 def wait_until_read(
     store: ObjectStore, settings: Settings, info: ObjectInfo, digest: str, seconds: float
 ) -> None:
-    """Until the key's newest read of these bytes is this upload (or newer)."""
+    """Until a read of these bytes from the key is this upload (or newer)."""
     deadline = time.monotonic() + seconds
     while True:
-        reads = [r for r in list_reads(store, settings, info.key) if r.digest == digest]
-        if reads and reads[-1].last_modified >= info.last_modified:
+        reads = list_reads(store, settings, info.key)
+        if any(r.digest == digest and r.last_modified >= info.last_modified for r in reads):
             return
         if time.monotonic() >= deadline:
             raise NotReadInTime(

@@ -42,7 +42,6 @@ from pipelines.index.known import awaiting_files, is_awaiting, known_manifests
 from pipelines.index.layout import IndexLayout
 from pipelines.index.local import PARQUET_CONTENT_TYPE, cache_bytes, cache_file, put_file
 from pipelines.index.publish import IndexVersion, RecordSet, list_record_sets, publish_index
-from pipelines.index.reads import ObjectRead
 from pipelines.index.record_objects import (
     QUARANTINE_PREVIEW_COLUMNS,
     RECORD_FILES,
@@ -122,24 +121,6 @@ def snapshot_data(store: ObjectStore, settings: Settings, snapshot: Snapshot) ->
     from pipelines.intake.snapshots import read_snapshot
 
     return read_snapshot(store, settings, snapshot)
-
-
-def object_read(snapshot: Snapshot, bucket: str, parser_version: str, source: str) -> ObjectRead:
-    return ObjectRead(
-        snapshot_digest=snapshot.digest,
-        bucket=bucket,
-        source_key=snapshot.key,
-        etag=snapshot.etag,
-        version_id=getattr(snapshot, "version_id", None),
-        size=snapshot.size,
-        last_modified=snapshot.last_modified,
-        taken_at=getattr(snapshot, "taken_at", None) or datetime.now(UTC),
-        parser_version=parser_version,
-        source=source,
-        processed_at=datetime.now(UTC),
-        commit=getattr(snapshot, "commit", None),
-        committed_at=getattr(snapshot, "committed_at", None),
-    )
 
 
 @dataclass(slots=True)
@@ -909,7 +890,7 @@ class SetsFile:
             self.summaries[prepared.prefix] = summary
         else:
             summary, reused = self.summaries[prepared.prefix], True
-        read = object_read(snapshot, work.entry.bucket, prepared.parser_version, prepared.source)
+        read = snapshot.registered(prepared.parser_version, prepared.source)
         if read.read_id not in prepared.registered:  # else the same version, processed again
             entry = b'{"prefix":%s,"read":%s}' % (orjson.dumps(prepared.prefix), read.to_json())
             self.reads.append(orjson.Fragment(entry))

@@ -97,9 +97,27 @@ class Snapshot:
         fields = {name: getattr(self, name) for name in self.__slots__}  # flat: no asdict
         return orjson.dumps(fields, option=orjson.OPT_SORT_KEYS | orjson.OPT_UTC_Z)
 
+    def registered(self, parser_version: str, source: str) -> ObjectRead:
+        """This read as a record set registers it, in its batch's sets file (`of_read` back)."""
+        return ObjectRead(
+            snapshot_digest=self.digest,
+            bucket=self.bucket,
+            source_key=self.key,
+            etag=self.etag,
+            version_id=self.version_id,
+            size=self.size,
+            last_modified=self.last_modified,
+            taken_at=self.read_at,
+            parser_version=parser_version,
+            source=source,
+            processed_at=datetime.now(UTC),
+            commit=self.commit,
+            committed_at=self.committed_at,
+        )
+
     @classmethod
     def of_read(cls, read: ObjectRead) -> Snapshot:
-        """The read a batch's sets file registered (an ObjectRead), as a read record holds it."""
+        """A read a batch's sets file registered, as a read record holds it."""
         return cls(
             digest=read.snapshot_digest,
             bucket=read.bucket,
