@@ -55,7 +55,7 @@ class VersionChanged(SnapshotError):
 
 
 class SnapshotNotFound(SnapshotError, KeyError):
-    """No snapshot (or no read record) with that digest."""
+    """No snapshot (or no recorded read) with that digest."""
 
 
 class SnapshotCorrupt(SnapshotError):
