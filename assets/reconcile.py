@@ -27,6 +27,7 @@ from assets.files import RECORDS_KEY
 from assets.resources import KindexResource
 from assets.sensors import RECONCILE_EVERY, batch_requests, runs_in_flight
 from pipelines.intake.ledger import FileEntry, FileState, new_versions, rebuild
+from pipelines.sources import current_parser_versions
 
 RECONCILE_INTERVAL_SECONDS = int(RECONCILE_EVERY.total_seconds())
 
@@ -48,7 +49,7 @@ def reconcile_sensor(
     store, settings, ledger = kindex.store, kindex.settings, kindex.ledger
     listing = [o for o in store.list(settings.incoming_prefix) if not o.key.endswith("/")]
     if not ledger.exists():
-        entries = rebuild(store, settings, listing)
+        entries = rebuild(store, settings, listing, current_parser_versions())
         ledger.create()  # made, even empty: the next tick finds it
         ledger.append([e for e in entries if e.state is not FileState.PENDING])
         missing = [e for e in entries if e.state is FileState.PENDING]

@@ -16,7 +16,13 @@ from index_support import csv_bytes, index_settings, liger_rows, query
 
 from pipelines.ingest import ingest_paths
 from pipelines.intake.reconcile import reconcile
-from pipelines.sources import SOURCES, SourceContext, normalize_object, source_of
+from pipelines.sources import (
+    SOURCES,
+    SourceContext,
+    current_parser_versions,
+    normalize_object,
+    source_of,
+)
 from pipelines.sources.json_input import JsonInputError, read_lines, unpacked
 from pipelines.storage.s3 import S3Store
 
@@ -243,10 +249,10 @@ def test_traces_before_their_definition_end_with_the_same_runs(
     assert waiting == [(25, "waits for definition gemm_n128_k2048")]
     assert query(index_settings, "SELECT count(*) FROM runs") == [(0,)]
     # Waiting is a state of its own, not a file that fell through: nothing is missing.
-    assert reconcile(s3_store, index_settings).missing_count == 0
+    assert reconcile(s3_store, index_settings, current_parser_versions()).missing_count == 0
     ingest_paths([definition], index_settings, progress=False, store=s3_store)
     assert query(index_settings, "SELECT count(*) FROM quarantine") == [(0,)]
-    assert reconcile(s3_store, index_settings).missing_count == 0
+    assert reconcile(s3_store, index_settings, current_parser_versions()).missing_count == 0
     later = sorted(r for (r,) in query(index_settings, "SELECT run_digest FROM runs"))
     assert len(later) == 25
 

@@ -24,6 +24,7 @@ from pipelines.intake.ledger import FileState, Ledger, unprocessed_versions
 from pipelines.intake.reconcile import reconcile
 from pipelines.intake.snapshots import take_snapshot
 from pipelines.settings import Settings
+from pipelines.sources import current_parser_versions
 from pipelines.storage.base import ObjectInfo
 from pipelines.storage.s3 import S3Store
 
@@ -57,11 +58,14 @@ def test_the_invariant_holds_after_processing_a_long_key_garbage_and_a_csv(
     s3_store.put_bytes("incoming/garbage.bin", os.urandom(2048))
     settings = Settings.from_env()
 
-    before = reconcile(s3_store, settings)
+    before = reconcile(s3_store, settings, current_parser_versions())
     assert before.objects == 3 and before.missing_count == 3
     assert not any(m.has_snapshot for m in before.missing)
     take_snapshot(s3_store, settings, "incoming/short.csv")  # read, not processed yet
-    halfway = {m.info.key: m.has_snapshot for m in reconcile(s3_store, settings).missing}
+    halfway = {
+        m.info.key: m.has_snapshot
+        for m in reconcile(s3_store, settings, current_parser_versions()).missing
+    }
     assert halfway == {key: False, "incoming/short.csv": True, "incoming/garbage.bin": False}
 
     driver = SensorDriver(instance)
@@ -69,7 +73,7 @@ def test_the_invariant_holds_after_processing_a_long_key_garbage_and_a_csv(
     assert execute(instance, request).success  # the long key fails no one, itself included
     index_run = materialize_index(instance)
 
-    assert reconcile(s3_store, settings).missing_count == 0
+    assert reconcile(s3_store, settings, current_parser_versions()).missing_count == 0
     assert check_evaluations(index_run)["every_version_processed"].passed
     assert all(len(o.key.encode()) <= S3_KEY_LIMIT for o in s3_store.list(""))
     assert query(settings, f"select runs from snapshots where source_key = '{key}'") == [(1,)]

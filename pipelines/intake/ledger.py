@@ -364,14 +364,18 @@ def new_versions(
 
 
 def rebuild(
-    store: ObjectStore, settings: Settings, listing: Sequence[ObjectInfo]
+    store: ObjectStore,
+    settings: Settings,
+    listing: Sequence[ObjectInfo],
+    parser_versions: Iterable[str],
 ) -> list[FileEntry]:
     """The ledger of a home that has none (kindex before the ledger, or a ledger lost): each
-    listed version the bucket shows processed (its read and a current record set) is indexed
-    or quarantined, with its counts from the published index; the rest are pending."""
+    listed version the bucket shows processed (its read and a record set of one of the current
+    `parser_versions`) is indexed or quarantined, with its counts from the published index; the
+    rest are pending."""
     from pipelines.intake.reconcile import reconcile
 
-    found = reconcile(store, settings, listing=listing)
+    found = reconcile(store, settings, parser_versions, listing=listing)
     unprocessed = {version_of(m.info) for m in found.missing}
     counts = published_counts(settings)
     entries = []

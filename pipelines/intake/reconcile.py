@@ -33,13 +33,6 @@ from pipelines.settings import Settings
 from pipelines.storage.base import ObjectInfo, ObjectStore
 
 
-def current_parser_versions() -> frozenset[str]:
-    """The parser versions a record set made now would carry, one per source."""
-    from pipelines.sources import SOURCES
-
-    return frozenset(source.parser_version() for source in SOURCES)
-
-
 def read_id_of(read: Snapshot) -> str:
     """The id under which a record set registers this read (pipelines/index/reads.py)."""
     return read_id(
@@ -73,13 +66,14 @@ class Reconciliation:
 def reconcile(
     store: ObjectStore,
     settings: Settings,
-    parser_versions: Iterable[str] | None = None,
+    parser_versions: Iterable[str],
     listing: Sequence[ObjectInfo] | None = None,
 ) -> Reconciliation:
-    """Which object versions under the incoming prefix lack a snapshot or a current record set.
+    """Which object versions under the incoming prefix lack a snapshot or a record set of one of
+    `parser_versions` (the current ones: `pipelines.sources.current_parser_versions`).
     `listing`: the prefix's objects, where the caller listed them already."""
     layout = IndexLayout.of(settings)
-    versions = frozenset(parser_versions or current_parser_versions())
+    versions = frozenset(parser_versions)
     if listing is None:
         listing = list(store.list(settings.incoming_prefix))
     objects = [o for o in listing if not o.key.endswith("/")]

@@ -151,6 +151,11 @@ SOURCES: tuple[Source, ...] = (
 )
 
 
+def current_parser_versions() -> frozenset[str]:
+    """The parser versions a record set made now would carry, one per source."""
+    return frozenset(source.parser_version() for source in SOURCES)
+
+
 def source_of(key: str, data: bytes) -> Source:
     """The first source that recognizes the bytes of one object version; an object none
     recognizes is read as Unrecognized, which says why."""
