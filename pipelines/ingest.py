@@ -19,7 +19,6 @@ on disk.
 
 from __future__ import annotations
 
-import io
 import secrets
 import sys
 import tempfile
@@ -41,7 +40,13 @@ from pipelines.index.faults import RECORD_FILES_WRITTEN, pause_point
 from pipelines.index.known import awaiting_files, is_awaiting, known_manifests
 from pipelines.index.layout import IndexLayout
 from pipelines.index.local import PARQUET_CONTENT_TYPE, cache_bytes, cache_file, put_file
-from pipelines.index.publish import IndexVersion, RecordSet, list_record_sets, publish_index
+from pipelines.index.publish import (
+    IndexVersion,
+    RecordObjects,
+    RecordSet,
+    list_record_sets,
+    publish_index,
+)
 from pipelines.index.record_objects import (
     QUARANTINE_PREVIEW_COLUMNS,
     RECORD_FILES,
@@ -82,7 +87,7 @@ class SnapshotRecords:
     quarantined_by_reason: dict[str, int]
     manifests_by_kind: dict[str, int]
     reused: bool  # True when the record set existed: nothing was normalized or written
-    run_keys: list[str] = field(default_factory=list)  # the objects holding its runs
+    record_set: RecordSet  # its summary, which names the objects holding its rows
     run_preview: list[dict[str, Any]] = field(default_factory=list)
     quarantine_preview: list[dict[str, Any]] = field(default_factory=list)
 
@@ -306,7 +311,7 @@ def records_from_summary(
         quarantined_by_reason=summary["quarantined_by_reason"],
         manifests_by_kind=summary["manifests_by_kind"],
         reused=reused,
-        run_keys=RecordSet(prefix, summary).file_keys("runs"),
+        record_set=RecordSet(prefix, summary),
         run_preview=summary.get("run_preview", []),
         quarantine_preview=summary.get("quarantine_preview", []),
     )
@@ -499,30 +504,28 @@ def runs_by_snapshot(
     records: Sequence[SnapshotRecords],
     columns: Sequence[str],
 ) -> dict[str, pa.Table]:
-    """Columns of these record sets' runs, a table per snapshot digest, in source-line order.
-    Each object is read once (a batch's small files share theirs) from the local cache, where
-    writing the record set just put it; from the bucket only when another process wrote it."""
+    """Columns of these record sets' runs, a table per snapshot digest, in source-line order:
+    the rows each set claims of the objects it shares with its batch (`RecordObjects`, as a
+    publish reads them), each object read once, from the local cache where writing the record
+    set put it (from the bucket only when another process wrote it)."""
+    import duckdb
     import pyarrow as pa
     import pyarrow.compute as pc
-    import pyarrow.parquet as pq
 
-    layout = IndexLayout.of(settings)
-    wanted = list(dict.fromkeys([*columns, "snapshot_digest", "parser_version", "source_line"]))
-    tables = []
-    for key in dict.fromkeys(key for r in records for key in r.run_keys):
-        cached = layout.cached_path(key)
-        source: Path | io.BytesIO = cached if cached.exists() else io.BytesIO(store.get_bytes(key))
-        tables.append(pq.read_table(source, columns=wanted))
-    if not tables:
+    wanted = dict.fromkeys([*columns, "snapshot_digest", "parser_version", "source_line"])
+    schema = pa.schema([SCHEMAS["runs"].field(name) for name in wanted])
+    sets = [r.record_set for r in records]
+    objects = RecordObjects.fetch(store, IndexLayout.of(settings), sets, names=("runs",))
+    if not objects.paths["runs"]:
         return {}
-    runs = pa.concat_tables(tables)
-    # Only these sets' rows of the objects they share with others of their batch.
-    sets = pa.array([f"{r.snapshot_digest}\0{r.parser_version}" for r in records])
-    key = pc.binary_join_element_wise(runs["snapshot_digest"], runs["parser_version"], "\0")
-    # a large file's parts hold its runs in another order
-    runs = runs.filter(pc.is_in(key, value_set=sets)).sort_by(
-        [("snapshot_digest", "ascending"), ("source_line", "ascending")]
-    )
+    con = duckdb.connect()
+    try:
+        runs = con.execute(
+            f"SELECT * FROM ({objects.select('runs', schema)}) "
+            "ORDER BY snapshot_digest, source_line"
+        ).to_arrow_table()
+    finally:
+        con.close()
     by_snapshot: dict[str, pa.Table] = {}
     start = 0
     for counted in pc.value_counts(runs["snapshot_digest"]).to_pylist():  # in order of rows

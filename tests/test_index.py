@@ -364,7 +364,7 @@ def test_a_record_set_in_milliseconds_is_written_again_not_added_as_it_is(
     records = drop_and_process(s3_store, index_settings, "incoming/older.csv", data)
     layout = IndexLayout.of(index_settings)
     observed = []
-    for key in records.run_keys:
+    for key in records.record_set.file_keys("runs"):
         runs = pq.read_table(io.BytesIO(s3_store.get_bytes(key)))
         at = runs.schema.get_field_index("observed_at")
         observed += runs.column(at).to_pylist()
