@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,9 +21,10 @@ import assets.sensors
 from assets.reconcile import reconcile_sensor
 from assets.resources import KindexResource
 from assets.sensors import batch_of, ledger_sensor
-from pipelines.intake.ledger import FileState, Ledger, unprocessed_versions
+from pipelines.ingest import process_batch
+from pipelines.intake.ledger import FileEntry, FileState, Ledger, unprocessed_versions
 from pipelines.intake.reconcile import reconcile
-from pipelines.intake.snapshots import take_snapshot
+from pipelines.intake.snapshots import content_digest, list_reads, put_by_snapshot, take_snapshot
 from pipelines.settings import Settings
 from pipelines.sources import current_parser_versions
 from pipelines.storage.base import ObjectInfo
@@ -46,6 +48,28 @@ def long_key(length: int = 999) -> str:
 def one_row_csv(extra: int = 0) -> bytes:
     (row,) = csv_lines([2212])
     return f"{HEADER}\n{row}\n".encode() + b"\n" * extra
+
+
+def test_a_first_read_lost_with_its_batch_is_found_and_read_again(
+    s3_store: Any, tmp_path: Path
+) -> None:
+    """`kindex ingest` killed between a file's upload and its batch's sets file: the snapshot is
+    kept, but its first read was to be recorded by that sets file. The version shows unread,
+    and a batch of it reads it again from its key, once."""
+    settings = Settings.from_env()
+    data = one_row_csv()
+    put_by_snapshot(s3_store, settings, tmp_path / "lost.csv", data, content_digest(data))
+    key = "incoming/lost.csv"
+    found = reconcile(s3_store, settings, current_parser_versions())
+    assert [(m.info.key, m.has_snapshot) for m in found.missing] == [(key, False)]
+    assert not list_reads(s3_store, settings, key)
+
+    entry = FileEntry.pending(s3_store.bucket, s3_store.head(key))
+    [result] = process_batch(s3_store, settings, [entry], "again").files
+    assert result.entry.state is FileState.INDEXED and result.entry.runs == 1
+    assert reconcile(s3_store, settings, current_parser_versions()).missing_count == 0
+    [read] = list_reads(s3_store, settings, key)  # its read record and its sets file: one read
+    assert read.etag == entry.etag
 
 
 def test_the_invariant_holds_after_processing_a_long_key_garbage_and_a_csv(
