@@ -27,6 +27,7 @@ from pipelines.storage.embedded import (
     busy_ports,
     find_free_port_block,
     running_server,
+    s3_accepts,
     s3_answers,
     start_on_free_ports,
 )
@@ -59,6 +60,23 @@ def test_identity_files_are_private(embedded_s3: EmbeddedS3) -> None:
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert embedded_s3.credentials.secret_key not in repr(embedded_s3.credentials)
     assert embedded_s3.credentials.secret_key not in embedded_s3.log_tail(1000)
+
+
+def test_a_server_that_loses_its_port_to_another_is_not_taken_for_ready(
+    embedded_s3: EmbeddedS3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ports free when checked can be taken before weed binds them (another test's server, a
+    second `kindex up`). The server that answers then is not ours: its answer to anyone is a
+    403, so readiness is our credentials accepted, and a start that lost its port fails."""
+    late = EmbeddedS3(tmp_path / "late", port=embedded_s3.port, ready_timeout=20)
+    assert s3_answers(late.endpoint_url)  # someone answers at the port: not enough
+    assert s3_accepts(embedded_s3.endpoint_url, embedded_s3.credentials)
+    assert not s3_accepts(late.endpoint_url, late.credentials)
+    monkeypatch.setattr("pipelines.storage.embedded.busy_ports", lambda ports: [])  # the race
+    with pytest.raises(EmbeddedS3Error):
+        late.start()
+    assert not late.is_running() and running_server(late.home) is None
+    assert embedded_s3.is_running()
 
 
 def test_restart_keeps_data_and_identity(tmp_path: Path) -> None:

@@ -339,7 +339,8 @@ class EmbeddedS3:
                     f"the embedded S3 server exited with code {self._process.returncode} "
                     f"while starting; last lines of {self.log_path}:\n{self.log_tail()}"
                 )
-            if s3_answers(self.endpoint_url):
+            # Ours, not another server that took the port while ours starts (and then exits).
+            if s3_accepts(self.endpoint_url, self.credentials):
                 return
             time.sleep(0.05)
         raise EmbeddedS3Error(
@@ -404,6 +405,25 @@ def s3_answers(endpoint_url: str, timeout: float = 1.0) -> bool:
     except urllib.error.HTTPError:
         return True
     except (urllib.error.URLError, OSError):
+        return False
+
+
+def s3_accepts(endpoint_url: str, credentials: S3Credentials, timeout: float = 1.0) -> bool:
+    """True when the S3 server at the endpoint lists its buckets for a request signed with
+    `credentials`: it is the server made for them, and it is ready."""
+    from botocore.auth import S3SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    request = AWSRequest(method="GET", url=endpoint_url.rstrip("/") + "/")
+    signer = Credentials(credentials.access_key, credentials.secret_key)
+    S3SigV4Auth(signer, "s3", Settings.s3_region).add_auth(request)  # the default region
+    prepared = request.prepare()
+    try:
+        sent = urllib.request.Request(prepared.url, headers=dict(prepared.headers))
+        with urllib.request.urlopen(sent, timeout=timeout) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, OSError):  # refused (another server: 403), or not up yet
         return False
 
 
