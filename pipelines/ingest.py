@@ -69,7 +69,7 @@ from pipelines.storage.s3 import S3Store
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from pipelines.intake.snapshots import Snapshot, TakenSnapshot
+    from pipelines.intake.snapshots import RegisteredReads, Snapshot, TakenSnapshot
 
 
 @dataclass(slots=True)
@@ -408,7 +408,7 @@ def resolve_awaiting(
     definition), of this batch and of the published index, now that more is indexed: a file
     whose record set comes out the same under what the index now holds is left as it is (its
     source's `version_of` says so without rebuilding it)."""
-    from pipelines.intake.snapshots import SnapshotNotFound, load_snapshot
+    from pipelines.intake.snapshots import SnapshotNotFound, load_snapshot, sets_file_reads
 
     waiting = {
         (f.snapshot_digest, f.source_key)
@@ -418,10 +418,10 @@ def resolve_awaiting(
     waiting.update(awaiting_files(store, settings))
     if not waiting:
         return []
-    reads = []
+    reads, registered = [], sets_file_reads(store, settings)
     for digest, key in sorted(waiting):
         with suppress(SnapshotNotFound):  # its read was lost with its batch: it is read again
-            reads.append(load_snapshot(store, settings, digest, key))
+            reads.append(load_snapshot(store, settings, digest, key, registered))
     works: dict[str, FileWork] = {}
     for snapshot in reads:  # one per content: the same bytes under two keys are one record set
         works.setdefault(snapshot.digest, snapshot_work(store, settings, snapshot))
@@ -666,8 +666,14 @@ def process_batch(
 ) -> BatchResult:
     """The steps over a batch of files, in order; one file's failure (its bytes, its key, an S3
     error) is its own ledger row, never its neighbours'."""
+    from pipelines.intake.snapshots import sets_file_reads
+
     files = [FileWork(replace(entry, batch=batch)) for entry in entries]
-    each_file(files, lambda work: snapshot_file(store, settings, work))
+    # The batches' reads, listed once for the files the ledger says were read before.
+    registered = (
+        sets_file_reads(store, settings) if any(e.snapshot_digest for e in entries) else None
+    )
+    each_file(files, lambda work: snapshot_file(store, settings, work, registered))
     with parts_folder(settings) as parts_dir:
         normalize_files(store, settings, files, parts_dir)
         write_files(store, settings, files)
@@ -716,10 +722,15 @@ def each_file(files: Sequence[FileWork], step: Callable[[FileWork], None]) -> No
             future.result()
 
 
-def snapshot_file(store: ObjectStore, settings: Settings, work: FileWork) -> None:
+def snapshot_file(
+    store: ObjectStore,
+    settings: Settings,
+    work: FileWork,
+    registered: Sequence[RegisteredReads] | None = None,
+) -> None:
     """Step 2: the file's GET and its immutable copy (written once; its first read is recorded
     by the batch's sets file). A version processed before is not copied again: its read is
-    loaded."""
+    loaded (`registered`: the batches' reads, as the batch listed them)."""
     from pipelines.intake.ledger import version_of
     from pipelines.intake.snapshots import list_reads, read_and_keep
 
@@ -727,7 +738,7 @@ def snapshot_file(store: ObjectStore, settings: Settings, work: FileWork) -> Non
     if entry.snapshot_digest is not None:
         known = [
             r
-            for r in list_reads(store, settings, entry.key)
+            for r in list_reads(store, settings, entry.key, registered)
             if r.digest == entry.snapshot_digest and version_of(known_info(r)) == entry.version
         ]
         if known:  # its newest read (another of the same version: a read by a concurrent batch)

@@ -43,6 +43,24 @@ def shared_objects(store: Any) -> list[str]:
     return sorted(info.key for info in store.list(f"records/{SHARED_DIR}/"))
 
 
+def test_files_read_before_are_not_read_again_and_the_batches_are_listed_once(
+    s3_store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch of files the ledger says were read (a backfill) loads each one's read, looked up
+    by its key and in the batches' sets files, which are listed once for the batch."""
+    settings = Settings.from_env()
+    first = process_batch(s3_store, settings, dropped(s3_store, small_files()), "b1")
+    again = [f.entry for f in first.files]
+    assert all(entry.snapshot_digest for entry in again)
+    sent = s3_requests(monkeypatch)
+
+    result = process_batch(s3_store, settings, again, "b2", publish=False)
+
+    assert [f.entry.state for f in result.files] == [f.entry.state for f in first.files]
+    assert sent.count(("list", "records/batches/")) == 1
+    assert not [key for action, key in sent if key.startswith("incoming/")]  # nothing read again
+
+
 def test_a_batch_of_small_files_shares_one_object_per_table(
     s3_store: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

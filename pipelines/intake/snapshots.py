@@ -26,7 +26,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -331,10 +331,16 @@ def read_snapshot(store: ObjectStore, settings: Settings, snapshot: Snapshot | s
 
 
 def load_snapshot(
-    store: ObjectStore, settings: Settings, digest: str, key: str | None = None
+    store: ObjectStore,
+    settings: Settings,
+    digest: str,
+    key: str | None = None,
+    registered: Sequence[RegisteredReads] | None = None,
 ) -> Snapshot:
-    """The read of `digest`: its newest as read from `key`, or (no key) its first of any key."""
-    reads = [read for read in list_reads(store, settings, key) if read.hex == _hex(digest)]
+    """The read of `digest`: its newest as read from `key`, or (no key) its first of any key.
+    `registered`: as list_reads."""
+    reads = list_reads(store, settings, key, registered)
+    reads = [read for read in reads if read.hex == _hex(digest)]
     if not reads:
         where = f"s3://{store.bucket}/{key}" if key is not None else f"bucket {store.bucket}"
         raise SnapshotNotFound(f"no read of {where} with snapshot {digest}")
@@ -343,14 +349,22 @@ def load_snapshot(
     return min(reads, key=lambda r: (r.read_at, r.key))
 
 
-def list_reads(store: ObjectStore, settings: Settings, key: str | None = None) -> list[Snapshot]:
+def list_reads(
+    store: ObjectStore,
+    settings: Settings,
+    key: str | None = None,
+    registered: Sequence[RegisteredReads] | None = None,
+) -> list[Snapshot]:
     """Every recorded read (of one key, or of all keys), oldest version first: the read
-    records, and the reads the batches' sets files registered."""
+    records, and the reads the batches' sets files registered (`registered`: those, as
+    sets_file_reads listed them for a caller that looks up many keys; else listed now)."""
     keys = [o.key for o in store.list(reads_prefix(settings, key)) if o.key.endswith(".json")]
     reads = {read.identity: read for read in load_reads(store, keys)}
-    for by_key in sets_file_reads(store, settings):
-        registered = by_key.get(key, ()) if key is not None else chain(*by_key.values())
-        for read in registered:
+    if registered is None:
+        registered = sets_file_reads(store, settings)
+    for by_key in registered:
+        batch_reads = by_key.get(key, ()) if key is not None else chain(*by_key.values())
+        for read in batch_reads:
             reads.setdefault(read.identity, read)
     return sorted(reads.values(), key=lambda r: (r.order, r.key, r.digest))
 
@@ -366,12 +380,14 @@ def latest_read_per_key(
     return latest
 
 
-# The reads each batch's sets file registered, by object key, per bucket and sets file: a sets
-# file never changes once written, so a process parses each once.
-_sets_files: dict[tuple[str, str], dict[str, list[Snapshot]]] = {}
+# The reads one batch's sets file registered, by object key.
+RegisteredReads = dict[str, list[Snapshot]]
+# Those of each sets file, per bucket and sets file: a sets file never changes once written, so
+# a process parses each once.
+_sets_files: dict[tuple[str, str], RegisteredReads] = {}
 
 
-def sets_file_reads(store: ObjectStore, settings: Settings) -> list[dict[str, list[Snapshot]]]:
+def sets_file_reads(store: ObjectStore, settings: Settings) -> list[RegisteredReads]:
     """The reads of each batch's sets file (pipelines/index/record_objects.py), by object key,
     oldest batch first: a listing of the batches, and a GET of each sets file new to the cache."""
     from pipelines.index.layout import IndexLayout
@@ -384,7 +400,7 @@ def sets_file_reads(store: ObjectStore, settings: Settings) -> list[dict[str, li
     )
     new = [key for key in keys if (store.bucket, key) not in _sets_files]
     for key, path in zip(new, fetch_all(store, layout, new), strict=True):
-        by_key: dict[str, list[Snapshot]] = {}
+        by_key: RegisteredReads = {}
         for entry in orjson.loads(path.read_bytes())["reads"]:
             read = Snapshot.of_read(ObjectRead.from_dict(entry["read"]))
             by_key.setdefault(read.key, []).append(read)
