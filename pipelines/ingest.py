@@ -318,7 +318,7 @@ def records_from_summary(
 
 
 # A batch of at least this many files goes up from several processes, where there are CPUs for
-# them: each small file is three requests, and botocore's work on each holds the GIL.
+# them: each small file is two requests, and botocore's work on each holds the GIL.
 PROCESS_UPLOAD_FILES = 64
 
 

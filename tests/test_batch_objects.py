@@ -1,9 +1,9 @@
 """The small files of a batch share their record objects: one object per table for the whole
 batch, whose rows each file's summary claims by its snapshot digest and parser version. Their
-summaries and reads go into one sets file, written last, so a file costs the bucket its GET, its
-snapshot and its read record; the index reads of a shared object only the rows of the summaries
-it takes, so a batch whose sets file never came (a crash, an S3 error) adds nothing until it is
-redone, and then adds each row once."""
+summaries and reads go into one sets file, written last, so a file costs the bucket its GET and
+its snapshot (its first read is in the sets file); the index reads of a shared object only the
+rows of the summaries it takes, so a batch whose sets file never came (a crash, an S3 error)
+adds nothing until it is redone, and then adds each row once."""
 
 from __future__ import annotations
 
