@@ -9,9 +9,11 @@ import re
 import subprocess
 import sys
 import threading
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 from index_support import (
     DATA,
@@ -27,14 +29,20 @@ from index_support import (
 from pipelines.cli import main
 from pipelines.index.catalog import (
     COMPACT_ABOVE_FILES,
+    LAYOUT_PROPERTY,
+    VERSIONS_TABLE,
     IndexCatalog,
+    MissingFieldIds,
+    files_without_field_ids,
     plan_compaction,
 )
 from pipelines.index.local import load_current
 from pipelines.index.remote import connect_remote
-from pipelines.index.tables import TABLES, VIEWS
+from pipelines.index.tables import STORED_TABLES, TABLES, VIEWS
 from pipelines.ingest import ingest_paths
+from pipelines.intake.ledger import LEDGER_TABLE, FileEntry, Ledger
 from pipelines.records.canonical import manifest_digest
+from pipelines.storage.base import ObjectInfo
 
 __all__ = ["index_settings"]
 
@@ -141,6 +149,99 @@ def test_query_as_of_the_version_before_the_last_file(
     assert counts() == "n,keys\n60,2\n"  # the current version is still the local default
     assert main(["query", sql, "--as-of", "2001-01-01T00:00:00Z"]) == 1
     assert "no version was published by then" in capsys.readouterr().err
+
+
+def every_table(catalog: IndexCatalog) -> list[str]:
+    return [*STORED_TABLES, VERSIONS_TABLE, LEDGER_TABLE]
+
+
+def ledger_entries(bucket: str, count: int, offset: int = 0) -> list[FileEntry]:
+    at = datetime(2026, 12, 1, 12, tzinfo=UTC)
+    return [
+        FileEntry.pending(bucket, ObjectInfo(f"incoming/f{n}.csv", f"{n:032x}", 10, at), "b")
+        for n in range(offset, offset + count)
+    ]
+
+
+def test_every_data_file_of_every_table_carries_its_field_ids(
+    s3_store: Any, index_settings: Any
+) -> None:
+    """Two publishes (a record set's manifests file joining the table as it is, the files the
+    publish writes, the run files it rewrites) and a ledger appended to past its compaction:
+    every data file that any manifest of any table names carries the table's field IDs."""
+    header, rows = liger_rows(range(2, 42))
+    at = header.index("timestamp")
+    later = [[*row[:at], "2030-01-01 00:00:00", *row[at + 1 :]] for row in rows]
+    ingest_bytes(s3_store, index_settings, [("incoming/a.csv", csv_bytes(header, rows))])
+    ingest_bytes(s3_store, index_settings, [("incoming/b.csv", csv_bytes(header, later))])
+    ledger = Ledger.of(s3_store, index_settings)
+    for n in range(COMPACT_ABOVE_FILES + 2):
+        ledger.append(ledger_entries(s3_store.bucket, 1, n))
+    catalog = IndexCatalog.beside(s3_store, index_settings)
+    written = set()
+    for name in every_table(catalog):
+        table = catalog.table(name, refresh=True)
+        if table.current_snapshot() is not None:
+            written.add(name)
+        assert files_without_field_ids(table) == [], name
+    # lineage_files and quarantine_files have no rows here (a Liger file's lineage is its runs).
+    assert written >= {"run_segments", "manifest_segments", "snapshots", VERSIONS_TABLE}
+    assert LEDGER_TABLE in written
+    ledger_files = catalog.table(LEDGER_TABLE).current_snapshot().summary["total-data-files"]
+    assert int(ledger_files) < COMPACT_ABOVE_FILES + 2  # compacted
+    assert len(ledger.current()) == COMPACT_ABOVE_FILES + 2  # every row kept
+
+
+def test_no_table_takes_a_file_without_field_ids(s3_store: Any, index_settings: Any) -> None:
+    header, rows = liger_rows(range(2, 12))
+    ingest_bytes(s3_store, index_settings, [("incoming/a.csv", csv_bytes(header, rows))])
+    catalog = IndexCatalog.beside(s3_store, index_settings)
+    plain = Path(index_settings.home) / "plain.parquet"
+    runs = catalog.table("run_segments").scan().to_arrow()
+    pq.write_table(runs.cast(runs.schema.remove_metadata()), plain)  # as kindex wrote them
+    assert pq.read_schema(plain).field("run_digest").metadata is None
+    location = catalog.upload("run_segments", plain)
+    with pytest.raises(MissingFieldIds, match="run_digest"):
+        catalog.add_files("run_segments", [location])
+    assert catalog.table("run_segments", refresh=True).scan().to_arrow().num_rows == 10
+
+
+def test_an_index_and_ledger_written_without_field_ids_are_rewritten_once(
+    s3_store: Any, index_settings: Any
+) -> None:
+    """An index an older kindex wrote (plain Parquet files registered with add_files, mapped
+    by name) is rebuilt by the next publish, and a ledger compacted into a file without field
+    IDs is rewritten by its next append: then no manifest of any table names such a file, and
+    every row is still there."""
+    header, rows = liger_rows(range(2, 42))
+    ingest_bytes(s3_store, index_settings, [("incoming/a.csv", csv_bytes(header, rows[:20]))])
+    ledger = Ledger.of(s3_store, index_settings)
+    ledger.append(ledger_entries(s3_store.bucket, 3))
+    catalog = IndexCatalog.beside(s3_store, index_settings)
+    # What an older kindex left: its layout, and files without field IDs in the tables.
+    for name in (*STORED_TABLES, VERSIONS_TABLE, LEDGER_TABLE):
+        table = catalog.table(name, refresh=True)
+        rows_now = table.scan().to_arrow()
+        plain = Path(index_settings.home) / f"plain-{name}.parquet"
+        pq.write_table(rows_now.cast(rows_now.schema.remove_metadata()), plain)
+        location = catalog.upload(name, plain)
+        with table.transaction() as transaction:
+            transaction.add_files([location], check_duplicate_files=False)
+            transaction.remove_properties("kindex.field-ids")
+            if name == VERSIONS_TABLE:
+                transaction.set_properties({LAYOUT_PROPERTY: "3"})
+        assert files_without_field_ids(catalog.table(name, refresh=True)) == [location]
+    assert catalog.outdated()
+
+    ingest_bytes(s3_store, index_settings, [("incoming/b.csv", csv_bytes(header, rows[20:]))])
+    ledger.append(ledger_entries(s3_store.bucket, 1, 3))
+    catalog = IndexCatalog.beside(s3_store, index_settings)
+    for name in every_table(catalog):
+        assert files_without_field_ids(catalog.table(name, refresh=True)) == [], name
+    assert query(index_settings, "SELECT count(*) FROM runs") == [(40,)]
+    # The ledger's rows: the 3 from before (each twice: the copy an older kindex left), the new.
+    assert catalog.table(LEDGER_TABLE).scan().to_arrow().num_rows == 3 * 2 + 1
+    assert len(ledger.current()) == 4
 
 
 def test_compaction_merges_the_newest_files_geometrically() -> None:

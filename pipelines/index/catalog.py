@@ -37,12 +37,20 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.exceptions import NoSuchTableError
-from pyiceberg.io.pyarrow import parquet_file_to_data_file
-from pyiceberg.manifest import DataFile
+from pyiceberg.io import FileIO
+from pyiceberg.io.pyarrow import (
+    compute_statistics_plan,
+    data_file_statistics_from_parquet_metadata,
+    parquet_path_to_id_mapping,
+)
+from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+from pyiceberg.schema import Schema
 from pyiceberg.table import Table
+from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.transforms import IdentityTransform
 from tenacity import retry, stop_after_attempt, wait_random_exponential
 
+from pipelines.index.record_objects import FIELD_ID_KEY
 from pipelines.index.tables import RUN_SORT_COLUMNS, STORED_TABLES, UTC_US, served_schemas
 from pipelines.settings import Settings
 from pipelines.storage.base import ObjectStore
@@ -57,12 +65,17 @@ SUMMARY_PREFIX = "kindex."
 EXPIRE_EVERY_VERSIONS = 8
 # What the tables hold, by the kindex that created them. 2: lineage_files holds only the lineage
 # rows that run_segments does not (tables.lineage_rows). 3: run_segments holds each run's current
-# state and source key (no run_state_changes). An index of another layout is rebuilt from the
-# record sets by the next publish, and read by nobody before.
+# state and source key (no run_state_changes). 4: every data file carries the table's field IDs
+# (an engine that trusts them, such as Daft, reads no name mapping). An index of another layout
+# is rebuilt from the record sets by the next publish, and read by nobody before.
 LAYOUT_PROPERTY = SUMMARY_PREFIX + "layout"
-LAYOUT = "3"
+LAYOUT = "4"
+# Set on a table that kindex did not rebuild (the file ledger) once its data files written
+# before carried no field IDs have been rewritten with them (IndexCatalog.identify).
+FIELD_IDS_PROPERTY = SUMMARY_PREFIX + "field-ids"
 TABLE_PROPERTIES = {
     LAYOUT_PROPERTY: LAYOUT,
+    FIELD_IDS_PROPERTY: "1",
     "write.parquet.compression-codec": "zstd",
     # A manifest is a long JSON text: bounds of its first bytes would prune nothing.
     "write.metadata.metrics.column.manifest": "none",
@@ -468,10 +481,16 @@ class IndexCatalog:
         self, name: str, locations: list[str], properties: Mapping[str, str] | None = None
     ) -> None:
         """Add Parquet files already in the bucket to the table `name`, in one commit. Their
-        columns are the table's, by name (no field ids), timestamps in microseconds."""
-        self.table(name).add_files(
-            locations, snapshot_properties=dict(properties or {}), check_duplicate_files=False
-        )
+        columns are the table's, each carrying its field ID (data_file_of refuses any other),
+        timestamps in microseconds."""
+        table = self.table(name)
+        with table.transaction() as transaction:
+            update = transaction.update_snapshot(snapshot_properties=dict(properties or {}))
+            with update.fast_append() as append:
+                for location in locations:
+                    append.append_data_file(
+                        data_file_of(table.io, transaction.table_metadata, location)
+                    )
 
     def replace_files(self, name: str, deleted: list[str], added: list[str]) -> None:
         """In one commit, drop the data files at `deleted` from the table `name` and add the
@@ -491,7 +510,7 @@ class IndexCatalog:
                     rewrite.delete_data_file(data_file)
                 for location in added:
                     rewrite.append_data_file(
-                        parquet_file_to_data_file(table.io, transaction.table_metadata, location)
+                        data_file_of(table.io, transaction.table_metadata, location)
                     )
 
     def compact(self, name: str) -> bool:
@@ -520,7 +539,7 @@ class IndexCatalog:
             k: v for k, v in summary.additional_properties.items() if k.startswith(SUMMARY_PREFIX)
         }
         with table.transaction() as transaction:
-            data_file = parquet_file_to_data_file(table.io, transaction.table_metadata, location)
+            data_file = data_file_of(table.io, transaction.table_metadata, location)
             update = transaction.update_snapshot(snapshot_properties=kept)
             with update.overwrite() as rewrite:
                 for old in merged:
@@ -550,6 +569,42 @@ class IndexCatalog:
                     expiring = expiring.by_id(snapshot_id)
                 expiring.commit()
 
+    def identify(self, name: str) -> bool:
+        """Once per table kindex does not rebuild (the file ledger): rewrite, in one commit,
+        its live data files whose columns carry no field IDs (written by an older kindex) into
+        one file that does, and forget the snapshots before, which named them. Returns whether
+        it rewrote any."""
+        table = self.table(name, refresh=True)
+        if table.properties.get(FIELD_IDS_PROPERTY) == "1":
+            return False
+        schema = table.schema()
+        old = [f for _, f in live_files(table) if footer_lacks_field_ids(table.io, f, schema)]
+        with tempfile.TemporaryDirectory(prefix="kindex-identify-") as folder:
+            location = None
+            if old:
+                path = Path(folder) / "identified.parquet"
+                merge_files(table, [f.file_path for f in old], path)
+                location = self.upload(name, path)
+            with table.transaction() as transaction:
+                if location is not None:
+                    data_file = data_file_of(table.io, transaction.table_metadata, location)
+                    with transaction.update_snapshot().overwrite() as rewrite:
+                        for data_file_before in old:
+                            rewrite.delete_data_file(data_file_before)
+                        rewrite.append_data_file(data_file)
+                transaction.set_properties({FIELD_IDS_PROPERTY: "1"})
+        table = self.table(name, refresh=True)
+        head = table.current_snapshot()
+        kept = head.snapshot_id if head else None
+        before = [s.snapshot_id for s in table.snapshots() if s.snapshot_id != kept]
+        if old and before:
+            expiring = table.maintenance.expire_snapshots()
+            for snapshot_id in before:
+                expiring = expiring.by_id(snapshot_id)
+            expiring.commit()
+            self.table(name, refresh=True)
+        return bool(old)
+
     def snapshot_id(self, name: str) -> int | None:
         snapshot = self.table(name).current_snapshot()
         return snapshot.snapshot_id if snapshot else None
@@ -571,7 +626,8 @@ class IndexCatalog:
         )
         with tempfile.TemporaryDirectory(prefix="kindex-version-") as folder:
             path = Path(folder) / "version.parquet"
-            pq.write_table(row, path)
+            schema = with_field_ids(VERSIONS_SCHEMA, self.table(VERSIONS_TABLE).schema())
+            pq.write_table(row.cast(schema), path)
             location = self.upload(VERSIONS_TABLE, path)
         self.add_files(VERSIONS_TABLE, [location], version.summary())
 
@@ -612,8 +668,10 @@ def live_files(table: Table) -> list[tuple[int, DataFile]]:
 
 def merge_files(table: Table, locations: list[str], path: Path) -> None:
     """The rows of the table's data files, in order, as one Parquet file at `path`: each file's
-    columns by name, in the table's order and types (a column a file lacks is NULL)."""
-    schema = pa.schema([pa.field(f.name, f.type) for f in table.schema().as_arrow()])
+    columns by name, in the table's order, types and field IDs (a column a file lacks is
+    NULL)."""
+    arrow = pa.schema([pa.field(f.name, f.type) for f in table.schema().as_arrow()])
+    schema = with_field_ids(arrow, table.schema())
     with pq.ParquetWriter(path, schema, compression="zstd") as writer:
         for location in locations:
             with table.io.new_input(location).open() as stream:
@@ -630,3 +688,96 @@ def _conformed(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
         values = batch.column(column.name)
         columns.append(values if values.type == column.type else values.cast(column.type))
     return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+class MissingFieldIds(ValueError):
+    """A Parquet file whose columns do not carry its table's field IDs: no table takes it."""
+
+
+def field_ids(schema: Schema) -> dict[str, int]:
+    """Each column's Iceberg field ID, by name (the index's tables are flat)."""
+    return {column.name: column.field_id for column in schema.fields}
+
+
+def with_field_ids(arrow_schema: pa.Schema, schema: Schema) -> pa.Schema:
+    """The pyarrow schema, each column carrying the table's field ID (pyarrow writes it into
+    the Parquet file)."""
+    ids = field_ids(schema)
+    return pa.schema(
+        [column.with_metadata({FIELD_ID_KEY: str(ids[column.name])}) for column in arrow_schema]
+    )
+
+
+def duckdb_field_ids(schema: Schema) -> str:
+    """The FIELD_IDS option of DuckDB's `COPY ... (FORMAT parquet)` for the table's columns."""
+    ids = ", ".join(f'"{name}": {field_id}' for name, field_id in field_ids(schema).items())
+    return "{" + ids + "}"
+
+
+def unidentified_columns(parquet_schema: pa.Schema, schema: Schema) -> list[str]:
+    """The columns of a Parquet file (its pyarrow schema) that are not the table's with the
+    table's field ID, and the table's columns the file lacks."""
+    ids = field_ids(schema)
+    wrong = []
+    for column in parquet_schema:
+        found = (column.metadata or {}).get(FIELD_ID_KEY)
+        if found is None or ids.get(column.name) != int(found):
+            wrong.append(column.name)
+    return wrong + [name for name in ids if name not in parquet_schema.names]
+
+
+def data_file_of(io: FileIO, metadata: TableMetadata, location: str) -> DataFile:
+    """The manifest entry of the Parquet file at `location` for the table of `metadata` (its
+    statistics from the footer, as pyiceberg's own writer computes them); a MissingFieldIds
+    error when its columns do not carry the table's field IDs, so that every engine reads it
+    by ID and none needs a name mapping."""
+    input_file = io.new_input(location)
+    with input_file.open() as stream:
+        parquet = pq.read_metadata(stream)
+    schema = metadata.schema()
+    wrong = unidentified_columns(parquet.schema.to_arrow_schema(), schema)
+    if wrong:
+        raise MissingFieldIds(
+            f"{location}: not a data file of this table: {', '.join(wrong)} "
+            "without the table's field ID"
+        )
+    statistics = data_file_statistics_from_parquet_metadata(
+        parquet_metadata=parquet,
+        stats_columns=compute_statistics_plan(schema, metadata.properties),
+        parquet_column_mapping=parquet_path_to_id_mapping(schema),
+    )
+    return DataFile.from_args(
+        content=DataFileContent.DATA,
+        file_path=location,
+        file_format=FileFormat.PARQUET,
+        partition=statistics.partition(metadata.spec(), schema),
+        file_size_in_bytes=len(input_file),
+        sort_order_id=None,
+        spec_id=metadata.default_spec_id,
+        equality_ids=None,
+        key_metadata=None,
+        **statistics.to_serialized_dict(),
+    )
+
+
+def footer_lacks_field_ids(io: FileIO, data_file: DataFile, schema: Schema) -> bool:
+    """Whether a data file's columns (its Parquet footer) lack the table's field IDs."""
+    with io.new_input(data_file.file_path).open() as stream:
+        parquet_schema = pq.read_schema(stream)
+    return bool(unidentified_columns(parquet_schema, schema))
+
+
+def files_without_field_ids(table: Table) -> list[str]:
+    """Every data file that any snapshot of the table holds (the live entries of each of its
+    manifests; a deleted entry records a file leaving) and whose columns lack the table's field
+    IDs (each file's footer read once)."""
+    schemas = {schema.schema_id: schema for schema in table.schemas().values()}
+    checked: dict[str, bool] = {}
+    for snapshot in table.snapshots():
+        schema = schemas.get(snapshot.schema_id or 0, table.schema())
+        for manifest in snapshot.manifests(table.io):
+            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+                path = entry.data_file.file_path
+                if path not in checked:
+                    checked[path] = footer_lacks_field_ids(table.io, entry.data_file, schema)
+    return sorted(path for path, lacking in checked.items() if lacking)

@@ -36,6 +36,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.schema import Schema
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
 from pipelines.index.catalog import (
@@ -43,7 +44,9 @@ from pipelines.index.catalog import (
     VERSIONS_TABLE,
     IndexCatalog,
     Version,
+    duckdb_field_ids,
     publish_lock,
+    unidentified_columns,
 )
 from pipelines.index.faults import INDEX_FILES_WRITTEN, pause_point
 from pipelines.index.layout import IndexLayout
@@ -484,7 +487,9 @@ def build_version(
         con, not several and runs.all_new and objects.paths["lineage"] == objects.paths["runs"]
     )
     recompute_run_state(con, {rs.snapshot_digest for rs in pending})
-    run_files = runs.write(con, layout, live_paths)
+    # Every data file written carries its table's field IDs (catalog.data_file_of checks).
+    field_ids = {name: duckdb_field_ids(catalog.table(name).schema()) for name in STORED_TABLES}
+    run_files = runs.write(con, layout, live_paths, field_ids["run_segments"])
 
     seq = current.version.seq + 1
     outputs = {
@@ -509,12 +514,14 @@ def build_version(
                 and whole_manifests
                 and new_manifests > 0
                 and not objects.shared("manifests")
-                and table_files(objects.paths["manifests"], name)
+                and table_files(objects.paths["manifests"], name, catalog.table(name).schema())
             ):
                 keys = [key for rs in pending for key in rs.file_keys("manifests")]
                 locations = [f"s3://{layout.bucket}/{key}" for key in keys]
                 commits.append(pool.submit(add_and_compact, catalog, name, locations))
-            elif (path := write_data_file(con, layout, name, rows, seq)) is not None:
+            elif (
+                path := write_data_file(con, layout, name, rows, seq, field_ids[name])
+            ) is not None:
                 commits.append(pool.submit(commit_data_file, catalog, layout, name, path))
         for commit in commits:
             commit.result()
@@ -668,10 +675,15 @@ class RunChanges:
         return changes
 
     def write(
-        self, con: duckdb.DuckDBPyConnection, layout: IndexLayout, live_paths: Sequence[str]
+        self,
+        con: duckdb.DuckDBPyConnection,
+        layout: IndexLayout,
+        live_paths: Sequence[str],
+        field_ids: str,
     ) -> list[Path]:
         """The new data files of run_segments (after recompute_run_state): the live rows, when
-        any changed or any new run is live, and the settled rows that are new or rewritten."""
+        any changed or any new run is live, and the settled rows that are new or rewritten
+        (`field_ids`: the table's, as duckdb_field_ids gives them)."""
         con.execute(
             """CREATE TEMP TABLE final_state AS
                WITH everyone AS (
@@ -746,7 +758,7 @@ class RunChanges:
                 "(SELECT *, superseded_by IS NULL OR head_of_version AS live FROM written_runs "
                 f"WHERE (superseded_by IS NULL OR head_of_version) = {str(live).lower()})"
             )
-            if (path := write_runs_file(con, layout, rows, ordered=live)) is not None:
+            if (path := write_runs_file(con, layout, rows, field_ids, ordered=live)) is not None:
                 paths.append(path)
         return paths
 
@@ -770,11 +782,17 @@ def scalar(con: duckdb.DuckDBPyConnection, sql: str) -> int:
 
 
 def write_runs_file(
-    con: duckdb.DuckDBPyConnection, layout: IndexLayout, rows: str, *, ordered: bool
+    con: duckdb.DuckDBPyConnection,
+    layout: IndexLayout,
+    rows: str,
+    field_ids: str,
+    *,
+    ordered: bool,
 ) -> Path | None:
-    """The rows as a new run_segments file (`ordered`: in the table's sort order), or None if
-    none. Settled rows keep their record sets' order: sorting a million runs with their
-    manifests would cost more than writing them."""
+    """The rows as a new run_segments file, its columns carrying the table's `field_ids`
+    (`ordered`: in the table's sort order), or None if none. Settled rows keep their record
+    sets' order: sorting a million runs with their manifests would cost more than writing
+    them."""
     if not scalar(con, f"SELECT count(*) FROM {rows}"):
         return None
     columns = ", ".join(
@@ -786,7 +804,8 @@ def write_runs_file(
     con.execute(
         f"COPY (SELECT {columns} FROM {rows}{order}) "
         f"TO {sql_string(str(path))} "
-        f"(FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE {RUN_ROW_GROUP_ROWS})"
+        f"(FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE {RUN_ROW_GROUP_ROWS}, "
+        f"FIELD_IDS {field_ids})"
     )
     return path
 
@@ -807,11 +826,16 @@ def replace_run_files(
 
 
 def write_data_file(
-    con: duckdb.DuckDBPyConnection, layout: IndexLayout, name: str, rows: str, seq: int
+    con: duckdb.DuckDBPyConnection,
+    layout: IndexLayout,
+    name: str,
+    rows: str,
+    seq: int,
+    field_ids: str,
 ) -> Path | None:
     """The rows of the DuckDB relation `rows` as a new data file of the stored table `name`
-    (its columns in the table's order and types, each row with `seq`), or None when there are
-    none. Written to a temporary file beside the local cache."""
+    (its columns in the table's order, types and `field_ids`, each row with `seq`), or None
+    when there are none. Written to a temporary file beside the local cache."""
     count = con.execute(f"SELECT count(*) FROM {rows}").fetchone()
     if not (count and count[0]):
         return None
@@ -826,20 +850,24 @@ def write_data_file(
     path = layout.cache_dir / f".new-{name}-{secrets.token_hex(8)}.parquet"
     con.execute(
         f"COPY (SELECT {columns} FROM {rows}{order}) TO {sql_string(str(path))} "
-        "(FORMAT parquet, COMPRESSION zstd)"
+        f"(FORMAT parquet, COMPRESSION zstd, FIELD_IDS {field_ids})"
     )
     return path
 
 
-def table_files(paths: Sequence[str], name: str) -> bool:
+def table_files(paths: Sequence[str], name: str, schema: Schema) -> bool:
     """Whether these Parquet files (local copies) have the columns of the stored table `name`,
-    in its types: Iceberg would read a millisecond timestamp as microseconds (record sets
-    written by an older kindex)."""
+    in its types, each with the field ID of the table's `schema`: Iceberg would read a
+    millisecond timestamp as microseconds, and no table takes a file without field IDs (record
+    sets written by an older kindex)."""
     expected = STORED_TABLES[name]
-    return all(
-        pq.read_schema(path).remove_metadata().equals(expected, check_metadata=False)
-        for path in paths
-    )
+    for path in paths:
+        found = pq.read_schema(path)
+        if unidentified_columns(found, schema) or not found.remove_metadata().equals(
+            expected, check_metadata=False
+        ):
+            return False
+    return True
 
 
 def add_and_compact(catalog: IndexCatalog, name: str, locations: list[str]) -> None:

@@ -280,9 +280,7 @@ class RecordSetBuilder:
         for name, table in tables.items():
             parts = self.spooled.setdefault(name, [])
             path = parts_dir / f"{name}-{len(parts):05d}.parquet"
-            pq.write_table(
-                table, path, row_group_size=ROW_GROUP_ROWS, **parquet_options(table.schema)
-            )
+            write_parquet(table, path)
             parts.append(path)
         self.runs = {n: [] for n in RUN_SCHEMA.names}
         self.lineage = {n: [] for n in LINEAGE_SCHEMA.names}
@@ -421,9 +419,34 @@ def parquet_options(schema: pa.Schema) -> dict[str, Any]:
     }
 
 
+# Where Parquet keeps a column's Iceberg field ID (pyarrow's field metadata key).
+FIELD_ID_KEY = b"PARQUET:field_id"
+
+
+def with_positional_field_ids(table: pa.Table) -> pa.Table:
+    """The table, each column carrying its position (from 1) as its field ID: the IDs Iceberg
+    gives a flat table's columns when it creates it, so a record set's manifests file can join
+    manifest_segments as it is (publish.table_files checks them against the table's)."""
+    schema = pa.schema(
+        [f.with_metadata({FIELD_ID_KEY: str(i)}) for i, f in enumerate(table.schema, 1)],
+        metadata=table.schema.metadata,
+    )
+    return table.cast(schema)
+
+
+def write_parquet(table: pa.Table, where: Any) -> None:
+    """A record object, however it is stored (a path, a buffer)."""
+    pq.write_table(
+        with_positional_field_ids(table),
+        where,
+        row_group_size=ROW_GROUP_ROWS,
+        **parquet_options(table.schema),
+    )
+
+
 def parquet_bytes(table: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, row_group_size=ROW_GROUP_ROWS, **parquet_options(table.schema))
+    write_parquet(table, sink)
     return sink.getvalue().to_pybytes()
 
 

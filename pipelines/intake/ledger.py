@@ -41,7 +41,6 @@ if TYPE_CHECKING:
     from pipelines.index.catalog import IndexCatalog
 
 LEDGER_TABLE = "file_ledger"
-NAME_MAPPING = "schema.name-mapping.default"
 # Arrival windows: the hour of an object version's LastModified (the store's clock). Dagster's
 # partitions are these windows (assets/partitions.py), so their number grows with time, not with
 # files; an hour is the unit a person backfills, and a fleet's hour is a batch-sized set of files.
@@ -201,7 +200,7 @@ class Ledger:
             return None
 
     def _created(self) -> Table:
-        from pipelines.index.catalog import TABLE_PROPERTIES
+        from pipelines.index.catalog import FIELD_IDS_PROPERTY, TABLE_PROPERTIES
 
         table = self._table(refresh=True)
         if table is None:
@@ -211,12 +210,9 @@ class Ledger:
                 schema=LEDGER_SCHEMA,
                 properties=TABLE_PROPERTIES,
             )
-        if NAME_MAPPING not in table.properties:
-            # Compaction's merged files carry no field ids: columns are mapped by name.
-            with table.transaction() as transaction:
-                transaction.set_properties(
-                    {NAME_MAPPING: table.schema().name_mapping.model_dump_json()}
-                )
+        elif table.properties.get(FIELD_IDS_PROPERTY) != "1":
+            # Compaction by an older kindex merged files without field IDs: rewritten once.
+            self.catalog.identify(LEDGER_TABLE)
         return self.catalog.table(LEDGER_TABLE, refresh=True)
 
     def append(self, entries: Sequence[FileEntry]) -> None:
