@@ -183,12 +183,19 @@ def file_io_properties(access: S3Access) -> dict[str, str]:
     return properties
 
 
-def open_catalog(settings: Settings, access: S3Access | None = None) -> Catalog:
+def catalog_properties(settings: Settings, access: S3Access | None = None) -> dict[str, str]:
+    """What pyiceberg's `load_catalog` takes to open the index's catalog (kindex's, and any
+    engine's that reads through pyiceberg), its files reached with `access`."""
     uri = catalog_uri(settings)
     kind = "rest" if urlsplit(uri).scheme in ("http", "https") else "sql"
     properties = {"type": kind, "uri": uri, "warehouse": warehouse(settings)}
-    properties |= file_io_properties(access or s3_access(settings))
-    if kind == "sql" and uri.startswith("sqlite:"):
+    return properties | file_io_properties(access or s3_access(settings))
+
+
+def open_catalog(settings: Settings, access: S3Access | None = None) -> Catalog:
+    properties = catalog_properties(settings, access)
+    uri = properties["uri"]
+    if properties["type"] == "sql" and uri.startswith("sqlite:"):
         Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     return _load_catalog(properties)
 
