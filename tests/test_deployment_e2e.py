@@ -19,7 +19,10 @@ import pytest
 from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus
 from deployment_support import PostgresServer, grpc_server_serving, postgres_bin_dir
 from process_support import HOST, Processes, free_port, port_is_free, wait_for
+from test_engines import POLARS_COUNTS, run_python
 
+from pipelines.index.catalog import s3_access
+from pipelines.index.engines import engine_snippet
 from pipelines.index.faults import DIR_ENV, PAUSE_ENV, RECORD_FILES_WRITTEN
 from pipelines.index.local import open_index, sync_local
 from pipelines.settings import Settings
@@ -109,6 +112,21 @@ def indexed_runs(store: S3Store, reader: Settings) -> dict[str, int]:
     with open_index(reader) as con:
         rows = con.sql("SELECT source_key, count(*) FROM runs GROUP BY ALL").fetchall()
     return {str(key): int(n) for key, n in rows}
+
+
+def check_polars_reads_the_shared_catalog(store: S3Store, reader: Settings, cwd: Path) -> None:
+    """Another engine beside DuckDB on the deployment's PostgreSQL catalog: the program `kindex
+    connect --engine polars` prints (pyiceberg's SQL catalog on PostgreSQL) sees the same runs
+    and the same sum of `median` as DuckDB's index of the same version."""
+    sync_local(store, reader)
+    with open_index(reader) as con:
+        row = con.sql("SELECT count(*), sum(median) FROM run_segments").fetchone()
+    assert row is not None and row[0] > 0
+    access = s3_access(reader, store.endpoint_url, store.credentials)
+    program = engine_snippet("polars", reader, access)
+    assert "postgresql+psycopg2://" in program
+    read = run_python(program + POLARS_COUNTS, dict(os.environ), cwd)
+    assert read["run_segments"] == {"rows": row[0], "median": row[1]}
 
 
 def ids(runs: list[Any]) -> set[str]:
@@ -237,6 +255,8 @@ def test_deployment_end_to_end(
             interval=1.0,  # each look downloads the index: leave the CPU to the runs
         )
         timings["both indexed"] = time.monotonic()
+        check_polars_reads_the_shared_catalog(s3_store, reader, tmp_path)
+        timings["read by Polars"] = time.monotonic()
 
         # Stop the daemon first: nothing new is launched, and what runs is let finish, so no
         # run is cut off. A run still queued stays queued in PostgreSQL for the next daemon.

@@ -36,6 +36,7 @@ from pipelines.index.catalog import (
     files_without_field_ids,
     plan_compaction,
 )
+from pipelines.index.engines import ENGINES
 from pipelines.index.local import load_current
 from pipelines.index.remote import connect_remote
 from pipelines.index.tables import STORED_TABLES, TABLES, VIEWS
@@ -242,6 +243,34 @@ def test_an_index_and_ledger_written_without_field_ids_are_rewritten_once(
     # The ledger's rows: the 3 from before (each twice: the copy an older kindex left), the new.
     assert catalog.table(LEDGER_TABLE).scan().to_arrow().num_rows == 3 * 2 + 1
     assert len(ledger.current()) == 4
+
+
+def test_kindex_connect_prints_a_program_per_engine_pinned_to_one_version(
+    s3_store: Any, index_settings: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each engine's program is Python that pins the version asked for: Polars and Daft each
+    table's snapshot id, ClickHouse the version's publish time and each table's metadata file.
+    (They run against a real home in tests/test_engines.py, with the engines installed.)"""
+    header, rows = liger_rows(range(2, 22))
+    ingest_bytes(s3_store, index_settings, [("incoming/a.csv", csv_bytes(header, rows[:10]))])
+    first = load_current(s3_store, index_settings).version
+    ingest_bytes(s3_store, index_settings, [("incoming/b.csv", csv_bytes(header, rows[10:]))])
+    newest = load_current(s3_store, index_settings).version
+    catalog = IndexCatalog.beside(s3_store, index_settings)
+    metadata = catalog.metadata_locations()["run_segments"].rsplit("/", 1)[1]
+    for engine in ENGINES:
+        for version, extra in ((newest, []), (first, ["--as-of", str(first.version)])):
+            assert main(["connect", "--engine", engine, *extra]) == 0
+            program = capsys.readouterr().out
+            compile(program, f"kindex connect --engine {engine}", "exec")
+            assert f"index version {version.version} (seq {version.seq})" in program
+            if engine == "clickhouse":
+                assert version.published_at is not None
+                at_ms = int(version.published_at.timestamp() * 1000)
+                assert f"SET iceberg_timestamp_ms = {at_ms}" in program
+                assert metadata in program
+            else:
+                assert f'"run_segments": {version.snapshot_ids["run_segments"]}' in program
 
 
 def test_compaction_merges_the_newest_files_geometrically() -> None:
