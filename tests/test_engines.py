@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -150,7 +151,9 @@ def stored(result: dict[str, Any]) -> dict[str, Any]:
 def test_polars_reads_what_kindex_query_reads(indexed: KindexUp) -> None:
     want = expected(indexed)
     assert want["run_segments"]["rows"] > LIGER_RUNS
-    assert stored(run_program(indexed, "polars", POLARS_COUNTS)) == want
+    got = run_program(indexed, "polars", POLARS_COUNTS)
+    print(f"\nkindex query: {want}\npolars: {got}")
+    assert stored(got) == want
 
 
 def test_daft_reads_what_kindex_query_reads_locally_and_on_ray(indexed: KindexUp) -> None:
@@ -159,14 +162,20 @@ def test_daft_reads_what_kindex_query_reads_locally_and_on_ray(indexed: KindexUp
     assert local["runner"] == "native"
     assert stored(local) == want
     temp = tempfile.mkdtemp(prefix="kx-ray-", dir="/tmp")  # short: Ray's socket paths
-    on_ray = run_program(indexed, "daft", DAFT_COUNTS, RAY_START.format(temp=temp))
+    try:
+        on_ray = run_program(indexed, "daft", DAFT_COUNTS, RAY_START.format(temp=temp))
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+    print(f"\ndaft native: {local}\ndaft on ray: {on_ray}")
     assert on_ray["runner"] == "ray"
     assert stored(on_ray) == stored(local)
 
 
 def test_clickhouse_reads_what_kindex_query_reads(indexed: KindexUp) -> None:
     want = expected(indexed)
-    assert stored(run_program(indexed, "clickhouse", CLICKHOUSE_COUNTS)) == want
+    got = run_program(indexed, "clickhouse", CLICKHOUSE_COUNTS)
+    print(f"\nclickhouse: {got}")
+    assert stored(got) == want
 
 
 def test_no_table_of_the_home_holds_a_file_without_field_ids(
