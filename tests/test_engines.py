@@ -23,7 +23,12 @@ import pytest
 from process_support import KindexUp, free_port
 from test_up_e2e import LIGER_CSV, LIGER_RUNS, check_harness_files_land, wait_until
 
-from pipelines.index.catalog import IndexCatalog, files_without_field_ids, s3_access
+from pipelines.index.catalog import (
+    VERSIONS_TABLE,
+    IndexCatalog,
+    files_without_field_ids,
+    s3_access,
+)
 from pipelines.index.tables import STORED_TABLES
 from pipelines.intake.ledger import LEDGER_TABLE
 from pipelines.settings import Settings
@@ -187,7 +192,7 @@ def test_no_table_of_the_home_holds_a_file_without_field_ids(
     settings = Settings.from_env()
     catalog = IndexCatalog(settings, s3_access(settings))
     checked = 0
-    for name in (*STORED_TABLES, LEDGER_TABLE):
+    for name in (*STORED_TABLES, VERSIONS_TABLE, LEDGER_TABLE):
         table = catalog.table(name)
         assert files_without_field_ids(table) == [], name
         checked += sum(1 for _ in table.snapshots())
