@@ -307,3 +307,24 @@ def raw_text(value: Any) -> str:
     except (TypeError, ValueError, RecursionError):
         text = repr(value)
     return text[:RAW_LIMIT]
+
+
+@dataclass(frozen=True, slots=True)
+class Marks:
+    """What a format's files show near their start, each with what a file that lacks it lacks:
+    how near a file comes to the format (the marks it shows), and what it lacks first."""
+
+    marks: tuple[tuple[re.Pattern[str], str], ...]
+
+    @classmethod
+    def of(cls, *marks: tuple[str, str]) -> Marks:
+        return cls(tuple((re.compile(pattern), lack) for pattern, lack in marks))
+
+    def found(self, head: str) -> int:
+        return sum(1 for pattern, _ in self.marks if pattern.search(head))
+
+    def lacks(self, head: str) -> str | None:
+        for pattern, lack in self.marks:
+            if not pattern.search(head):
+                return lack
+        return None

@@ -61,6 +61,7 @@ from pipelines.records import RowOutcome
 from pipelines.records.canonical import manifest_digest
 from pipelines.sources.json_input import (
     JsonInputError,
+    Marks,
     head_text,
     raw_text,
     read_document,
@@ -148,6 +149,14 @@ _SOLUTION_SPEC = re.compile(r'"(?:entry_point|author)"\s*:\s*"')
 # A trace line that starts with its definition's name (as flashinfer-bench writes them).
 _LEADING_DEFINITION = re.compile(rb'^\s*\{\s*"definition"\s*:\s*("(?:[^"\\]|\\.)*")')
 
+MARKS = Marks.of(
+    (r'"definition"\s*:\s*"', "no definition named"),
+    (r'"workload"\s*:\s*\{', "no workload"),
+    (r'"evaluation"\s*:', "no evaluation"),
+    (r'"op_type"\s*:', "no op_type"),
+    (r'"sources"\s*:\s*\[', "no sources"),
+)
+
 Kind = Literal["traces", "definition", "solution"]
 OperationLookup = Callable[[str], "Operation | None"]
 
@@ -185,6 +194,20 @@ class FlashInferTrace(HarnessSource):
         if kind_of(data) is not None:
             return None
         return "not FlashInfer-Trace (no trace line, definition or solution)"
+
+    title = "FlashInfer-Trace"
+
+    def lacks(self, head: str) -> str | None:
+        if kind_of(head.encode()) is not None:
+            return None
+        return (
+            "no trace line (a definition's name and a workload on its first line), definition "
+            "(axes typed var or const, and tensors) nor solution (a definition, sources and an "
+            "entry point or author)"
+        )
+
+    def closeness(self, head: str) -> int:
+        return MARKS.found(head)
 
     def version_of(self, data: bytes, context: SourceContext) -> str:
         """The parser version, and for traces and solutions the definitions the index resolved

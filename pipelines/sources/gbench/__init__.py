@@ -48,7 +48,14 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from pipelines.sources.json_input import JsonInputError, defect, head_text, raw_text, read_document
+from pipelines.sources.json_input import (
+    JsonInputError,
+    Marks,
+    defect,
+    head_text,
+    raw_text,
+    read_document,
+)
 from pipelines.sources.measured import (
     DURATION_UNITS,
     UNSPECIFIED,
@@ -140,6 +147,17 @@ _CUDA_KEYS = ("cuda_version", "cuda", "cuda_runtime_version", "cudart_version")
 _DRIVER_KEYS = ("driver_version", "cuda_driver_version", "nvidia_driver", "driver")
 
 
+MARKS = Marks.of(
+    ('"context"\\s*:\\s*\\{', "no context object"),
+    ('"(?:num_cpus|library_build_type)"\\s*:', "no context with num_cpus or library_build_type"),
+    ('"benchmarks"\\s*:\\s*\\[', "no benchmarks list"),
+    (
+        '"(?:real_time|cpu_time|time_unit)"\\s*:',
+        "no benchmark with real_time, cpu_time or time_unit",
+    ),
+)
+
+
 class GoogleBenchmarkJson(HarnessSource):
     name = "google-benchmark-json"
     format_version = "kindex-gbench/1"
@@ -149,6 +167,16 @@ class GoogleBenchmarkJson(HarnessSource):
         if _OPENING.match(head) and _CONTEXT_KEY.search(head):
             return None
         return "not Google Benchmark JSON (no context with num_cpus or library_build_type)"
+
+    title = "Google Benchmark JSON"
+
+    def lacks(self, head: str) -> str | None:
+        if _OPENING.match(head) and _CONTEXT_KEY.search(head):
+            return None
+        return MARKS.lacks(head) or "not a JSON object with a context"
+
+    def closeness(self, head: str) -> int:
+        return MARKS.found(head)
 
     def entries(self, data: bytes, context: SourceContext) -> Iterator[Entry]:
         document = read_document(data)

@@ -36,7 +36,7 @@ from collections.abc import Iterator, Mapping
 from functools import partial
 from typing import Any
 
-from pipelines.sources.json_input import JsonInputError, defect, head_text, read_document
+from pipelines.sources.json_input import JsonInputError, Marks, defect, head_text, read_document
 from pipelines.sources.measured import (
     UNSPECIFIED,
     Entry,
@@ -105,9 +105,30 @@ _UNITS = {
 }
 
 
+MARKS = Marks.of(
+    ('"benchmarks"\\s*:\\s*\\[', "no benchmarks list"),
+    (
+        '"sm_version"\\s*:\\s*\\d+\\s*,\\s*"ptx_version"|"tag"\\s*:\\s*"nv/|"nvbench"\\s*:\\s*\\{[^{}]*"git_sha"',
+        "no devices with sm_version, nv/ summary tags nor nvbench version",
+    ),
+    ('"states"\\s*:', "no states"),
+    ('"summaries"\\s*:', "no summaries"),
+)
+
+
 class NvbenchJson(HarnessSource):
     name = "nvbench-json"
     format_version = "kindex-nvbench/1"
+
+    title = "nvbench JSON"
+
+    def lacks(self, head: str) -> str | None:
+        if head.startswith("{") and '"benchmarks"' in head and _SNIFF.search(head):
+            return None
+        return MARKS.lacks(head) or "not a JSON object with benchmarks"
+
+    def closeness(self, head: str) -> int:
+        return MARKS.found(head)
 
     def recognize(self, key: str, data: bytes) -> str | None:
         head = head_text(data)

@@ -67,6 +67,7 @@ from typing import Any
 
 from pipelines.records import RowOutcome
 from pipelines.sources.json_input import (
+    Marks,
     head_text,
     is_json_lines,
     read_document,
@@ -159,6 +160,13 @@ _PAREN_UNIT = re.compile(r"^(?P<base>.*?)\s*\((?P<unit>[^()]+)\)\s*$")
 _SHA = re.compile(r"^[0-9a-f]{40}$")
 
 
+MARKS = Marks.of(
+    ('"benchmark_values"\\s*:\\s*\\[', "no metric with benchmark_values"),
+    ('"(?:benchmark|model)"\\s*:\\s*\\{', "no benchmark or model object"),
+    ('"metric"\\s*:', "no metric"),
+)
+
+
 @dataclass(frozen=True, slots=True)
 class MetricName:
     """What a metric's name (and extra_info) says: the quantity, its unit, its statistic."""
@@ -238,6 +246,16 @@ def metric_of(name: str, extra_info: Mapping[str, Any]) -> MetricName:
 class PyTorchBenchmarkV3(HarnessSource):
     name = "pytorch-benchmark-v3"
     format_version = "kindex-pytorch-v3/1"
+
+    title = "PyTorch OSS benchmark v3 records"
+
+    def lacks(self, head: str) -> str | None:
+        if self.recognize("", head.encode()) is None:
+            return None
+        return MARKS.lacks(head) or "not a JSON array, object or lines of records"
+
+    def closeness(self, head: str) -> int:
+        return MARKS.found(head)
 
     def recognize(self, key: str, data: bytes) -> str | None:
         head = head_text(data)
