@@ -70,6 +70,7 @@ from pipelines.sources.json_input import (
     Marks,
     head_text,
     is_json_lines,
+    raw_text,
     read_document,
     read_lines,
 )
@@ -124,6 +125,10 @@ UNIT_SUFFIXES: dict[str, tuple[str, bool]] = {
     "percent": ("percent", True),
     "pct": ("percent", True),
     "ratio": ("ratio", False),
+    # A speedup is a ratio of two times (Helion's `helion_speedup`, TritonBench's), never a time.
+    "speedup": ("x", False),
+    # TritonBench's accuracy: whether an input's output matched the baseline's (1.0 or 0.0).
+    "accuracy": ("boolean", False),
 }
 # Whole names (once the statistic is taken off) whose unit is known.
 UNIT_OF_NAME: dict[str, str] = {
@@ -158,6 +163,17 @@ STATISTIC_WORDS: dict[str, str] = {
 _PERCENTILE = re.compile(r"^p(\d{1,2}(?:\.\d+)?)$")
 _PAREN_UNIT = re.compile(r"^(?P<base>.*?)\s*\((?P<unit>[^()]+)\)\s*$")
 _SHA = re.compile(r"^[0-9a-f]{40}$")
+
+# Producers whose `benchmark_values` are one value per input, not repeated samples: Helion's
+# `benchmarks/run.py` (`write_results_to_json`) writes one value per row of TritonBench's
+# output, one row per input, and since 65f07a1 names each input in the record's `shape`. A
+# record with a `shape` list as long as its values is read so whoever wrote it.
+PER_INPUT_BENCHMARKS = frozenset({"Helion Benchmark"})
+# A device as a device type (`cuda`, `cuda:0`, `cpu`), not a GPU's name (`NVIDIA H100`).
+_DEVICE_TYPE = re.compile(r"^(?:cpu|cuda|hip|rocm|xpu|mps|npu|mtia|tpu|meta)(?::\d+)?$")
+# A per-input value of 0 for a time or a speedup is Helion's mark of a failed input (TritonBench
+# leaves the cell empty, or writes an error there; run.py stores 0.0).
+FAILED_INPUT = "measurement_failed"
 
 
 MARKS = Marks.of(
@@ -276,6 +292,10 @@ class PyTorchBenchmarkV3(HarnessSource):
                 continue
             line, pointer, value = item
             for entry in observe(value, line, pointer, lambda r: _observation(r, context)):
+                if isinstance(entry, FailedInput):
+                    at = f"{pointer}/metric/benchmark_values/{entry.index}"
+                    yield quarantined(line, at, raw_text(value), entry.reason, entry.detail)
+                    continue
                 if isinstance(entry, Observation):
                     if entry.external_id in seen:
                         detail = f"a second record of {entry.external_id!r} in one file"
@@ -328,7 +348,16 @@ def _text(value: Any) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False)
 
 
-def _observation(record: Any, context: SourceContext) -> Observation:
+@dataclass(frozen=True, slots=True)
+class FailedInput:
+    """One input of a per-input record that failed: its own quarantine row."""
+
+    index: int
+    reason: str
+    detail: str
+
+
+def _observation(record: Any, context: SourceContext) -> Observation | list[Any]:
     if not isinstance(record, dict):
         raise ObservationError("malformed_record", "a v3 record is an object")
     if "metric" not in record:
@@ -337,8 +366,8 @@ def _observation(record: Any, context: SourceContext) -> Observation:
     model = _object(record, "model")
     metric = _object(record, "metric")
     metric_extra = _object(metric, "extra_info")
-    benchmark_extra = _object(benchmark, "extra_info")
-    model_extra = _object(model, "extra_info")
+    _object(benchmark, "extra_info")  # each must be an object, if there
+    _object(model, "extra_info")
     metric_name = _text(metric.get("name"))
     model_name = _text(model.get("name"))
     if not metric_name:
@@ -349,12 +378,90 @@ def _observation(record: Any, context: SourceContext) -> Observation:
     values = metric.get("benchmark_values")
     if not isinstance(values, list) or not values:
         raise ObservationError("missing_field", "metric.benchmark_values is not a list of values")
+    inputs = _inputs_of(record, benchmark, values)
+    if inputs is not None:
+        return _per_input(record, context, named, metric_name, values, inputs)
     numbers = [number(v, f"metric.benchmark_values[{i}]") for i, v in enumerate(values)]
     latency, measurements, samples, primary = _numbers(named, numbers, metric_name)
+    return _built(record, context, metric_name, latency, measurements, samples, primary)
+
+
+def _inputs_of(
+    record: Mapping[str, Any], benchmark: Mapping[str, Any], values: list[Any]
+) -> list[str | None] | None:
+    """Each value's input when the values are one per input (see PER_INPUT_BENCHMARKS): the
+    input's shape as the record names it, else None; None when the values are samples."""
+    shape = record.get("shape")
+    if isinstance(shape, list) and len(shape) == len(values):
+        return [_text(s) or None for s in shape]
+    if _text(benchmark.get("name")) in PER_INPUT_BENCHMARKS:
+        return [None] * len(values)
+    return None
+
+
+def _per_input(
+    record: Mapping[str, Any],
+    context: SourceContext,
+    named: MetricName,
+    metric_name: str,
+    values: list[Any],
+    inputs: list[str | None],
+) -> list[Observation | FailedInput]:
+    """One run per input: its value is that input's statistic, as one value of a record is."""
+    entries: list[Observation | FailedInput] = []
+    for index, (value, shape) in enumerate(zip(values, inputs, strict=True)):
+        where = f"metric.benchmark_values[{index}]"
+        try:
+            amount = number(value, where)
+            if amount == 0 and (named.is_duration or named.unit == "x"):
+                where = f"input {index}{f' {shape}' if shape else ''}"
+                detail = f"{where} failed: its {metric_name} is 0, the mark of a failed input"
+                raise ObservationError(FAILED_INPUT, detail)
+            latency, measurements, samples, primary = _numbers(named, [amount], metric_name)
+        except ObservationError as error:
+            entries.append(FailedInput(index, error.reason, error.detail))
+            continue
+        case = {"input_index": index}
+        labels = {"input_shape": shape} if shape else {}
+        entries.append(
+            _built(
+                record,
+                context,
+                metric_name,
+                latency,
+                measurements,
+                samples,
+                primary,
+                case=case,
+                labels=labels,
+            )
+        )
+    return entries
+
+
+def _built(
+    record: Mapping[str, Any],
+    context: SourceContext,
+    metric_name: str,
+    latency: dict[str, int],
+    measurements: tuple[Measurement, ...],
+    samples: int | None,
+    primary: str,
+    case: Mapping[str, int] | None = None,
+    labels: Mapping[str, str] | None = None,
+) -> Observation:
+    benchmark = _object(record, "benchmark")
+    model = _object(record, "model")
+    metric = _object(record, "metric")
+    metric_extra = _object(metric, "extra_info")
+    benchmark_extra = _object(benchmark, "extra_info")
+    model_extra = _object(model, "extra_info")
+    model_name = _text(model.get("name"))
 
     benchmark_name = _text(benchmark.get("name")) or UNSPECIFIED
     backend = _text(model.get("backend")) or UNSPECIFIED
     axes, parameters = _case(benchmark_extra, model_extra, metric_extra, benchmark, record)
+    axes.update(case or {})
     native: dict[str, float] = {}
     target = metric.get("target_value")
     numeric = isinstance(target, int | float) and not isinstance(target, bool)
@@ -363,14 +470,17 @@ def _observation(record: Any, context: SourceContext) -> Observation:
     description = _text(benchmark_extra.get("description")) or None
     model_type = _text(model.get("type"))
     origins = model.get("origins")
-    labels = {"benchmark": benchmark_name[:200]}
+    labels = {"benchmark": benchmark_name[:200], **(labels or {})}
     if model_type:
         labels["model_type"] = model_type[:200]
     if isinstance(origins, list) and origins:
         labels["origins"] = ",".join(_text(o) for o in origins)[:200]
+    external_id = _external_id(benchmark, model, metric, benchmark_name, backend, metric_name)
+    if case:
+        external_id += "".join(f"[{k}={v}]" for k, v in case.items())
     return Observation(
         source=SOURCE,
-        external_id=_external_id(benchmark, model, metric, benchmark_name, backend, metric_name),
+        external_id=external_id,
         operation=Operation(
             name=model_name,
             family=model_name,
@@ -531,8 +641,11 @@ def _environment(record: Mapping[str, Any], benchmark_extra: Mapping[str, Any]) 
         if isinstance(extra, dict):
             cuda = _text(extra.get("cuda_version")) or None
     if gpu is None:
-        device = _text(benchmark_extra.get("device")).lower()
-        if device and device != "cpu":
+        stated = _text(benchmark_extra.get("device"))
+        device = stated.lower()
+        if device and not _DEVICE_TYPE.match(device):
+            gpu = stated  # a device's name (Helion writes torch.cuda.get_device_name())
+        elif device and device != "cpu":
             gpu = f"unnamed {device} device"
         elif not device and not isinstance(runner, dict):
             gpu = UNSPECIFIED  # neither a runner nor a device: the record names no hardware
