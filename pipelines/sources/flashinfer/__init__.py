@@ -38,6 +38,12 @@ whichever file arrives first. What only the solution file says (language, author
 target hardware) is not folded into it: were it, a trace's run would differ by whether its
 solution had arrived.
 
+Every schema generation is read. The 2025 dataset schema (flashinfer_bench/trace.py and
+benchmark.py before the September 2025 rewrite) has no workload `uuid`: a trace's workload is
+then named by a digest of what it holds (its axes and inputs), so one workload is one case
+whichever file holds it. Its environment names the GPU as `device` (later `hardware`); in July
+2025 `device` was the torch device (`cuda:0`) and the GPU's name `libs.device_name`.
+
 What the format lacks: the timer (flashinfer-bench times with CUPTI when it is installed, else
 CUDA events; only a trace's log may say which), the trial count and any spread of the latency
 (`latency_ms` is a mean of per-trial medians, `evaluators/default.py`), the GPU driver, and the
@@ -50,6 +56,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
@@ -61,6 +68,7 @@ from pipelines.records import RowOutcome
 from pipelines.records.canonical import manifest_digest
 from pipelines.sources.json_input import (
     JsonInputError,
+    KeyedObject,
     Marks,
     head_text,
     raw_text,
@@ -130,6 +138,9 @@ STATUSES: dict[str, RunStatus] = {
     "COMPILE_ERROR": "compile_error",
     "TIMEOUT": "timeout",
 }
+# The 2025 evaluator (benchmark.py before September 2025) had one status for outputs that failed
+# its allclose comparison; the run keeps the status as written in a label.
+STATUSES_2025: dict[str, RunStatus] = {"INCORRECT": "incorrect_numerical"}
 COMPARATOR = "allclose"  # how flashinfer-bench judges outputs against the reference's
 # Errors flashinfer-bench writes as strings when they are not finite (ser_json_inf_nan).
 _NON_FINITE_TEXT = {"nan", "inf", "-inf", "infinity", "-infinity"}
@@ -485,7 +496,27 @@ def trace_entries(data: bytes, operation_of: OperationLookup) -> Iterator[Entry]
             yield quarantined(line.line, "", line.text, line.error.reason, line.error.detail)
             continue
         build = partial(_trace, line=line.line, operation_of=operation_of)
-        yield from observe(line.value, line.line, "", build, raw=line.text)
+        yield from observe(_unmeasured_dropped(line.value), line.line, "", build, raw=line.text)
+
+
+def _unmeasured_dropped(trace: Any) -> Any:
+    """The 2025 evaluator wrote Infinity for what a failed evaluation did not measure (its
+    latencies, and a runtime error's errors) and a speedup of 0.0: those are absent, not
+    numbers. A passed evaluation's Infinity stays, and is quarantined as any record's is."""
+    evaluation = trace.get("evaluation") if isinstance(trace, dict) else None
+    if not isinstance(evaluation, dict) or evaluation.get("status") in (None, "PASSED"):
+        return trace
+    performance = evaluation.get("performance")
+    correctness = evaluation.get("correctness")
+    latency = performance.get("latency_ms") if isinstance(performance, dict) else None
+    if not (isinstance(latency, float) and math.isinf(latency)) or _has_duplicates(trace):
+        return trace
+    evaluation = {**evaluation, "performance": None}
+    if isinstance(correctness, dict):
+        evaluation["correctness"] = {
+            k: v for k, v in correctness.items() if not (isinstance(v, float) and math.isinf(v))
+        }
+    return {**trace, "evaluation": evaluation}
 
 
 def _trace(trace: Any, line: int, operation_of: OperationLookup) -> Entry:
@@ -505,12 +536,12 @@ def _trace(trace: Any, line: int, operation_of: OperationLookup) -> Entry:
     if not isinstance(evaluation, dict):
         raise ObservationError("missing_field", "no evaluation")
     solution = _text(trace, "solution")
-    uuid = workload.get("uuid")
-    if not isinstance(uuid, str) or not uuid:
-        raise ObservationError("missing_field", "no workload uuid")
-    status = STATUSES.get(str(evaluation.get("status")))
+    uuid = _workload_id(workload)
+    native = str(evaluation.get("status"))
+    status = STATUSES.get(native) or STATUSES_2025.get(native)
     if status is None:
         raise ObservationError("bad_value", f"unknown status {evaluation.get('status')!r}")
+    labels = {"flashinfer_status": native} if native in STATUSES_2025 else {}
     timestamp = evaluation.get("timestamp")
     if not isinstance(timestamp, str) or not timestamp.strip():
         raise ObservationError("missing_field", "no evaluation timestamp")
@@ -531,8 +562,37 @@ def _trace(trace: Any, line: int, operation_of: OperationLookup) -> Entry:
         correctness=correctness,
         benchmark=definition,
         parameters=_inputs(workload.get("inputs")),
-        labels=nonfinite,
+        labels=nonfinite | labels,
     )
+
+
+def _has_duplicates(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, KeyedObject) and item.duplicates:
+            return True
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
+def _workload_id(workload: Mapping[str, Any]) -> str:
+    """The workload's uuid, or (2025's schema has none) a digest of its axes and inputs."""
+    uuid = workload.get("uuid")
+    if isinstance(uuid, str) and uuid:
+        return uuid
+    if "uuid" in workload:
+        raise ObservationError("bad_value", f"workload uuid is {uuid!r}")
+    content = {"axes": workload.get("axes"), "inputs": workload.get("inputs")}
+    canonical = json.dumps(content, sort_keys=True, ensure_ascii=False, default=str)
+    return "workload-" + hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+# A torch device (`cuda:0`), not a GPU's name: the 2025 schema's name is then in libs.
+_DEVICE_TYPE = re.compile(r"^(?:cuda|cpu|hip|rocm|xpu|mps)(?::\d+)?$")
 
 
 def _workload_outcome(
@@ -615,11 +675,16 @@ def _performance(performance: Any) -> tuple[dict[str, int], tuple[Measurement, .
 def _environment(environment: Any) -> Environment:
     if not isinstance(environment, dict):
         raise ObservationError("missing_field", "no environment")
-    hardware = _text(environment, "hardware")
     libs = environment.get("libs") or {}
     if not isinstance(libs, dict):
         raise ObservationError("bad_value", "environment libs are an object")
     versions = {str(k): str(v) for k, v in libs.items() if v is not None}
+    if "hardware" in environment or "device" not in environment:
+        hardware = _text(environment, "hardware")
+    else:  # the 2025 schema
+        hardware = _text(environment, "device")
+        if _DEVICE_TYPE.match(hardware.strip().lower()) and versions.get("device_name"):
+            hardware = versions.pop("device_name")
     torch = versions.pop("torch", None)
     cuda = versions.pop("cuda", None)
     return Environment(
