@@ -180,6 +180,12 @@ def operation_name(definition: str) -> str:
 
 def kind_of(data: bytes) -> Kind | None:
     head = head_text(data)
+    if head.startswith("[") and not _BUNDLE.search(head):
+        # the first dataset (July 2025) held a list of definitions in one file
+        first = head[1:].lstrip()
+        if first.startswith("{") and _DEFINITION_AXES.search(head):
+            return "definition" if _DEFINITION_TENSORS.search(head) else None
+        return None
     if not head.startswith("{") or _BUNDLE.search(head):
         return None
     first = head.partition("\n")[0]
@@ -256,7 +262,11 @@ class FlashInferTrace(HarnessSource):
         kind = kind_of(data)
         if kind == "definition":
             document = read_document(data)
-            yield from observe(document, 1, "", _definition_outcome)
+            if isinstance(document, list):
+                for i, each in enumerate(document):
+                    yield from observe(each, 1, f"/{i}", _definition_outcome)
+            else:
+                yield from observe(document, 1, "", _definition_outcome)
         elif kind == "solution":
             document = read_document(data)
             lookup = _Definitions(context)
@@ -312,14 +322,17 @@ def _tensors(document: dict[str, Any], field: str, axes: Mapping[str, Any]) -> t
         raise ObservationError("missing_field", f"no {field}")
     result = []
     for name, spec in tensors.items():
-        if not isinstance(spec, dict) or not isinstance(spec.get("dtype"), str):
-            raise ObservationError("bad_value", f"{field} {name!r} has no dtype")
+        if not isinstance(spec, dict):
+            raise ObservationError("bad_value", f"{field} {name!r} is not an object")
+        dtype = spec.get("dtype", UNSPECIFIED)  # the first definitions stated none
+        if not isinstance(dtype, str) or not dtype:
+            raise ObservationError("bad_value", f"{field} {name!r} has dtype {dtype!r}")
         shape = spec.get("shape")
         if shape is None:  # a scalar
             shape = []
         if not isinstance(shape, list) or any(a not in axes for a in shape):
             raise ObservationError("bad_value", f"{field} {name!r} names an axis not defined")
-        result.append(Tensor(name, tuple(shape), spec["dtype"]))
+        result.append(Tensor(name, tuple(shape), dtype))
     return tuple(result)
 
 
