@@ -99,8 +99,15 @@ from pipelines.sources.source import HarnessSource, SourceContext
 SOURCE = "pytorch-benchmark-v3"
 FORMAT_REPOSITORY = "https://github.com/pytorch/test-infra"
 _SNIFF_START = re.compile(r"^[\[{]")
-_SNIFF_VALUES = re.compile(r'"benchmark_values"\s*:\s*\[')
-_SNIFF_BENCHMARK = re.compile(r'"(?:benchmark|model)"\s*:\s*\{')
+_SNIFF_VALUES = re.compile(r'"benchmark_values"\s*:\s*\[|"metric"\s*:\s*\[\s*"[^"]*"\s*,\s*\[')
+_SNIFF_BENCHMARK = re.compile(r'"(?:benchmark|model)"\s*:\s*[\{\[]')
+# The table's tuples (clickhouse_db_schema/benchmark.oss_ci_benchmark_v3/schema.sql), in order:
+# the first uploads (November 2024) wrote each tuple as a JSON array of its fields.
+TUPLE_FIELDS = {
+    "benchmark": ("name", "mode", "dtype", "extra_info"),
+    "model": ("name", "type", "backend", "origins", "extra_info"),
+    "metric": ("name", "benchmark_values", "target_value", "extra_info"),
+}
 
 # --- the metric name: one rule ---------------------------------------------------------------
 
@@ -177,8 +184,8 @@ FAILED_INPUT = "measurement_failed"
 
 
 MARKS = Marks.of(
-    ('"benchmark_values"\\s*:\\s*\\[', "no metric with benchmark_values"),
-    ('"(?:benchmark|model)"\\s*:\\s*\\{', "no benchmark or model object"),
+    (_SNIFF_VALUES.pattern, "no metric with benchmark_values"),
+    (_SNIFF_BENCHMARK.pattern, "no benchmark or model"),
     ('"metric"\\s*:', "no metric"),
 )
 
@@ -334,6 +341,12 @@ def _object(record: Mapping[str, Any], field: str) -> Mapping[str, Any]:
     value = record.get(field)
     if value is None:
         return {}
+    names = TUPLE_FIELDS.get(field)
+    if isinstance(value, list) and names is not None:  # a tuple as an array of its fields
+        if len(value) > len(names):
+            detail = f"{field} has {len(value)} fields, the table's tuple {len(names)}"
+            raise ObservationError("malformed_record", detail)
+        return dict(zip(names, value, strict=False))
     if not isinstance(value, dict):
         raise ObservationError("malformed_record", f"{field} is not an object")
     return value
@@ -362,6 +375,7 @@ def _observation(record: Any, context: SourceContext) -> Observation | list[Any]
         raise ObservationError("malformed_record", "a v3 record is an object")
     if "metric" not in record:
         raise ObservationError("missing_field", "no metric: not a benchmark record")
+    record = {**record, **{f: _object(record, f) for f in TUPLE_FIELDS if f in record}}
     benchmark = _object(record, "benchmark")
     model = _object(record, "model")
     metric = _object(record, "metric")
