@@ -144,6 +144,10 @@ UNIT_OF_NAME: dict[str, str] = {
     "gbps": "gb_per_s",
     "flops": "flops",
 }
+# Metric names whose unit only their producer's code states: (benchmark.name, metric.name).
+# vLLM's benchmark_latency.py writes `latency`, each value one iteration's time.perf_counter()
+# difference, in seconds.
+UNIT_OF_PRODUCER_METRIC: dict[tuple[str, str], str] = {("vLLM benchmark", "latency"): "s"}
 # Units as written in parentheses or in extra_info that have another spelling here.
 UNIT_SPELLINGS: dict[str, str] = {
     "µs": "us",
@@ -225,9 +229,10 @@ def _unit_text(text: str) -> str:
     return key_of(unit.replace("/", "_per_").replace("%", "percent"))
 
 
-def metric_of(name: str, extra_info: Mapping[str, Any]) -> MetricName:
-    """The one rule for a v3 metric's name: its unit, its statistic, its quantity."""
-    unit: str | None = None
+def metric_of(name: str, extra_info: Mapping[str, Any], producer: str = "") -> MetricName:
+    """The one rule for a v3 metric's name: its unit, its statistic, its quantity. `producer`:
+    the record's benchmark name, for the names a producer's own code gives a unit."""
+    unit: str | None = UNIT_OF_PRODUCER_METRIC.get((producer, name.strip()))
     text = name.strip()
     paren = _PAREN_UNIT.match(text)
     if paren:
@@ -388,7 +393,7 @@ def _observation(record: Any, context: SourceContext) -> Observation | list[Any]
         raise ObservationError("missing_field", "metric.name")
     if not model_name:
         raise ObservationError("missing_field", "model.name")
-    named = metric_of(metric_name, metric_extra)
+    named = metric_of(metric_name, metric_extra, _text(benchmark.get("name")))
     values = metric.get("benchmark_values")
     if not isinstance(values, list) or not values:
         raise ObservationError("missing_field", "metric.benchmark_values is not a list of values")
