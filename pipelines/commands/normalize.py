@@ -14,7 +14,7 @@ import argparse
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -102,9 +102,9 @@ ManifestNamed = Callable[[str, str], "dict[str, Any] | None"]
 
 
 @contextmanager
-def definitions_of(paths: Sequence[Path]) -> Iterator[ManifestNamed]:
+def definitions_of(paths: Sequence[Path], *, index: bool = True) -> Iterator[ManifestNamed]:
     """What a trace's definition lookup finds: the OperationSpecs the FlashInfer definitions
-    among `paths` state, then those of the local index when this home has one."""
+    among `paths` state, then (with `index`) those of the local index when this home has one."""
     from pipelines.sources.flashinfer import kind_of
 
     given: dict[tuple[str, str], dict[str, Any]] = {}
@@ -120,7 +120,7 @@ def definitions_of(paths: Sequence[Path]) -> Iterator[ManifestNamed]:
                 given.setdefault(
                     (record.kind, record.manifest["metadata"]["name"]), record.manifest
                 )
-    with _index_lookup() as indexed:
+    with _index_lookup() if index else nullcontext(_nothing) as indexed:
 
         def named(kind: str, name: str) -> dict[str, Any] | None:
             return given.get((kind, name)) or indexed(kind, name)
