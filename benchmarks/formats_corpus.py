@@ -235,7 +235,8 @@ def held_tritonbench(data: bytes) -> int:
     document = _json(data)
     if not isinstance(document, dict):
         return 0
-    metrics = document.get("metrics") if isinstance(document.get("metrics"), dict) else document
+    wrapped = document.get("metrics")
+    metrics: dict[str, Any] = wrapped if isinstance(wrapped, dict) else document
     cases = set()
     for key, value in metrics.items():
         match = _PER_INPUT.match(key)
