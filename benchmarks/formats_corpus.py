@@ -240,7 +240,8 @@ def held_tritonbench(data: bytes) -> int:
     cases = set()
     for key, value in metrics.items():
         match = _PER_INPUT.match(key)
-        if match and _number(value):
+        # `x_average` is TritonBench's average over the inputs, no input of its own
+        if match and _number(value) and match.group("input") != "average":
             cases.add((match.group("bench"), match.group("input"), match.group("backend")))
     return len(cases)
 
@@ -355,7 +356,9 @@ LAYOUTS = {
     "pytorch-benchmark-v3": layout_v3,
     "flashinfer-trace": layout_flashinfer,
     "google-benchmark-json": layout_gbench,
-    "tritonbench-json": lambda data: "wrapped (metrics)" if b'"metrics"' in data[:200] else "flat",
+    "tritonbench-json": lambda data: (
+        "nightly (env, metrics)" if isinstance((_json(data) or {}).get("metrics"), dict) else "flat"
+    ),
     "liger-csv": lambda data: "CSV",
 }
 
