@@ -489,7 +489,8 @@ def _built(
     description = _text(benchmark_extra.get("description")) or None
     model_type = _text(model.get("type"))
     origins = model.get("origins")
-    labels = {"benchmark": benchmark_name[:200], **(labels or {})}
+    run_labels = dict(labels or {})
+    labels = {"benchmark": benchmark_name[:200]}
     if model_type:
         labels["model_type"] = model_type[:200]
     if isinstance(origins, list) and origins:
@@ -530,6 +531,7 @@ def _built(
         benchmark=benchmark_name,
         mode=_text(benchmark.get("mode")) or None,
         parameters=parameters,
+        labels=run_labels,
         native_metrics=native,
     )
 
