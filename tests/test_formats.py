@@ -364,3 +364,24 @@ def test_a_file_no_source_reads_names_the_closest_format(document: Any, message:
 def test_a_csv_no_source_reads_is_named_a_liger_csv_that_lacks_columns() -> None:
     (outcome,) = normalize_object("x.csv", b"a,b\n1,2\n").outcomes
     assert "Liger benchmark CSV: header lacks Liger column(s)" in (outcome.detail or "")
+
+
+def test_normalize_finds_a_definition_in_the_index_of_this_home(
+    s3_store: Any, index_settings: Any, tmp_path: Path
+) -> None:
+    """`kindex normalize TRACES` after the definition was ingested: resolved from the index."""
+    from pipelines.commands.normalize import definitions_of
+
+    definition = FORMATS / "flashinfer-trace" / "gemm_n128_k2048.definition.json"
+    traces = FORMATS / "flashinfer-trace" / "gemm_n128_k2048.traces.jsonl"
+    ingest_paths([definition], index_settings, progress=False, store=s3_store)
+    with definitions_of([traces]) as lookup:
+        context = SourceContext(received_at="2026-01-01T00:00:00Z", manifest_named=lookup)
+        outcomes = list(
+            normalize_object(traces.name, traces.read_bytes(), context=context).outcomes
+        )
+    assert [o.status for o in outcomes] == ["ok"] * 25
+    with definitions_of([traces], index=False) as lookup:
+        context = SourceContext(received_at="2026-01-01T00:00:00Z", manifest_named=lookup)
+        alone = list(normalize_object(traces.name, traces.read_bytes(), context=context).outcomes)
+    assert {o.reason for o in alone} == {"awaiting_definition"}

@@ -264,7 +264,8 @@ class FlashInferTrace(HarnessSource):
             document = read_document(data)
             if isinstance(document, list):
                 for i, each in enumerate(document):
-                    yield from observe(each, 1, f"/{i}", _definition_outcome)
+                    for entry in observe(each, 1, f"/{i}", _definition_outcome):
+                        yield replace(entry, pointer=f"/{i}")
             else:
                 yield from observe(document, 1, "", _definition_outcome)
         elif kind == "solution":
