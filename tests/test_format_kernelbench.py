@@ -56,6 +56,7 @@ def test_a_failed_first_problem_does_not_hide_the_level() -> None:
     for run, (level, problem, timing) in zip(runs, timed, strict=True):
         facts = run.facts
         assert facts is not None
+        assert facts.external_id == f"{level}/{problem}"
         # ms → integer ns, the mean as the mean: never called a median
         assert facts.extra["mean"] == round(timing["mean"] * 1e6)
         assert facts.extra["min"] == round(timing["min"] * 1e6)
