@@ -385,3 +385,24 @@ def test_normalize_finds_a_definition_in_the_index_of_this_home(
         context = SourceContext(received_at="2026-01-01T00:00:00Z", manifest_named=lookup)
         alone = list(normalize_object(traces.name, traces.read_bytes(), context=context).outcomes)
     assert {o.reason for o in alone} == {"awaiting_definition"}
+
+
+def test_gzipped_files_of_every_source_land_as_their_plain_bytes_would(
+    s3_store: Any, index_settings: Any, tmp_path: Path
+) -> None:
+    """A gzipped Liger CSV and a gzipped harness file through the real ingest: unpacked once
+    where the source is chosen, their runs the plain files' runs."""
+    liger = csv_bytes(*liger_rows(range(2, 12)))
+    tk = (FORMATS / "kernelbench" / "tk_baseline_time.json").read_bytes()
+    (tmp_path / "liger.csv.gz").write_bytes(gzip.compress(liger))
+    (tmp_path / "tk.json.gz").write_bytes(gzip.compress(tk))
+    paths = [tmp_path / "liger.csv.gz", tmp_path / "tk.json.gz"]
+    summary = ingest_paths(paths, index_settings, progress=False, store=s3_store)
+    assert sorted(f.source for f in summary.files) == ["kernelbench-timing", "liger-csv"]
+    by_source = dict(
+        query(
+            index_settings,
+            "SELECT source, count(*) FROM runs JOIN first_reads USING (snapshot_digest) GROUP BY 1",
+        )  # fmt: skip
+    )
+    assert by_source == {"liger-csv": 10, "kernelbench-timing": 6}

@@ -160,19 +160,38 @@ def _observation(level: str, problem: str, timing: Any, *, context: SourceContex
         measurements = (Measurement("latency", "ns", "stdev", std),)
     trials = timing.get("num_trials")
     samples = int(trials) if isinstance(trials, int) and trials > 0 else None
+    return _run(
+        level,
+        problem,
+        received,
+        PROTOCOL,
+        Environment(gpu=hardware),
+        latency_ns=latency,
+        samples=samples,
+        measurements=measurements,
+    )
+
+
+def _run(
+    level: str,
+    problem: str,
+    received: str,
+    protocol: Protocol,
+    environment: Environment,
+    **measured: Any,
+) -> Observation:
+    """A problem's run: what every layout of the file says alike, and its numbers."""
     return Observation(
         source=SOURCE,
         external_id=f"{level}/{problem}",
         operation=_operation(level, problem),
         workload_axes={},
         implementation=IMPLEMENTATION,
-        protocol=PROTOCOL,
-        environment=Environment(gpu=hardware),
+        protocol=protocol,
+        environment=environment,
         observed_at=utc_instant(received),
-        latency_ns=latency,
-        samples=samples,
-        measurements=measurements,
         benchmark=level,
+        **measured,
     )
 
 
@@ -213,15 +232,11 @@ def _mean_only_observation(
     level: str, problem: str, timing: dict[str, Any], received: str
 ) -> Observation:
     mean = number(timing["mean"], "mean")
-    return Observation(
-        source=SOURCE,
-        external_id=f"{level}/{problem}",
-        operation=_operation(level, problem),
-        workload_axes={},
-        implementation=IMPLEMENTATION,
-        protocol=MEAN_ONLY_PROTOCOL,
-        environment=Environment(gpu=UNSPECIFIED),
-        observed_at=utc_instant(received),
+    return _run(
+        level,
+        problem,
+        received,
+        MEAN_ONLY_PROTOCOL,
+        Environment(gpu=UNSPECIFIED),
         measurements=(Measurement("mean_time", UNSPECIFIED, "mean", mean),),
-        benchmark=level,
     )
