@@ -33,7 +33,7 @@ sys.path[:0] = [str(ROOT)]
 from pipelines.commands.normalize import definitions_of  # noqa: E402
 from pipelines.sources import SourceContext, normalize_object  # noqa: E402
 from pipelines.sources.json_input import unpacked  # noqa: E402
-from pipelines.sources.pytorch_v3 import PER_INPUT_BENCHMARKS  # noqa: E402
+from pipelines.sources.pytorch_v3 import PER_INPUT_PRODUCERS, producer_of  # noqa: E402
 
 SKIPPED = (".md", ".tsv")
 
@@ -184,7 +184,7 @@ def held_v3(data: bytes) -> int:
         if not isinstance(values, list) or not values:
             continue
         shape = record.get("shape")
-        per_input = _v3_field(record, "benchmark", 0) in PER_INPUT_BENCHMARKS or (
+        per_input = producer_of(record) in PER_INPUT_PRODUCERS or (
             isinstance(shape, list) and len(shape) == len(values)
         )
         # one result per input; Helion writes 0 for an input that failed
@@ -314,8 +314,8 @@ def layout_v3(data: bytes) -> str:
     parts = [shape]
     if any(isinstance(r.get("metric"), list) for r in records):
         parts.append("tuples as arrays")
-    names = {_v3_field(r, "benchmark", 0) for r in records}
-    if names & PER_INPUT_BENCHMARKS or any(isinstance(r.get("shape"), list) for r in records):
+    per_input = any(producer_of(r) in PER_INPUT_PRODUCERS for r in records)
+    if per_input or any(isinstance(r.get("shape"), list) for r in records):
         parts.append("one value per input (Helion)")
     return "; ".join(parts)
 

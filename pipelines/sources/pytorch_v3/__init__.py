@@ -144,10 +144,20 @@ UNIT_OF_NAME: dict[str, str] = {
     "gbps": "gb_per_s",
     "flops": "flops",
 }
-# Metric names whose unit only their producer's code states: (benchmark.name, metric.name).
-# vLLM's benchmark_latency.py writes `latency`, each value one iteration's time.perf_counter()
-# difference, in seconds.
-UNIT_OF_PRODUCER_METRIC: dict[tuple[str, str], str] = {("vLLM benchmark", "latency"): "s"}
+# The producers whose own code states what a record does not: each is known by a field's value
+# it writes, (field, subfield) → value → producer.
+PRODUCERS: dict[tuple[str, str], dict[str, str]] = {
+    ("benchmark", "name"): {"Helion Benchmark": "helion", "vLLM benchmark": "vllm"},
+    # TritonBench's .ci/test_infra/oss_ci_benchmark_v3.py: the model is the operator
+    ("model", "type"): {"tritonbench-oss": "tritonbench"},
+}
+# Metric names whose unit only their producer's code states: (producer, metric.name). vLLM's
+# benchmark_latency.py writes `latency`, each value one iteration's time.perf_counter()
+# difference, in seconds; TritonBench's conversion writes its `latency`, the p50 in ms.
+UNIT_OF_PRODUCER_METRIC: dict[tuple[str, str], str] = {
+    ("vllm", "latency"): "s",
+    ("tritonbench", "latency"): "ms",
+}
 # Units as written in parentheses or in extra_info that have another spelling here.
 UNIT_SPELLINGS: dict[str, str] = {
     "µs": "us",
@@ -179,12 +189,23 @@ _SHA = re.compile(r"^[0-9a-f]{40}$")
 # `benchmarks/run.py` (`write_results_to_json`) writes one value per row of TritonBench's
 # output, one row per input, and since 65f07a1 names each input in the record's `shape`. A
 # record with a `shape` list as long as its values is read so whoever wrote it.
-PER_INPUT_BENCHMARKS = frozenset({"Helion Benchmark"})
+PER_INPUT_PRODUCERS = frozenset({"helion"})
+# Producers that write 0 for a time or speedup they failed to measure (Helion's run.py and
+# TritonBench's conversion both store 0.0 for an empty or error cell, e.g. "CUDA OOM").
+ZERO_IS_FAILED = frozenset({"helion", "tritonbench"})
 # A device as a device type (`cuda`, `cuda:0`, `cpu`), not a GPU's name (`NVIDIA H100`).
 _DEVICE_TYPE = re.compile(r"^(?:cpu|cuda|hip|rocm|xpu|mps|npu|mtia|tpu|meta)(?::\d+)?$")
-# A per-input value of 0 for a time or a speedup is Helion's mark of a failed input (TritonBench
-# leaves the cell empty, or writes an error there; run.py stores 0.0).
 FAILED_INPUT = "measurement_failed"
+
+
+def producer_of(record: Mapping[str, Any]) -> str:
+    """The producer a record's fields name (PRODUCERS), or ""."""
+    for (field, subfield), producers in PRODUCERS.items():
+        part = record.get(field)
+        value = part.get(subfield) if isinstance(part, dict) else None
+        if isinstance(value, str) and value.strip() in producers:
+            return producers[value.strip()]
+    return ""
 
 
 MARKS = Marks.of(
@@ -231,7 +252,7 @@ def _unit_text(text: str) -> str:
 
 def metric_of(name: str, extra_info: Mapping[str, Any], producer: str = "") -> MetricName:
     """The one rule for a v3 metric's name: its unit, its statistic, its quantity. `producer`:
-    the record's benchmark name, for the names a producer's own code gives a unit."""
+    the record's producer (`producer_of`), for the names its own code gives a unit."""
     unit: str | None = UNIT_OF_PRODUCER_METRIC.get((producer, name.strip()))
     text = name.strip()
     paren = _PAREN_UNIT.match(text)
@@ -393,29 +414,38 @@ def _observation(record: Any, context: SourceContext) -> Observation | list[Any]
         raise ObservationError("missing_field", "metric.name")
     if not model_name:
         raise ObservationError("missing_field", "model.name")
-    named = metric_of(metric_name, metric_extra, _text(benchmark.get("name")))
+    producer = producer_of(record)
+    named = metric_of(metric_name, metric_extra, producer)
     values = metric.get("benchmark_values")
     if not isinstance(values, list) or not values:
         raise ObservationError("missing_field", "metric.benchmark_values is not a list of values")
-    inputs = _inputs_of(record, benchmark, values)
+    inputs = _inputs_of(record, producer, values)
     if inputs is not None:
         return _per_input(record, context, named, metric_name, values, inputs)
     numbers = [number(v, f"metric.benchmark_values[{i}]") for i, v in enumerate(values)]
+    if producer in ZERO_IS_FAILED and numbers == [0] and _failed_if_zero(named):
+        detail = f"its {metric_name} is 0, {producer}'s mark of a measurement that failed"
+        raise ObservationError(FAILED_INPUT, detail)
     latency, measurements, samples, primary = _numbers(named, numbers, metric_name)
     return _built(record, context, metric_name, latency, measurements, samples, primary)
 
 
 def _inputs_of(
-    record: Mapping[str, Any], benchmark: Mapping[str, Any], values: list[Any]
+    record: Mapping[str, Any], producer: str, values: list[Any]
 ) -> list[str | None] | None:
-    """Each value's input when the values are one per input (see PER_INPUT_BENCHMARKS): the
+    """Each value's input when the values are one per input (see PER_INPUT_PRODUCERS): the
     input's shape as the record names it, else None; None when the values are samples."""
     shape = record.get("shape")
     if isinstance(shape, list) and len(shape) == len(values):
         return [_text(s) or None for s in shape]
-    if _text(benchmark.get("name")) in PER_INPUT_BENCHMARKS:
+    if producer in PER_INPUT_PRODUCERS:
         return [None] * len(values)
     return None
+
+
+def _failed_if_zero(named: MetricName) -> bool:
+    """Whether 0 cannot be this metric's value: a time or a speedup."""
+    return named.is_duration or named.unit == "x"
 
 
 def _per_input(
@@ -432,7 +462,7 @@ def _per_input(
         where = f"metric.benchmark_values[{index}]"
         try:
             amount = number(value, where)
-            if amount == 0 and (named.is_duration or named.unit == "x"):
+            if amount == 0 and _failed_if_zero(named):
                 where = f"input {index}{f' {shape}' if shape else ''}"
                 detail = f"{where} failed: its {metric_name} is 0, the mark of a failed input"
                 raise ObservationError(FAILED_INPUT, detail)
