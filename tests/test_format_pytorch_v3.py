@@ -487,3 +487,43 @@ def test_vllm_latency_is_in_seconds_as_its_benchmark_writes_it() -> None:
     other = {**record, "benchmark": {"name": "elsewhere"}}
     (unknown,) = outcomes_of(json.dumps([other]).encode())
     assert unknown.reason == "unknown_metric_unit"
+
+
+@pytest.mark.parametrize(
+    ("name", "benchmark", "expected"),
+    [
+        # torchao's llama generate.py (benchmark "TorchAO benchmark"): tokens/s, GB/s
+        ("tok/s", "TorchAO benchmark", ("tok_per_second", "per_second", None)),
+        ("mem/s", "TorchAO benchmark", ("mem_per_second", "gb_per_s", None)),
+        ("img_s(avg)", "TorchAO benchmark", ("img_s", "per_second", "mean")),
+        ("time_ms(avg)", "TorchAO benchmark", ("time", "ms", "mean")),
+        # a slash rate is never seconds, whoever writes it
+        ("tok/s", "elsewhere", ("tok_per_second", "per_second", None)),
+        # ExecuTorch's names
+        ("avg_inference_latency(ms)", "ExecuTorch", ("inference_latency", "ms", "mean")),
+        ("token_per_sec", "ExecuTorch", ("token_per_sec", "per_second", None)),
+        ("peak_inference_mem_usage(mb)", "ExecuTorch", ("peak_inference_mem_usage", "mb", None)),
+    ],
+)
+def test_each_producers_metric_names(
+    name: str, benchmark: str, expected: tuple[str, str, str | None]
+) -> None:
+    from pipelines.sources.pytorch_v3 import producer_of
+
+    producer = producer_of({"benchmark": {"name": benchmark}})
+    named = metric_of(name, {}, producer)
+    assert (named.metric, named.unit, named.statistic) == expected
+
+
+def test_a_torchao_record_as_its_generate_py_writes_it() -> None:
+    record = {
+        "benchmark": {"name": "TorchAO benchmark", "mode": "inference", "dtype": "int4wo-64",
+                      "extra_info": {"device": "cuda", "arch": "NVIDIA H100 80GB HBM3"}},
+        "model": {"name": "Llama-2-7b-chat-hf", "type": "model", "origins": ["pytorch"]},
+        "metric": {"name": "tok/s", "benchmark_values": [182.5], "target_value": None},
+    }  # fmt: skip
+    (outcome,) = outcomes_of(json.dumps([record]).encode())
+    assert outcome.facts is not None
+    assert (outcome.facts.metric, outcome.facts.unit) == ("tok_per_second", "per_second")
+    (measurement,) = specs(outcome)["BenchmarkRun"]["spec"]["measurements"]
+    assert measurement["value"] == 182.5

@@ -147,16 +147,25 @@ UNIT_OF_NAME: dict[str, str] = {
 # The producers whose own code states what a record does not: each is known by a field's value
 # it writes, (field, subfield) → value → producer.
 PRODUCERS: dict[tuple[str, str], dict[str, str]] = {
-    ("benchmark", "name"): {"Helion Benchmark": "helion", "vLLM benchmark": "vllm"},
+    ("benchmark", "name"): {
+        "Helion Benchmark": "helion",
+        "vLLM benchmark": "vllm",
+        "TorchAO benchmark": "torchao",
+    },
     # TritonBench's .ci/test_infra/oss_ci_benchmark_v3.py: the model is the operator
     ("model", "type"): {"tritonbench-oss": "tritonbench"},
 }
 # Metric names whose unit only their producer's code states: (producer, metric.name). vLLM's
 # benchmark_latency.py writes `latency`, each value one iteration's time.perf_counter()
-# difference, in seconds; TritonBench's conversion writes its `latency`, the p50 in ms.
+# difference, in seconds; TritonBench's conversion writes its `latency`, the p50 in ms;
+# torchao's llama generate.py writes `tok/s` (tokens per second) and `mem/s` (its bandwidth,
+# GB/s), and its segment-anything benchmark `img_s(avg)` (1000 / ms per image: images per s).
 UNIT_OF_PRODUCER_METRIC: dict[tuple[str, str], str] = {
     ("vllm", "latency"): "s",
     ("tritonbench", "latency"): "ms",
+    ("torchao", "tok/s"): "per_second",
+    ("torchao", "mem/s"): "gb_per_s",
+    ("torchao", "img_s(avg)"): "per_second",
 }
 # Units as written in parentheses or in extra_info that have another spelling here.
 UNIT_SPELLINGS: dict[str, str] = {
@@ -184,6 +193,7 @@ STATISTIC_WORDS: dict[str, str] = {
 _PERCENTILE = re.compile(r"^p(\d{1,2}(?:\.\d+)?)$")
 _PAREN_UNIT = re.compile(r"^(?P<base>.*?)\s*\((?P<unit>[^()]+)\)\s*$")
 _SHA = re.compile(r"^[0-9a-f]{40}$")
+_PER_SECOND = re.compile(r"\s*/\s*(?:s|sec|second)$", re.IGNORECASE)
 
 # Producers whose `benchmark_values` are one value per input, not repeated samples: Helion's
 # `benchmarks/run.py` (`write_results_to_json`) writes one value per row of TritonBench's
@@ -256,9 +266,15 @@ def metric_of(name: str, extra_info: Mapping[str, Any], producer: str = "") -> M
     unit: str | None = UNIT_OF_PRODUCER_METRIC.get((producer, name.strip()))
     text = name.strip()
     paren = _PAREN_UNIT.match(text)
+    stated_statistic = None
     if paren:
-        unit = _unit_text(paren.group("unit"))
+        # torchao's `time_ms(avg)`: a statistic in parentheses, the unit in the name
+        stated_statistic = _statistic_word(key_of(paren.group("unit")))
+        if stated_statistic is None and unit is None:
+            unit = _unit_text(paren.group("unit"))
         text = paren.group("base")
+    # a rate written with a slash (`tok/s`): "per second", never seconds
+    text = _PER_SECOND.sub("_per_second", text)
     words = [w for w in key_of(text).split("_") if w]
     if unit is None:
         for size in (2, 1):
@@ -268,8 +284,8 @@ def metric_of(name: str, extra_info: Mapping[str, Any], producer: str = "") -> M
                 if strip:
                     words = words[:-size]
                 break
-    statistic = None
-    if len(words) > 1:
+    statistic = stated_statistic
+    if statistic is None and len(words) > 1:
         for index in (0, -1):
             statistic = _statistic_word(words[index])
             if statistic is not None:
