@@ -406,3 +406,10 @@ def test_gzipped_files_of_every_source_land_as_their_plain_bytes_would(
         )  # fmt: skip
     )
     assert by_source == {"liger-csv": 10, "kernelbench-timing": 6}
+
+
+def test_a_file_of_a_known_format_that_cannot_be_read_names_the_format() -> None:
+    cut = json.dumps({"level1": {"1_a.py": problem(), "2_b.py": problem()}})[:-20].encode()
+    (outcome,) = outcomes_of(cut)
+    assert outcome.reason == "json_syntax"
+    assert (outcome.detail or "").startswith("KernelBench timing JSON: ")

@@ -183,8 +183,15 @@ def _parse(text: str, line: int, decoder: json.JSONDecoder = _DECODER) -> Any:
         raise JsonInputError(TOO_DEEP, "nesting too deep to parse", line) from None
 
 
-def read_document(data: bytes, max_bytes: int = MAX_DOCUMENT_BYTES) -> Any:
-    """One JSON document (gzip unpacked). Raises JsonInputError."""
+def read_document(data: bytes, max_bytes: int = MAX_DOCUMENT_BYTES, *, named: str = "") -> Any:
+    """One JSON document (gzip unpacked). Raises JsonInputError; with `named` (the format the
+    file was recognized as), its detail names that format: a known format that cannot be read
+    says so."""
+    if named:
+        try:
+            return read_document(data, max_bytes)
+        except JsonInputError as error:
+            raise JsonInputError(error.reason, f"{named}: {error.detail}", error.line) from None
     data = unpacked(data)
     if len(data) > max_bytes:
         raise JsonInputError(TOO_LARGE, f"{len(data)} bytes exceeds the limit of {max_bytes}")

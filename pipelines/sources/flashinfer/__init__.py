@@ -261,7 +261,7 @@ class FlashInferTrace(HarnessSource):
     def entries(self, data: bytes, context: SourceContext) -> Iterator[Entry]:
         kind = kind_of(data)
         if kind == "definition":
-            document = read_document(data)
+            document = read_document(data, named=FlashInferTrace.title)
             if isinstance(document, list):
                 for i, each in enumerate(document):
                     for entry in observe(each, 1, f"/{i}", _definition_outcome):
@@ -269,7 +269,7 @@ class FlashInferTrace(HarnessSource):
             else:
                 yield from observe(document, 1, "", _definition_outcome)
         elif kind == "solution":
-            document = read_document(data)
+            document = read_document(data, named=FlashInferTrace.title)
             lookup = _Definitions(context)
             yield from observe(document, 1, "", lambda d: _solution_outcome(d, lookup))
         else:
@@ -446,7 +446,7 @@ def definitions_named(data: bytes) -> Iterator[str]:
     trace line that starts with its definition (as flashinfer-bench writes them) is not parsed
     whole; another line is."""
     if kind_of(data) == "solution":
-        document = read_document(data)
+        document = read_document(data, named=FlashInferTrace.title)
         if isinstance(document, dict) and isinstance(document.get("definition"), str):
             yield document["definition"]
         return

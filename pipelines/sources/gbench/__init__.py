@@ -180,7 +180,7 @@ class GoogleBenchmarkJson(HarnessSource):
         return MARKS.found(head)
 
     def entries(self, data: bytes, context: SourceContext) -> Iterator[Entry]:
-        document = read_document(data)
+        document = read_document(data, named=self.title)
         if not isinstance(document, dict) or not isinstance(document.get("benchmarks"), list):
             raise JsonInputError("malformed_record", "Google Benchmark JSON has benchmarks[]")
         header = document.get("context")

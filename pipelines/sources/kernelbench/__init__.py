@@ -109,7 +109,7 @@ class KernelBenchTiming(HarnessSource):
         return MARKS.found(head)
 
     def entries(self, data: bytes, context: SourceContext) -> Iterator[Entry]:
-        document = read_document(data)
+        document = read_document(data, named=self.title)
         if not isinstance(document, dict):
             raise JsonInputError("malformed_record", "KernelBench timing is an object of levels")
         for level, problems in document.items():

@@ -171,7 +171,7 @@ class NvbenchJson(HarnessSource):
         return "not nvbench JSON (no devices with sm_version, nv/ summary tags or nvbench version)"
 
     def entries(self, data: bytes, context: SourceContext) -> Iterator[Entry]:
-        document = read_document(data)
+        document = read_document(data, named=self.title)
         if not isinstance(document, dict) or not isinstance(document.get("benchmarks"), list):
             raise JsonInputError("malformed_record", "nvbench JSON is an object with benchmarks")
         header = _Header.of(document)

@@ -371,7 +371,7 @@ def _records(data: bytes) -> Iterator[tuple[int, str, Any] | RowOutcome]:
             else:
                 yield json_line.line, "", json_line.value
         return
-    document = read_document(data)
+    document = read_document(data, named=PyTorchBenchmarkV3.title)
     if isinstance(document, list):
         for index, item in enumerate(document):
             yield 1, f"/{index}", item

@@ -145,7 +145,7 @@ class TritonBenchJson(HarnessSource):
         return MARKS.found(head)
 
     def entries(self, data: bytes, context: SourceContext) -> Iterator[Entry]:
-        document = read_document(data)
+        document = read_document(data, named=self.title)
         if not isinstance(document, dict):
             raise JsonInputError("malformed_record", "TritonBench --output-json is an object")
         wrapped = isinstance(document.get("metrics"), dict)
