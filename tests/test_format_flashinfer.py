@@ -506,3 +506,12 @@ def test_a_list_of_definitions_is_each_an_operation() -> None:
         (record,) = outcome.records
         assert record.kind == "OperationSpec"
         assert record.manifest["metadata"]["name"] == operation_name(definition["name"])
+
+
+def test_a_traces_file_whose_first_line_is_broken_is_still_traces() -> None:
+    data = b'{"definition": "gemm_n128_k2048", "workl\n' + TRACES.read_bytes()
+    assert source_of("x", data).name == "flashinfer-trace"
+    outcomes = outcomes_of(data, knowing(definition_manifest()))
+    assert (outcomes[0].status, outcomes[0].reason) == ("quarantined", "json_syntax")
+    assert [o.status for o in outcomes[1:]] == [o.status for o in outcomes_of(
+        TRACES.read_bytes(), knowing(definition_manifest()))]  # fmt: skip

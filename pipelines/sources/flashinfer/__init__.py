@@ -188,8 +188,9 @@ def kind_of(data: bytes) -> Kind | None:
         return None
     if not head.startswith("{") or _BUNDLE.search(head):
         return None
-    first = head.partition("\n")[0]
-    if _TRACE_DEFINITION.search(first) and _TRACE_WORKLOAD.search(first):
+    # a trace line: any of the first lines (the first may be a bad one), each a whole object
+    lines = head.split("\n")[:-1] or [head]
+    if any(_TRACE_DEFINITION.search(x) and _TRACE_WORKLOAD.search(x) for x in lines[:64]):
         return "traces"
     if _DEFINITION_AXES.search(head) and _DEFINITION_TENSORS.search(head):
         return "definition"
