@@ -206,6 +206,8 @@ def closest_format(data: bytes) -> str:
     """Why no source reads the bytes, as the format they come nearest: "<format>: <what the
     file lacks>"; a JSON document that shows no format's marks says so."""
     head = head_text(data)
+    if not head:
+        return "the file is empty"
     near = [
         (source.closeness(head), -i, source)
         for i, source in enumerate(SOURCES)
@@ -214,11 +216,10 @@ def closest_format(data: bytes) -> str:
     score, _, best = max(near, key=lambda item: item[:2])
     if score > 0:
         return f"{best.title}: {best.lacks(head) or 'its content cannot be read'}"
-    if head[:1] in ("{", "["):
-        json_formats = [s for s in SOURCES if isinstance(s, Diagnosable)]
-        titles = ", ".join(s.title for s in json_formats if not isinstance(s, LigerCsvSource))
-        return f"JSON that shows none of the marks of the formats read ({titles})"
-    return "empty" if not head else "neither JSON nor a CSV with a header"
+    # only JSON can show no format's marks: any other text is nearest the CSV
+    json_formats = [s for s in SOURCES if isinstance(s, Diagnosable)]
+    titles = ", ".join(s.title for s in json_formats if not isinstance(s, LigerCsvSource))
+    return f"JSON that shows none of the marks of the formats read ({titles})"
 
 
 class Unpacked:
