@@ -430,6 +430,20 @@ def test_repetitions_written_as_rows_of_one_name_are_runs_not_duplicates() -> No
     # two aggregates of one run name that name no statistic contradict: quarantined
     reasons = collections.Counter(o.reason for o in outcomes if o.status == "quarantined")
     assert reasons == {"duplicate_aggregate": 1}
+    # and a repetition of their run name is not folded into them: it stays a run
+    contradicted = {
+        "context": {"date": "2018-09-01 10:00:00", "num_cpus": 4, "library_build_type": "release"},
+        "benchmarks": [
+            {"name": "short", "run_type": "aggregate", "real_time": 7, "time_unit": "ns"},
+            {"name": "short", "run_type": "aggregate", "real_time": 4.5, "time_unit": "ns"},
+            {"name": "short", "run_type": "iteration", "iterations": 1000, "real_time": 800,
+             "time_unit": "ns"},
+        ],
+    }  # fmt: skip
+    found = outcomes_of(json.dumps(contradicted).encode())
+    assert [(o.status, o.reason) for o in found] == [
+        ("quarantined", "duplicate_aggregate"), ("ok", None)]  # fmt: skip
+    assert found[1].facts is not None and found[1].facts.extra["mean"] == 800
 
 
 def test_an_aggregate_before_aggregate_name_takes_its_statistic_from_its_name() -> None:

@@ -322,10 +322,18 @@ def _groups(rows: list[_Row]) -> list[_Group]:
     for group in complexity.values():
         group.rows.sort(key=lambda r: r.aggregate != "BigO")
         result.append(group)
+    # aggregates that name one statistic twice contradict each other (quarantined): a
+    # repetition is not folded into them, but stays a run of its own
+    contradicted = {
+        run
+        for run, group in aggregates.items()
+        if len({r.aggregate for r in group.rows}) < len(group.rows)
+    }
     for row in rows:
         if row.aggregate is not None and not _failed(row.row):
             continue
-        if not _failed(row.row) and row.run_name in aggregates:
+        folding = row.run_name in aggregates and row.run_name not in contradicted
+        if not _failed(row.row) and folding:
             aggregates[row.run_name].folded += 1
             continue
         result.append(_Group("iteration", row.run_name, [row]))
