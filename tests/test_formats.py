@@ -413,3 +413,27 @@ def test_a_file_of_a_known_format_that_cannot_be_read_names_the_format() -> None
     (outcome,) = outcomes_of(cut)
     assert outcome.reason == "json_syntax"
     assert (outcome.detail or "").startswith("KernelBench timing JSON: ")
+
+
+def test_the_corpus_script_fails_on_a_file_holding_results_that_yields_none(
+    tmp_path: Path,
+) -> None:
+    import subprocess
+    import sys
+
+    script = Path(__file__).parent.parent / "benchmarks" / "formats_corpus.py"
+    (tmp_path / "tk.json").write_bytes(
+        (FORMATS / "kernelbench" / "tk_baseline_time.json").read_bytes()
+    )
+    ok = subprocess.run(
+        [sys.executable, str(script), str(tmp_path)], capture_output=True, text=True
+    )
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "tk.json\tkernelbench-timing\tlevel_tk\t6\t6\t-" in ok.stdout
+    no_hardware = {k: v for k, v in problem().items() if k != "hardware"}
+    (tmp_path / "lost.json").write_text(json.dumps({"level1": {"1_a.py": no_hardware}}))
+    failed = subprocess.run(
+        [sys.executable, str(script), str(tmp_path)], capture_output=True, text=True
+    )
+    assert failed.returncode == 1
+    assert "lost.json\tkernelbench-timing\tlevel1\t1\t0\tmissing_field 1\tFAIL" in failed.stdout
