@@ -106,14 +106,18 @@ def definitions_of(paths: Sequence[Path], *, index: bool = True) -> Iterator[Man
     """What a trace's definition lookup finds: the OperationSpecs the FlashInfer definitions
     among `paths` state, then (with `index`) those of the local index when this home has one."""
     from pipelines.sources.flashinfer import kind_of
+    from pipelines.sources.json_input import looks_gzipped
 
     given: dict[tuple[str, str], dict[str, Any]] = {}
     for path in paths:
         try:
-            data = path.read_bytes() if path.stat().st_size <= DEFINITION_BYTES else b""
+            with path.open("rb") as stream:
+                data = stream.read(HEAD_BYTES)
+                if looks_gzipped(data) or kind_of(data) == "definition":
+                    data += stream.read(DEFINITION_BYTES)
         except OSError:
             continue  # said when the file itself is read
-        if not data or kind_of(data) != "definition":
+        if kind_of(data) != "definition":
             continue
         for outcome in normalize_object(path.name, data).outcomes:
             for record in outcome.records:
@@ -128,27 +132,25 @@ def definitions_of(paths: Sequence[Path], *, index: bool = True) -> Iterator[Man
         yield named
 
 
-DEFINITION_BYTES = 16 * 2**20  # a definition is a few KiB; a larger file is no definition
+HEAD_BYTES = 64 * 1024  # enough to tell a definition (flashinfer.kind_of reads as much)
+DEFINITION_BYTES = 16 * 2**20  # a definition is a few KiB: no more is read of one
 
 
 @contextmanager
 def _index_lookup() -> Iterator[ManifestNamed]:
-    """The manifest of a kind and name the local index holds, when this home has one."""
-    from pipelines.settings import Settings
+    """The manifest of a kind and name the local index holds, when this home has one; the index
+    is opened on the first question only (a Liger CSV asks none)."""
+    opened: list[duckdb.DuckDBPyConnection | None] = []
 
-    settings = Settings.from_env()
-    if not settings.home.is_dir():
-        yield _nothing
-        return
-    from pipelines.index.local import CacheChanged, open_locked
-
-    try:
-        con = open_locked(settings)
-    except (duckdb.Error, OSError, CacheChanged):  # an index that cannot be read: files alone
-        yield _nothing
-        return
+    def connection() -> duckdb.DuckDBPyConnection | None:
+        if not opened:
+            opened.append(_open_index())
+        return opened[0]
 
     def named(kind: str, name: str) -> dict[str, Any] | None:
+        con = connection()
+        if con is None:
+            return None
         sql = "SELECT manifest FROM manifests WHERE kind = ? AND name = ? ORDER BY digest LIMIT 1"
         try:
             row = con.execute(sql, [kind, name]).fetchone()
@@ -159,7 +161,22 @@ def _index_lookup() -> Iterator[ManifestNamed]:
     try:
         yield named
     finally:
-        con.close()
+        if opened and opened[0] is not None:
+            opened[0].close()
+
+
+def _open_index() -> duckdb.DuckDBPyConnection | None:
+    from pipelines.settings import Settings
+
+    settings = Settings.from_env()
+    if not settings.home.is_dir():
+        return None
+    from pipelines.index.local import CacheChanged, open_locked
+
+    try:
+        return open_locked(settings)
+    except (duckdb.Error, OSError, CacheChanged):  # an index that cannot be read: files alone
+        return None
 
 
 def _nothing(kind: str, name: str) -> dict[str, Any] | None:
