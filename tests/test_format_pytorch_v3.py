@@ -527,3 +527,14 @@ def test_a_torchao_record_as_its_generate_py_writes_it() -> None:
     assert (outcome.facts.metric, outcome.facts.unit) == ("tok_per_second", "per_second")
     (measurement,) = specs(outcome)["BenchmarkRun"]["spec"]["measurements"]
     assert measurement["value"] == 182.5
+
+
+def test_json_lines_whose_first_line_is_broken_keep_every_other_line() -> None:
+    lines = (SAMPLES / "json-each-row.json").read_bytes()
+    data = b'{"benchmark": {"name": "x"}, "metric": {"name": "a_ms", "benchmark_val\n' + lines
+    assert source_of("x.json", data).name == SOURCE
+    outcomes = outcomes_of(data)
+    assert (outcomes[0].source_line, outcomes[0].reason) == (1, "json_syntax")
+    plain = outcomes_of(lines)
+    assert [o.source_line for o in outcomes[1:]] == [o.source_line + 1 for o in plain]
+    assert [o.run.digest for o in outcomes[1:] if o.run] == [o.run.digest for o in plain if o.run]

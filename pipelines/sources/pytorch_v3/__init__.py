@@ -58,6 +58,7 @@ no timer, warm-up or iteration count, nor shapes.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 import re
@@ -67,6 +68,7 @@ from typing import Any
 
 from pipelines.records import RowOutcome
 from pipelines.sources.json_input import (
+    JsonInputError,
     Marks,
     head_text,
     is_json_lines,
@@ -359,24 +361,43 @@ class PyTorchBenchmarkV3(HarnessSource):
 def _records(data: bytes) -> Iterator[tuple[int, str, Any] | RowOutcome]:
     """(line, pointer, record) in file order, or the quarantine row of a JSON Lines line that
     cannot be read. A line holding an array gives each element, its pointer `/i` within that
-    line; a document's records have their pointers within the document."""
-    if is_json_lines(data):
+    line; a document's records have their pointers within the document. A file whose first
+    line is broken is JSON Lines when it is no document but some of its lines are records: each
+    line is then its own record or row, so one bad line never costs the others."""
+    lines = is_json_lines(data)
+    if not lines:
+        try:
+            document = read_document(data, named=PyTorchBenchmarkV3.title)
+        except JsonInputError as unreadable:
+            if unreadable.reason != "json_syntax" or not _some_line_is_a_record(data):
+                raise
+            lines = True
+    if lines:
         for json_line in read_lines(data):
             if json_line.error is not None:
-                error = json_line.error
-                yield quarantined(json_line.line, "", json_line.text, error.reason, error.detail)
+                bad = json_line.error
+                yield quarantined(json_line.line, "", json_line.text, bad.reason, bad.detail)
             elif isinstance(json_line.value, list):
                 for index, item in enumerate(json_line.value):
                     yield json_line.line, f"/{index}", item
             else:
                 yield json_line.line, "", json_line.value
         return
-    document = read_document(data, named=PyTorchBenchmarkV3.title)
     if isinstance(document, list):
         for index, item in enumerate(document):
             yield 1, f"/{index}", item
     else:
         yield 1, "", document
+
+
+def _some_line_is_a_record(data: bytes) -> bool:
+    """Whether one of the first lines of the file is a v3 record (or an array of them) alone."""
+    for json_line in itertools.islice(read_lines(data[: 1 << 20]), 64):
+        value = json_line.value
+        first = value[0] if isinstance(value, list) and value else value
+        if isinstance(first, dict) and "metric" in first:
+            return True
+    return False
 
 
 def _object(record: Mapping[str, Any], field: str) -> Mapping[str, Any]:
