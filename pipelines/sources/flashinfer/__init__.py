@@ -205,7 +205,7 @@ def kind_of(data: bytes) -> Kind | None:
 
 class FlashInferTrace(HarnessSource):
     name = "flashinfer-trace"
-    format_version = "kindex-flashinfer/1"
+    format_version = "kindex-flashinfer/2"
     reads_index = True  # a trace names its definition, which another file carries
 
     def recognize(self, key: str, data: bytes) -> str | None:

@@ -161,7 +161,7 @@ MARKS = Marks.of(
 
 class GoogleBenchmarkJson(HarnessSource):
     name = "google-benchmark-json"
-    format_version = "kindex-gbench/1"
+    format_version = "kindex-gbench/2"
 
     def recognize(self, key: str, data: bytes) -> str | None:
         head = head_text(data)

@@ -86,7 +86,7 @@ PROTOCOL = Protocol(
 
 class KernelBenchTiming(HarnessSource):
     name = "kernelbench-timing"
-    format_version = "kindex-kernelbench/1"
+    format_version = "kindex-kernelbench/2"
 
     def recognize(self, key: str, data: bytes) -> str | None:
         return self.lacks(head_text(data))

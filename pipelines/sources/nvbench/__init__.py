@@ -152,7 +152,7 @@ MARKS = Marks.of(
 
 class NvbenchJson(HarnessSource):
     name = "nvbench-json"
-    format_version = "kindex-nvbench/1"
+    format_version = "kindex-nvbench/2"
 
     title = "nvbench JSON"
 

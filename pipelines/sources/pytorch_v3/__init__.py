@@ -312,7 +312,7 @@ def metric_of(name: str, extra_info: Mapping[str, Any], producer: str = "") -> M
 
 class PyTorchBenchmarkV3(HarnessSource):
     name = "pytorch-benchmark-v3"
-    format_version = "kindex-pytorch-v3/1"
+    format_version = "kindex-pytorch-v3/2"
 
     title = "PyTorch OSS benchmark v3 records"
 
