@@ -426,3 +426,92 @@ def test_an_unreadable_indexed_definition_is_said_not_raised() -> None:
     outcomes = outcomes_of(data, context)
     assert Counter(o.reason for o in outcomes) == {"invalid_definition": 25}
     assert SOURCE.version_of(data, context) == f"{SOURCE.parser_version()}+defs-none"
+
+
+# --- the 2025 dataset schema ----------------------------------------------------------------
+
+AUG_TRACES = SAMPLES / "gemm_n_4096_k_4096.2025-08.traces.excerpt.jsonl"
+AUG_DEFINITION = SAMPLES / "gemm_n_4096_k_4096.2025-08.definition.json"
+JUL_TRACES = SAMPLES / "gemm_m_dynamic_n_4096_k_4096.2025-07.traces.excerpt.jsonl"
+JUL_DEFINITION = SAMPLES / "gemm_m_dynamic_n_4096_k_4096.2025-07.definition.json"
+DEFINITIONS_LIST = SAMPLES / "rmsnorm.2025-07.definitions-list.json"
+
+
+def defined_by(path: Path) -> SourceContext:
+    manifests = [r.manifest for o in outcomes_of(path.read_bytes()) for r in o.records]
+    return knowing(*manifests)
+
+
+def test_a_2025_trace_without_workload_uuid_is_a_run() -> None:
+    traces = [json.loads(line) for line in AUG_TRACES.read_text().splitlines()]
+    outcomes = outcomes_of(AUG_TRACES.read_bytes(), defined_by(AUG_DEFINITION))
+    assert [o.status for o in outcomes] == ["ok"] * len(traces)
+    ids = set()
+    for outcome, trace in zip(outcomes, traces, strict=True):
+        evaluation = trace["evaluation"]
+        facts = outcome.facts
+        assert facts is not None
+        assert "uuid" not in trace["workload"]
+        assert facts.gpu == evaluation["environment"]["device"]
+        latency = evaluation["performance"]["latency_ms"]
+        assert facts.extra["mean"] == round(latency * 1e6)
+        assert facts.extra["primary_statistic"] == "mean" and facts.median is None
+        assert f"-m{trace['workload']['axes']['M']}-" in facts.case_key
+        ids.add(facts.external_id)
+    # the workload is named by what it holds: distinct workloads, distinct runs
+    assert len(ids) == len({json.dumps(t["workload"], sort_keys=True) for t in traces})
+
+
+def test_july_2025_device_name_infinity_and_incorrect() -> None:
+    traces = [json.loads(line) for line in JUL_TRACES.read_text().splitlines()]
+    outcomes = outcomes_of(JUL_TRACES.read_bytes(), defined_by(JUL_DEFINITION))
+    assert [o.status for o in outcomes] == ["ok"] * len(traces)
+    for outcome, trace in zip(outcomes, traces, strict=True):
+        evaluation = trace["evaluation"]
+        facts = outcome.facts
+        assert facts is not None
+        assert evaluation["environment"]["device"] == "cuda:0"
+        assert facts.gpu == evaluation["environment"]["libs"]["device_name"]
+        spec = next(r.manifest for r in outcome.records if r.kind == "BenchmarkRun")["spec"]
+        if evaluation["status"] == "INCORRECT":
+            # Infinity was the evaluator's "not measured": no latency, the errors it did measure
+            assert facts.extra["status"] == "incorrect_numerical"
+            assert "timing" not in spec
+            labels = next(r.manifest for r in outcome.records if r.kind == "BenchmarkRun")
+            assert labels["metadata"]["labels"]["flashinfer_status"] == "INCORRECT"
+            errors = evaluation["correctness"]
+            assert spec["correctness"]["maximumAbsoluteError"] == errors["max_absolute_error"]
+        else:
+            assert facts.extra["status"] == "passed"
+            latency = evaluation["performance"]["latency_ms"]
+            assert spec["timing"]["latencyNs"] == {"mean": round(latency * 1e6)}
+
+
+def test_infinity_in_a_passed_trace_is_still_quarantined() -> None:
+    trace = json.loads(JUL_TRACES.read_text().splitlines()[0])
+    assert trace["evaluation"]["status"] == "PASSED"
+    text = json.dumps(trace).replace(
+        '"latency_ms": ' + json.dumps(trace["evaluation"]["performance"]["latency_ms"]),
+        '"latency_ms": Infinity',
+    )
+    (outcome,) = outcomes_of(text.encode(), defined_by(JUL_DEFINITION))
+    assert outcome.reason == "non_finite_number"
+
+
+def test_a_list_of_definitions_is_each_an_operation() -> None:
+    document = json.loads(DEFINITIONS_LIST.read_text())
+    outcomes = outcomes_of(DEFINITIONS_LIST.read_bytes())
+    assert [o.pointer for o in outcomes] == [f"/{i}" for i in range(len(document))]
+    for outcome, definition in zip(outcomes, document, strict=True):
+        (record,) = outcome.records
+        assert record.kind == "OperationSpec"
+        assert record.manifest["metadata"]["name"] == operation_name(definition["name"])
+
+
+def test_a_traces_file_whose_first_line_is_broken_is_still_traces() -> None:
+    data = b'{"definition": "gemm_n128_k2048", "workl\n' + TRACES.read_bytes()
+    assert source_of("x", data).name == "flashinfer-trace"
+    outcomes = outcomes_of(data, knowing(definition_manifest()))
+    assert (outcomes[0].status, outcomes[0].reason) == ("quarantined", "json_syntax")
+    assert [o.status for o in outcomes[1:]] == [o.status for o in outcomes_of(
+        TRACES.read_bytes(), knowing(definition_manifest()))]  # fmt: skip

@@ -391,3 +391,76 @@ def test_deep_nesting_is_one_clear_quarantine_row() -> None:
     assert [(o.status, o.reason) for o in outcomes] == [("quarantined", "too_deep")]
     plain = list(GoogleBenchmarkJson().outcomes(b"[" * 10_000, CONTEXT))
     assert [(o.status, o.reason) for o in plain] == [("quarantined", "too_deep")]
+
+
+# --- earlier versions ---------------------------------------------------------------------
+
+BEFORE_1_4 = SAMPLES / "gbench_test1_run1.before-v1.4.json"
+RUN_TYPE_2018 = SAMPLES / "gbench_test3_run0.2018-run_type.json"
+
+
+def test_a_file_before_run_type_is_one_run_per_row() -> None:
+    document = json.loads(BEFORE_1_4.read_text())
+    outcomes = outcomes_of(BEFORE_1_4.read_bytes())
+    rows = document["benchmarks"]
+    assert [o.status for o in outcomes] == ["ok"] * len(rows)
+    for outcome, row in zip(outcomes, rows, strict=True):
+        assert outcome.facts is not None
+        assert outcome.facts.external_id == row["name"]
+        # real_time: the mean time of one iteration, in the row's time unit
+        assert outcome.facts.extra["mean"] == row["real_time"]
+        assert outcome.facts.extra["samples"] == row["iterations"]
+        assert outcome.facts.gpu == "no GPU"
+
+
+def test_repetitions_written_as_rows_of_one_name_are_runs_not_duplicates() -> None:
+    rows = json.loads(RUN_TYPE_2018.read_text())["benchmarks"]
+    outcomes = outcomes_of(RUN_TYPE_2018.read_bytes())
+    by_id = {o.facts.external_id: o for o in outcomes if o.facts is not None}
+    repeated = [r for r in rows if r["name"] == "BM_Two"]
+    assert len(repeated) == 2
+    for k, row in enumerate(repeated):
+        facts = by_id[f"BM_Two#repetition:{k}"].facts
+        assert facts is not None and facts.extra["mean"] == row["real_time"]
+    # an aggregate row that names no statistic keeps its numbers under none
+    one = by_id["BM_One"]
+    measured = spec(one, "BenchmarkRun")["measurements"]
+    assert {(m["metric"], m["statistic"], m["value"]) for m in measured} == {
+        ("real_time", "unspecified", 10), ("cpu_time", "unspecified", 100)}  # fmt: skip
+    # two aggregates of one run name that name no statistic contradict: quarantined
+    reasons = collections.Counter(o.reason for o in outcomes if o.status == "quarantined")
+    assert reasons == {"duplicate_aggregate": 1}
+    # and a repetition of their run name is not folded into them: it stays a run
+    contradicted = {
+        "context": {"date": "2018-09-01 10:00:00", "num_cpus": 4, "library_build_type": "release"},
+        "benchmarks": [
+            {"name": "short", "run_type": "aggregate", "real_time": 7, "time_unit": "ns"},
+            {"name": "short", "run_type": "aggregate", "real_time": 4.5, "time_unit": "ns"},
+            {"name": "short", "run_type": "iteration", "iterations": 1000, "real_time": 800,
+             "time_unit": "ns"},
+        ],
+    }  # fmt: skip
+    found = outcomes_of(json.dumps(contradicted).encode())
+    assert [(o.status, o.reason) for o in found] == [
+        ("quarantined", "duplicate_aggregate"), ("ok", None)]  # fmt: skip
+    assert found[1].facts is not None and found[1].facts.extra["mean"] == 800
+
+
+def test_an_aggregate_before_aggregate_name_takes_its_statistic_from_its_name() -> None:
+    document = {
+        "context": {"date": "2018-09-01 10:00:00", "num_cpus": 4, "library_build_type": "release"},
+        "benchmarks": [
+            {"name": "BM_a", "run_type": "iteration", "iterations": 10, "real_time": 4.0,
+             "cpu_time": 4.0, "time_unit": "ns"},
+            {"name": "BM_a", "run_type": "iteration", "iterations": 10, "real_time": 6.0,
+             "cpu_time": 6.0, "time_unit": "ns"},
+            {"name": "BM_a_mean", "run_type": "aggregate", "iterations": 2, "real_time": 5.0,
+             "cpu_time": 5.0, "time_unit": "ns"},
+            {"name": "BM_a_median", "run_type": "aggregate", "iterations": 2, "real_time": 5.0,
+             "cpu_time": 5.0, "time_unit": "ns"},
+        ],
+    }  # fmt: skip
+    (outcome,) = outcomes_of(json.dumps(document).encode())
+    assert outcome.facts is not None
+    assert (outcome.facts.median, outcome.facts.extra["mean"]) == (5, 5)
+    assert outcome.facts.extra["samples"] == 2  # the two repetitions, folded

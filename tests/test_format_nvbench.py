@@ -308,3 +308,84 @@ def test_deep_nesting_is_one_clear_quarantine_row() -> None:
 def test_not_an_object_with_benchmarks_is_one_row() -> None:
     outcomes = list(NvbenchJson().outcomes(b'{"devices": []}', CONTEXT))
     assert [(o.status, o.reason) for o in outcomes] == [("quarantined", "malformed_record")]
+
+
+# --- the 2021 layouts ---------------------------------------------------------------------
+
+JUNE_2021 = FORMATS / "nvbench" / "nvbench.example.exec_tag_sync.2021-12.json"
+MARCH_2021 = FORMATS / "nvbench" / "test.2021-03-layout.excerpt.json"
+
+
+def _june_states() -> list[tuple[str, str, dict[str, Any]]]:
+    document = json.loads(JUNE_2021.read_text())
+    return [(b["name"], key, s) for b in document["benchmarks"] for key, s in b["states"].items()]
+
+
+def test_june_2021_states_and_summaries_keyed_by_name() -> None:
+    outcomes = outcomes_of(JUNE_2021.read_bytes())
+    states = _june_states()
+    assert [o.status for o in outcomes] == ["ok"] * len(states) and states
+    for outcome, (bench, key, state) in zip(outcomes, states, strict=True):
+        summaries = state["summaries"]
+        gpu_mean = float(summaries["Average GPU Time (Cold)"]["value"]["value"])  # seconds
+        samples = int(summaries["Number of Samples (Cold)"]["value"]["value"])
+        facts = outcome.facts
+        assert facts is not None
+        assert outcome.pointer == f"/benchmarks/0/states/{key}"
+        assert facts.external_id == f"{bench}/{key}"
+        assert (facts.metric, facts.unit, facts.extra["primary_statistic"]) == (
+            "latency",
+            "ns",
+            "mean",
+        )
+        assert facts.extra["mean"] == round(gpu_mean * 1e9)
+        assert facts.median is None
+        assert facts.extra["samples"] == samples
+        devices = {d["id"]: d["name"] for d in json.loads(JUNE_2021.read_text())["devices"]}
+        assert facts.gpu == devices[state["device"]]
+        noise = float(summaries["GPU Relative Standard Deviation (Cold)"]["value"]["value"])
+        measured = {(m["metric"], m["statistic"]): m for m in spec(outcome, "BenchmarkRun")[
+            "measurements"]}  # fmt: skip
+        assert measured["cold_time_gpu", "stdev_relative"]["value"] == noise
+        assert measured["cold_time_gpu", "stdev_relative"]["unit"] == "fraction"
+
+
+def test_march_2021_summaries_named_without_tag() -> None:
+    outcomes = outcomes_of(MARCH_2021.read_bytes())
+    document = json.loads(MARCH_2021.read_text())
+    states = document["benchmarks"][0]["states"]
+    assert counts(outcomes) == {("ok", None): 3, ("quarantined", "skipped_state"): 1}
+    assert outcomes[0].detail == states[0]["skip_reason"]
+    for outcome, state in zip(outcomes[1:], states[1:], strict=True):
+        named = {
+            s["name"]: {v["name"]: v["value"] for v in s["values"]} for s in state["summaries"]
+        }
+        facts = outcome.facts
+        assert facts is not None
+        assert facts.extra["mean"] == round(named["Average GPU Time (Cold)"]["value"] * 1e9)
+        assert facts.extra["samples"] == named["Number of Samples (Cold)"]["value"]
+        assert facts.gpu == document["devices"][0]["name"]
+        axes = {a["name"]: a["value"] for a in state["axis_values"]}
+        assert f"elements{axes['Elements']}" in facts.case_key
+
+
+def test_a_2021_state_and_its_1_0_form_are_one_run() -> None:
+    """A display name is read as the tag nvbench renamed it to: the same state in both
+    layouts states the same latency."""
+    state_2021 = {"device": 0, "summaries": {
+        "Average GPU Time (Cold)": {"hint": {"type": "string", "value": "duration"},
+                                    "value": {"type": "float64", "value": "0.00025"}},
+        "Number of Samples (Cold)": {"hint": {"type": "string", "value": "sample_size"},
+                                     "value": {"type": "int64", "value": "100"}}}}  # fmt: skip
+    state_1_0 = {"name": "s", "device": 0, "summaries": [
+        {"tag": "nv/cold/time/gpu/mean", "hint": "duration",
+         "data": [{"name": "value", "type": "float64", "value": "0.00025"}]},
+        {"tag": "nv/cold/sample_size", "hint": "sample_size",
+         "data": [{"name": "value", "type": "int64", "value": "100"}]}]}  # fmt: skip
+    old = f'{{"devices": [{DEVICE}], "benchmarks": [{{"name": "b", "states": {{"s": '
+    old += json.dumps(state_2021) + "}}]}"
+    new = f'{{"devices": [{DEVICE}], "benchmarks": [{{"name": "b", "states": ['
+    new += json.dumps(state_1_0) + "]}]}"
+    (a,), (b,) = outcomes_of(old.encode()), outcomes_of(new.encode())
+    assert spec(a, "BenchmarkRun")["timing"] == spec(b, "BenchmarkRun")["timing"]
+    assert spec(a, "BenchmarkRun")["timing"]["latencyNs"] == {"mean": 250_000}

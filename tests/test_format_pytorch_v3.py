@@ -402,3 +402,139 @@ def test_the_device_is_the_runners_gpu_else_the_stated_device(
 def test_a_zero_timestamp_is_no_time() -> None:
     (outcome,) = outcomes_of(json.dumps([record(timestamp=0)]).encode())
     assert specs(outcome)["BenchmarkRun"]["spec"]["observedAt"] == "2026-01-01T00:00:00.000Z"
+
+
+# --- each producer's records -----------------------------------------------------------------
+
+HELION = SAMPLES / "helion_h100_results.json"
+TUPLES = SAMPLES / "add_loop_eager.2024-11-tuples.json"
+
+
+def test_helion_values_are_one_run_per_input_each_a_ratio() -> None:
+    records = json.loads(HELION.read_text())
+    outcomes = outcomes_of(HELION.read_bytes())
+    expected = [
+        (i, r, index, value)
+        for i, r in enumerate(records)
+        for index, value in enumerate(r["metric"]["benchmark_values"])
+    ]
+    assert [o.status for o in outcomes] == ["ok"] * len(expected) and len(expected) == 107
+    for outcome, (i, record, index, value) in zip(outcomes, expected, strict=True):
+        facts = outcome.facts
+        assert facts is not None and outcome.pointer == f"/{i}"
+        # a speedup is a measurement in unit x, as written: never a latency
+        assert (facts.metric, facts.unit) == (record["metric"]["name"], "x")
+        spec = specs(outcome)["BenchmarkRun"]["spec"]
+        assert "timing" not in spec
+        assert spec["measurements"] == [
+            {"metric": record["metric"]["name"], "unit": "x", "statistic": "unspecified",
+             "value": value}
+        ]  # fmt: skip
+        assert facts.gpu == record["benchmark"]["extra_info"]["device"] == "NVIDIA H100"
+        assert f"input_index{index}" in facts.case_key
+        assert facts.external_id.endswith(f"[input_index={index}]")
+
+
+def test_a_shape_names_each_input_and_a_zero_speedup_is_that_input_failed() -> None:
+    record = {
+        "benchmark": {"name": "Helion Benchmark", "extra_info": {"device": "NVIDIA B200"}},
+        "model": {"name": "softmax"},
+        "metric": {"name": "helion_speedup", "benchmark_values": [1.5, 0.0, 1.25]},
+        "shape": ["(4096, 512)", "(4096, 1024)", "(4096, 2048)"],
+    }
+    outcomes = outcomes_of(json.dumps([record]).encode())
+    assert [(o.status, o.reason) for o in outcomes] == [
+        ("ok", None), ("quarantined", "measurement_failed"), ("ok", None)]  # fmt: skip
+    assert outcomes[1].pointer == "/0/metric/benchmark_values/1"
+    assert "input 1 (4096, 1024) failed" in (outcomes[1].detail or "")
+    labels = specs(outcomes[2])["BenchmarkRun"]["metadata"]["labels"]
+    assert labels["input_shape"] == "(4096, 2048)"
+
+
+def test_the_first_uploads_tuples_as_arrays_read_by_the_tables_order() -> None:
+    (record,) = json.loads(TUPLES.read_text())
+    (outcome,) = outcomes_of(TUPLES.read_bytes())
+    facts = outcome.facts
+    assert facts is not None
+    name, values = record["metric"]
+    assert (facts.metric, facts.unit) == (name, "count")
+    spec = specs(outcome)["BenchmarkRun"]["spec"]
+    assert spec["measurements"][0]["value"] == values[0]
+    assert facts.provider == record["model"][2] == "eager"
+    assert facts.mode == "unspecified"  # benchmark.mode is "" in the tuple
+    as_objects = {
+        "benchmark": dict(
+            zip(("name", "mode", "dtype", "extra_info"), record["benchmark"], strict=False)
+        ),
+        "model": dict(zip(("name", "type", "backend"), record["model"], strict=False)),
+        "metric": dict(zip(("name", "benchmark_values"), record["metric"], strict=False)),
+    }
+    (same,) = outcomes_of(json.dumps([as_objects]).encode())
+    assert same.run and outcome.run and same.run.digest == outcome.run.digest
+
+
+def test_vllm_latency_is_in_seconds_as_its_benchmark_writes_it() -> None:
+    record = {
+        "benchmark": {"name": "vLLM benchmark", "extra_info": {"args": {"batch_size": 8}}},
+        "model": {"name": "meta-llama/Llama-3.1-8B"},
+        "metric": {"name": "latency", "benchmark_values": [1.25, 1.5]},
+    }
+    (outcome,) = outcomes_of(json.dumps([record]).encode())
+    measurements = specs(outcome)["BenchmarkRun"]["spec"]["measurements"]
+    assert {(m["statistic"], m["value"]) for m in measurements} == {
+        ("minimum", 1.25e9), ("mean", 1.375e9), ("maximum", 1.5e9)}  # fmt: skip
+    assert {m["unit"] for m in measurements} == {"ns"}
+    other = {**record, "benchmark": {"name": "elsewhere"}}
+    (unknown,) = outcomes_of(json.dumps([other]).encode())
+    assert unknown.reason == "unknown_metric_unit"
+
+
+@pytest.mark.parametrize(
+    ("name", "benchmark", "expected"),
+    [
+        # torchao's llama generate.py (benchmark "TorchAO benchmark"): tokens/s, GB/s
+        ("tok/s", "TorchAO benchmark", ("tok_per_second", "per_second", None)),
+        ("mem/s", "TorchAO benchmark", ("mem_per_second", "gb_per_s", None)),
+        ("img_s(avg)", "TorchAO benchmark", ("img_s", "per_second", "mean")),
+        ("time_ms(avg)", "TorchAO benchmark", ("time", "ms", "mean")),
+        # a slash rate is never seconds, whoever writes it
+        ("tok/s", "elsewhere", ("tok_per_second", "per_second", None)),
+        # ExecuTorch's names
+        ("avg_inference_latency(ms)", "ExecuTorch", ("inference_latency", "ms", "mean")),
+        ("token_per_sec", "ExecuTorch", ("token_per_sec", "per_second", None)),
+        ("peak_inference_mem_usage(mb)", "ExecuTorch", ("peak_inference_mem_usage", "mb", None)),
+    ],
+)
+def test_each_producers_metric_names(
+    name: str, benchmark: str, expected: tuple[str, str, str | None]
+) -> None:
+    from pipelines.sources.pytorch_v3 import producer_of
+
+    producer = producer_of({"benchmark": {"name": benchmark}})
+    named = metric_of(name, {}, producer)
+    assert (named.metric, named.unit, named.statistic) == expected
+
+
+def test_a_torchao_record_as_its_generate_py_writes_it() -> None:
+    record = {
+        "benchmark": {"name": "TorchAO benchmark", "mode": "inference", "dtype": "int4wo-64",
+                      "extra_info": {"device": "cuda", "arch": "NVIDIA H100 80GB HBM3"}},
+        "model": {"name": "Llama-2-7b-chat-hf", "type": "model", "origins": ["pytorch"]},
+        "metric": {"name": "tok/s", "benchmark_values": [182.5], "target_value": None},
+    }  # fmt: skip
+    (outcome,) = outcomes_of(json.dumps([record]).encode())
+    assert outcome.facts is not None
+    assert (outcome.facts.metric, outcome.facts.unit) == ("tok_per_second", "per_second")
+    (measurement,) = specs(outcome)["BenchmarkRun"]["spec"]["measurements"]
+    assert measurement["value"] == 182.5
+
+
+def test_json_lines_whose_first_line_is_broken_keep_every_other_line() -> None:
+    lines = (SAMPLES / "json-each-row.json").read_bytes()
+    data = b'{"benchmark": {"name": "x"}, "metric": {"name": "a_ms", "benchmark_val\n' + lines
+    assert source_of("x.json", data).name == SOURCE
+    outcomes = outcomes_of(data)
+    assert (outcomes[0].source_line, outcomes[0].reason) == (1, "json_syntax")
+    plain = outcomes_of(lines)
+    assert [o.source_line for o in outcomes[1:]] == [o.source_line + 1 for o in plain]
+    assert [o.run.digest for o in outcomes[1:] if o.run] == [o.run.digest for o in plain if o.run]

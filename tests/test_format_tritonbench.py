@@ -301,17 +301,24 @@ def v3_conversion() -> list[dict[str, Any]]:
     return records
 
 
-def test_the_v3_conversion_is_other_runs_and_its_unitless_latency_is_quarantined() -> None:
+def test_the_v3_conversion_is_other_runs_with_the_same_latency() -> None:
     direct = outcomes_of(SAMPLE.read_bytes())
     lines = "\n".join(json.dumps(r) for r in v3_conversion()).encode()
     converted = list(normalize_object("v3.json", lines, context=CONTEXT).outcomes)
-    assert [(o.status, o.reason) for o in converted] == [
-        ("quarantined", "unknown_metric_unit"),  # `latency`: the conversion drops the unit
-        ("ok", None),
-        ("quarantined", "unknown_metric_unit"),
-        ("ok", None),
-        ("ok", None),
+    assert [(o.status, o.reason) for o in converted] == [("ok", None)] * 5
+    # `latency` names no unit: TritonBench's conversion (model type tritonbench-oss) writes
+    # TritonBench's p50 in ms, as the direct file does
+    latencies = [
+        specs(o)["BenchmarkRun"]["spec"]["timing"]["latencyNs"]
+        for o in converted
+        if "timing" in specs(o)["BenchmarkRun"]["spec"]
     ]
+    direct_latencies = [
+        specs(o)["BenchmarkRun"]["spec"]["timing"]["latencyNs"]
+        for o in direct
+        if o.status == "ok" and "timing" in specs(o)["BenchmarkRun"]["spec"]
+    ]
+    assert latencies == direct_latencies and len(latencies) == 2
     # one TritonBench run (latency, tflops, speedup) is several v3 records, each its own run
     direct_runs = {o.records[0].digest for o in direct if o.status == "ok"}
     converted_runs = {o.records[0].digest for o in converted if o.status == "ok"}
@@ -323,6 +330,16 @@ def test_the_v3_conversion_is_other_runs_and_its_unitless_latency_is_quarantined
         if o.records
     }
     assert gpus == {"NVIDIA H100"}
+
+
+def test_a_zero_the_conversion_wrote_for_an_error_is_a_failed_measurement() -> None:
+    record = v3_conversion()[0]
+    record["metric"]["benchmark_values"] = [0.0]  # the converter's value for "CUDA OOM"
+    (outcome,) = normalize_object(
+        "v3.json", json.dumps([record]).encode(), context=CONTEXT
+    ).outcomes
+    assert (outcome.status, outcome.reason) == ("quarantined", "measurement_failed")
+    assert "tritonbench's mark of a measurement that failed" in (outcome.detail or "")
 
 
 @pytest.mark.parametrize("key", ["tritonbench_gemm_fwd-pass", f"{ATEN}_latency"])

@@ -46,6 +46,28 @@ SAMPLES: dict[str, str] = {
     "pytorch-v3/add_loop_inductor_dynamic_gpu.json": "pytorch-benchmark-v3",
     "pytorch-v3/json-each-row.json": "pytorch-benchmark-v3",
     "tritonbench/SYNTHETIC_nightly_result.json": "tritonbench-json",
+    # earlier layouts of each format (tests/data/formats/NOTICE.md)
+    "kernelbench/L4_GCP_baseline_time_torch_compile_inductor_max-autotune.json": (
+        "kernelbench-timing"
+    ),
+    "kernelbench/tk_baseline_time.json": "kernelbench-timing",
+    "kernelbench/L40S_babel_level5_baseline_time_torch_compile_inductor_max-autotune.json": (
+        "kernelbench-timing"
+    ),
+    "kernelbench/A6000_babel_new_baseline_time_torch.json": "kernelbench-timing",
+    "nvbench/nvbench.example.exec_tag_sync.2021-12.json": "nvbench-json",
+    "nvbench/test.2021-03-layout.excerpt.json": "nvbench-json",
+    "pytorch-v3/helion_h100_results.json": "pytorch-benchmark-v3",
+    "pytorch-v3/add_loop_eager.2024-11-tuples.json": "pytorch-benchmark-v3",
+    "flashinfer-trace/gemm_n_4096_k_4096.2025-08.traces.excerpt.jsonl": "flashinfer-trace",
+    "flashinfer-trace/gemm_n_4096_k_4096.2025-08.definition.json": "flashinfer-trace",
+    "flashinfer-trace/gemm_m_dynamic_n_4096_k_4096.2025-07.traces.excerpt.jsonl": (
+        "flashinfer-trace"
+    ),
+    "flashinfer-trace/gemm_m_dynamic_n_4096_k_4096.2025-07.definition.json": "flashinfer-trace",
+    "flashinfer-trace/rmsnorm.2025-07.definitions-list.json": "flashinfer-trace",
+    "google-benchmark/gbench_test1_run1.before-v1.4.json": "google-benchmark-json",
+    "google-benchmark/gbench_test3_run0.2018-run_type.json": "google-benchmark-json",
 }
 
 
@@ -200,8 +222,11 @@ def test_every_sample_of_every_format_lands_in_the_index(
             "SELECT source, count(*) FROM runs JOIN first_reads USING (snapshot_digest) GROUP BY 1",
         )  # fmt: skip
     )
-    assert by_source["kernelbench-timing"] == 250
-    assert by_source["flashinfer-trace"] == 25
+    # KernelBench: H100 250, L4 7 (243 failed), level_tk 6, level5 0 (14 failed), mean-only 198
+    assert by_source["kernelbench-timing"] == 250 + 7 + 6 + 0 + 198
+    assert by_source["flashinfer-trace"] == 25 + 6 + 5
+    # json-each-row.json repeats the two records of add_loop_eager and _inductor_dynamic_gpu
+    assert by_source["pytorch-benchmark-v3"] == 1 + 1 + 3 - 2 + 107 + 1
     assert query(
         index_settings, "SELECT count(*) FROM quarantine WHERE reason LIKE 'awaiting%'"
     ) == [(0,)]
@@ -212,11 +237,18 @@ def test_every_sample_of_every_format_lands_in_the_index(
             "WHERE source = 'flashinfer-trace' GROUP BY 1",
         )  # fmt: skip
     )
-    assert statuses == {"passed": 22, "incorrect_numerical": 3}
-    assert query(
-        index_settings,
-        "SELECT DISTINCT gpu, architecture FROM runs WHERE external_id LIKE 'level1/%'",
-    ) == [("NVIDIA H100 80GB HBM3", "sm_90")]
+    assert statuses == {"passed": 22 + 6 + 3, "incorrect_numerical": 3 + 2}
+    # the mean-only KernelBench file names no GPU; L4's level1 failed whole
+    assert sorted(
+        query(
+            index_settings,
+            "SELECT DISTINCT gpu, architecture FROM runs WHERE external_id LIKE 'level1/%'",
+        )
+    ) == [("NVIDIA H100 80GB HBM3", "sm_90"), ("unspecified", "unspecified")]
+    failed = query(
+        index_settings, "SELECT count(*) FROM quarantine WHERE reason = 'measurement_failed'"
+    )
+    assert failed == [(243 + 14 + 2,)]
 
 
 def test_one_gpu_is_one_environment_whichever_source_saw_it() -> None:
@@ -286,3 +318,122 @@ def test_a_file_of_many_runs_is_written_in_parts_and_indexed_whole(
     lines = query(index_settings, "SELECT source_line FROM runs ORDER BY 1")
     assert [line for (line,) in lines] == list(range(1, 26))
     assert query(index_settings, "SELECT count(*) FROM lineage") == [(25,)]
+
+
+# --- choosing a source: gzip once, errors that name the format ------------------------------
+
+
+def test_a_gzipped_liger_csv_is_read_as_the_csv() -> None:
+    data = csv_bytes(*liger_rows(range(2, 5)))
+    plain = list(normalize_object("a.csv", data).outcomes)
+    packed = normalize_object("a.csv.gz", gzip.compress(data))
+    assert packed.source == "liger-csv"
+    assert [o.run.digest for o in packed.outcomes if o.run] == [
+        o.run.digest for o in plain if o.run
+    ]
+    assert plain and all(o.status == "ok" for o in plain)
+
+
+def test_a_gzip_file_that_cannot_be_unpacked_is_one_row_that_says_so() -> None:
+    cut = gzip.compress(json.dumps({"level1": {"1_a.py": problem()}}).encode())[:-12]
+    (outcome,) = normalize_object("x.json.gz", cut).outcomes
+    assert (outcome.status, outcome.reason) == ("quarantined", "json_syntax")
+    assert "gzip" in (outcome.detail or "")
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        ({"level1": {"1_a.py": {"elapsed": 1.0}}},
+         "KernelBench timing JSON: no problem with a mean or num_trials in any level"),
+        ({"benchmarks": [{"name": "b", "states": []}]},
+         "nvbench JSON: no devices with sm_version, nv/ summary tags nor nvbench version"),
+        ([{"model": {"name": "m"}, "metric": {"name": "latency_ms"}}],
+         "PyTorch OSS benchmark v3 records: no metric with benchmark_values"),
+        ({"context": {"date": "2024-01-01"}, "benchmarks": [{"name": "BM", "real_time": 1}]},
+         "Google Benchmark JSON: no context with num_cpus or library_build_type"),
+    ],
+)  # fmt: skip
+def test_a_file_no_source_reads_names_the_closest_format(document: Any, message: str) -> None:
+    (outcome,) = normalize_object("x.json", json.dumps(document).encode()).outcomes
+    assert outcome.reason == "unrecognized_format"
+    assert message in (outcome.detail or "")
+    assert "Liger" not in (outcome.detail or "")
+
+
+def test_a_csv_no_source_reads_is_named_a_liger_csv_that_lacks_columns() -> None:
+    (outcome,) = normalize_object("x.csv", b"a,b\n1,2\n").outcomes
+    assert "Liger benchmark CSV: header lacks Liger column(s)" in (outcome.detail or "")
+
+
+def test_normalize_finds_a_definition_in_the_index_of_this_home(
+    s3_store: Any, index_settings: Any, tmp_path: Path
+) -> None:
+    """`kindex normalize TRACES` after the definition was ingested: resolved from the index."""
+    from pipelines.commands.normalize import definitions_of
+
+    definition = FORMATS / "flashinfer-trace" / "gemm_n128_k2048.definition.json"
+    traces = FORMATS / "flashinfer-trace" / "gemm_n128_k2048.traces.jsonl"
+    ingest_paths([definition], index_settings, progress=False, store=s3_store)
+    with definitions_of([traces]) as lookup:
+        context = SourceContext(received_at="2026-01-01T00:00:00Z", manifest_named=lookup)
+        outcomes = list(
+            normalize_object(traces.name, traces.read_bytes(), context=context).outcomes
+        )
+    assert [o.status for o in outcomes] == ["ok"] * 25
+    with definitions_of([traces], index=False) as lookup:
+        context = SourceContext(received_at="2026-01-01T00:00:00Z", manifest_named=lookup)
+        alone = list(normalize_object(traces.name, traces.read_bytes(), context=context).outcomes)
+    assert {o.reason for o in alone} == {"awaiting_definition"}
+
+
+def test_gzipped_files_of_every_source_land_as_their_plain_bytes_would(
+    s3_store: Any, index_settings: Any, tmp_path: Path
+) -> None:
+    """A gzipped Liger CSV and a gzipped harness file through the real ingest: unpacked once
+    where the source is chosen, their runs the plain files' runs."""
+    liger = csv_bytes(*liger_rows(range(2, 12)))
+    tk = (FORMATS / "kernelbench" / "tk_baseline_time.json").read_bytes()
+    (tmp_path / "liger.csv.gz").write_bytes(gzip.compress(liger))
+    (tmp_path / "tk.json.gz").write_bytes(gzip.compress(tk))
+    paths = [tmp_path / "liger.csv.gz", tmp_path / "tk.json.gz"]
+    summary = ingest_paths(paths, index_settings, progress=False, store=s3_store)
+    assert sorted(f.source for f in summary.files) == ["kernelbench-timing", "liger-csv"]
+    by_source = dict(
+        query(
+            index_settings,
+            "SELECT source, count(*) FROM runs JOIN first_reads USING (snapshot_digest) GROUP BY 1",
+        )  # fmt: skip
+    )
+    assert by_source == {"liger-csv": 10, "kernelbench-timing": 6}
+
+
+def test_a_file_of_a_known_format_that_cannot_be_read_names_the_format() -> None:
+    cut = json.dumps({"level1": {"1_a.py": problem(), "2_b.py": problem()}})[:-20].encode()
+    (outcome,) = outcomes_of(cut)
+    assert outcome.reason == "json_syntax"
+    assert (outcome.detail or "").startswith("KernelBench timing JSON: ")
+
+
+def test_the_corpus_script_fails_on_a_file_holding_results_that_yields_none(
+    tmp_path: Path,
+) -> None:
+    import subprocess
+    import sys
+
+    script = Path(__file__).parent.parent / "benchmarks" / "formats_corpus.py"
+    (tmp_path / "tk.json").write_bytes(
+        (FORMATS / "kernelbench" / "tk_baseline_time.json").read_bytes()
+    )
+    ok = subprocess.run(
+        [sys.executable, str(script), str(tmp_path)], capture_output=True, text=True
+    )
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "tk.json\tkernelbench-timing\tlevel_tk\t6\t6\t-" in ok.stdout
+    no_hardware = {k: v for k, v in problem().items() if k != "hardware"}
+    (tmp_path / "lost.json").write_text(json.dumps({"level1": {"1_a.py": no_hardware}}))
+    failed = subprocess.run(
+        [sys.executable, str(script), str(tmp_path)], capture_output=True, text=True
+    )
+    assert failed.returncode == 1
+    assert "lost.json\tkernelbench-timing\tlevel1\t1\t0\tmissing_field 1\tFAIL" in failed.stdout

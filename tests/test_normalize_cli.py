@@ -63,3 +63,62 @@ def test_not_a_liger_csv_is_a_clear_error_without_traceback(tmp_path: Path) -> N
     assert "Traceback" not in result.stderr
     missing = kindex("normalize", str(tmp_path / "absent.csv"))
     assert missing.returncode == 2 and "cannot read" in missing.stderr
+
+
+FORMATS = Path(__file__).parent / "data" / "formats"
+
+
+def kindex_in(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    import os
+
+    command = [sys.executable, "-m", "pipelines.cli", *args]
+    env = {**os.environ, "KINDEX_HOME": str(home)}
+    return subprocess.run(
+        command, capture_output=True, text=True, timeout=120, check=False, env=env
+    )
+
+
+def test_several_files_resolve_flashinfer_definitions_among_them(tmp_path: Path) -> None:
+    traces = FORMATS / "flashinfer-trace" / "gemm_n128_k2048.traces.jsonl"
+    definition = FORMATS / "flashinfer-trace" / "gemm_n128_k2048.definition.json"
+    alone = kindex_in(tmp_path / "no-home", "normalize", str(traces))
+    assert alone.returncode == 0, alone.stderr
+    waiting = [json.loads(line) for line in alone.stdout.splitlines()]
+    assert {line["reason"] for line in waiting} == {"awaiting_definition"}
+    # each quarantined line carries its detail
+    assert all(line["detail"] == "waits for definition gemm_n128_k2048" for line in waiting)
+    both = kindex_in(tmp_path / "no-home", "normalize", str(traces), str(definition))
+    assert both.returncode == 0, both.stderr
+    lines = [json.loads(line) for line in both.stdout.splitlines()]
+    assert [line["file"] for line in lines] == [str(traces)] * 25 + [str(definition)]
+    statuses = [line["status"] for line in lines]
+    assert statuses == ["ok"] * 26
+    assert all(line["records"][0]["kind"] == "BenchmarkRun" for line in lines[:25])
+    summary = kindex_in(
+        tmp_path / "no-home", "normalize", "--summary", str(definition), str(traces)
+    )
+    assert "rows: 26" in summary.stdout and "quarantined: 0" in summary.stdout
+
+
+def test_a_quarantined_harness_record_names_its_detail_and_pointer(tmp_path: Path) -> None:
+    kernelbench = (
+        FORMATS
+        / "kernelbench"
+        / "L40S_babel_level5_baseline_time_torch_compile_inductor_max-autotune.json"
+    )  # noqa: E501
+    result = kindex_in(tmp_path / "no-home", "normalize", str(kernelbench))
+    assert result.returncode == 0, result.stderr
+    first = json.loads(result.stdout.splitlines()[0])
+    assert first["reason"] == "measurement_failed"
+    assert first["pointer"] == "/level5/1_deepseekv3_MLA_1gpu.py"
+    assert "failed" in first["detail"]
+
+
+def test_an_unreadable_file_among_several_is_named_and_the_rest_still_read(tmp_path: Path) -> None:
+    garbage = tmp_path / "garbage.json"
+    garbage.write_text('{"level1": {"1_a.py": {"elapsed": 1}}}')
+    tk = FORMATS / "kernelbench" / "tk_baseline_time.json"
+    result = kindex_in(tmp_path / "no-home", "normalize", str(garbage), str(tk))
+    assert result.returncode == 2
+    assert "KernelBench timing JSON: no problem with a mean or num_trials" in result.stderr
+    assert len(result.stdout.splitlines()) == 6

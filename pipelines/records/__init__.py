@@ -134,12 +134,20 @@ class RowOutcome:
 
     def as_json(self) -> dict[str, Any]:
         """The `kindex normalize` line contract."""
-        return {
+        document = {
             "source_line": self.source_line,
             "status": self.status,
             "reason": self.reason,
             "records": [r.as_json() for r in self.records],
         }
+        return document | self._why()
+
+    def _why(self) -> dict[str, Any]:
+        """A quarantined row's detail, and its JSON pointer where it has one: what a user needs
+        to find and fix it."""
+        if self.status != "quarantined":
+            return {}
+        return {"detail": self.detail} | ({"pointer": self.pointer} if self.pointer else {})
 
     def json_line(self) -> bytes:
         """`as_json()` as one line of JSON, reusing each shared record's serialized form
@@ -149,5 +157,5 @@ class RowOutcome:
             "status": self.status,
             "reason": self.reason,
             "records": [r.json_fragment for r in self.records],
-        }
+        } | self._why()
         return orjson.dumps(document, option=orjson.OPT_APPEND_NEWLINE)

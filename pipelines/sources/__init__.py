@@ -4,20 +4,26 @@ Every source (a Liger CSV, a worker bundle, each harness's result format) is a f
 this file behind the interface in `source.py`: it recognizes its bytes, names its parser
 version, and gives an object's outcomes (one per row or entry, for a dry run) and its record
 tables. `source_of` picks the first source that recognizes the bytes; an object none
-recognizes is read as `Unrecognized`, one quarantined outcome.
+recognizes is read as `Unrecognized`, one quarantined outcome that names the format it comes
+closest to and what it lacks (each source that can says how close a file's start comes,
+`closeness`, and what it lacks, `lacks`).
+
+A gzip file is unpacked here, once, before any source sees it (within json_input's bound: a
+gzip bomb is one `too_large` row): every source, the Liger CSV too, reads plain bytes.
 """
 
 from __future__ import annotations
 
 import io
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from pipelines.records import RowOutcome
 from pipelines.sources.flashinfer import FlashInferTrace
 from pipelines.sources.gbench import GoogleBenchmarkJson
+from pipelines.sources.json_input import JsonInputError, head_text, looks_gzipped, unpacked
 from pipelines.sources.kernelbench import KernelBenchTiming
 from pipelines.sources.nvbench import NvbenchJson
 from pipelines.sources.pytorch_v3 import PyTorchBenchmarkV3
@@ -70,6 +76,14 @@ class WorkerBundle(RecordsOfOutcomes):
 class LigerCsvSource:
     name = "liger-csv"
     reads_index = False
+    title = "Liger benchmark CSV"
+
+    def lacks(self, head: str) -> str | None:
+        return self.recognize("", head.encode())
+
+    def closeness(self, head: str) -> int:
+        """A text that is not JSON is nearest a CSV (the one text format read)."""
+        return 0 if head[:1] in ("{", "[") else 1
 
     def recognize(self, key: str, data: bytes) -> str | None:
         from pipelines.sources.liger.read import NotLigerCsv, open_liger_csv
@@ -156,16 +170,117 @@ def current_parser_versions() -> frozenset[str]:
     return frozenset(source.parser_version() for source in SOURCES)
 
 
+@runtime_checkable
+class Diagnosable(Protocol):
+    """A source that can say how near a file's start comes to its format, and what it lacks."""
+
+    title: str  # the format's name as its users know it
+
+    def lacks(self, head: str) -> str | None: ...
+
+    def closeness(self, head: str) -> int:
+        """How many of the format's distinctive marks the start of a file shows (0: none)."""
+        ...
+
+
 def source_of(key: str, data: bytes) -> Source:
-    """The first source that recognizes the bytes of one object version; an object none
-    recognizes is read as Unrecognized, which says why."""
-    whys = []
+    """The first source that recognizes the bytes of one object version (a gzip file: what it
+    holds, unpacked once); an object none recognizes is read as Unrecognized, which names the
+    closest format and what the bytes lack to be it."""
+    try:
+        plain = unpacked(data)
+    except JsonInputError as error:
+        return Refused(error.reason, error.detail)
+    source = _choose(key, plain)
+    return source if plain is data else Unpacked(source, data, plain)
+
+
+def _choose(key: str, plain: bytes) -> Source:
     for source in SOURCES:
-        why = source.recognize(key, data)
-        if why is None:
+        if source.recognize(key, plain) is None:
             return source
-        whys.append(why)
-    return Unrecognized(whys[-1])
+    return Unrecognized(closest_format(plain))
+
+
+def closest_format(data: bytes) -> str:
+    """Why no source reads the bytes, as the format they come nearest: "<format>: <what the
+    file lacks>"; a JSON document that shows no format's marks says so."""
+    head = head_text(data)
+    if not head:
+        return "the file is empty"
+    near = [
+        (source.closeness(head), -i, source)
+        for i, source in enumerate(SOURCES)
+        if isinstance(source, Diagnosable)
+    ]
+    score, _, best = max(near, key=lambda item: item[:2])
+    if score > 0:
+        return f"{best.title}: {best.lacks(head) or 'its content cannot be read'}"
+    # only JSON can show no format's marks: any other text is nearest the CSV
+    json_formats = [s for s in SOURCES if isinstance(s, Diagnosable)]
+    titles = ", ".join(s.title for s in json_formats if not isinstance(s, LigerCsvSource))
+    return f"JSON that shows none of the marks of the formats read ({titles})"
+
+
+class Unpacked:
+    """A source reading what a gzip file holds: the bytes are unpacked once (those of the file
+    it was chosen for are kept), so the source itself only ever sees plain bytes."""
+
+    def __init__(self, source: Source, packed: bytes, plain: bytes) -> None:
+        self.source = source
+        self.name = source.name
+        self.reads_index = source.reads_index
+        self._packed = packed
+        self._plain = plain
+
+    def _of(self, data: bytes) -> bytes:
+        if data is self._packed:
+            return self._plain
+        return unpacked(data) if looks_gzipped(data) else data
+
+    def recognize(self, key: str, data: bytes) -> str | None:
+        return self.source.recognize(key, self._of(data))
+
+    def parser_version(self) -> str:
+        return self.source.parser_version()
+
+    def version_of(self, data: bytes, context: SourceContext) -> str:
+        return self.source.version_of(self._of(data), context)
+
+    def outcomes(self, data: bytes, context: SourceContext) -> Iterator[RowOutcome]:
+        return self.source.outcomes(self._of(data), context)
+
+    def record_set(
+        self, data: bytes, snapshot_digest: str, context: SourceContext, parts_dir: Path
+    ) -> RecordSetContent:
+        return self.source.record_set(self._of(data), snapshot_digest, context, parts_dir)
+
+    def record_sets(
+        self, objects: Sequence[SourceObject], context: SourceContext, parts_dir: Path
+    ) -> list[RecordSetContent]:
+        plain = [replace(o, data=self._of(o.data)) for o in objects]
+        return self.source.record_sets(plain, context, parts_dir)
+
+
+class Refused(RecordsOfOutcomes):
+    """What a gzip file that cannot be unpacked (cut short, corrupt, or past the bound) is read
+    as: one quarantined outcome with json_input's reason."""
+
+    name = "unrecognized"
+
+    def __init__(self, reason: str, detail: str) -> None:
+        self.reason = reason
+        self.detail = detail
+
+    def recognize(self, key: str, data: bytes) -> str | None:
+        return None
+
+    def parser_version(self) -> str:
+        return LigerCsvSource().parser_version()
+
+    def outcomes(self, data: bytes, context: SourceContext) -> Iterator[RowOutcome]:
+        head = data[:RAW_PREVIEW_BYTES].decode("utf-8", errors="backslashreplace")
+        return iter([RowOutcome(1, "quarantined", head, self.reason, self.detail)])
 
 
 def normalize_object(
@@ -188,11 +303,6 @@ def unrecognized(data: bytes, why: str) -> RowOutcome:
     """The single outcome of an object no source recognizes. Its bytes stay in the snapshot; the
     outcome keeps a readable preview of the start, with undecodable bytes escaped."""
     preview = data[:RAW_PREVIEW_BYTES].decode("utf-8", errors="backslashreplace")
-    names = ", ".join(source.name for source in SOURCES)
     return RowOutcome(
-        1,
-        "quarantined",
-        preview,
-        "unrecognized_format",
-        f"no source recognizes it ({names}); as a Liger CSV: {why}",
+        1, "quarantined", preview, "unrecognized_format", f"no source recognizes it; {why}"
     )

@@ -183,8 +183,15 @@ def _parse(text: str, line: int, decoder: json.JSONDecoder = _DECODER) -> Any:
         raise JsonInputError(TOO_DEEP, "nesting too deep to parse", line) from None
 
 
-def read_document(data: bytes, max_bytes: int = MAX_DOCUMENT_BYTES) -> Any:
-    """One JSON document (gzip unpacked). Raises JsonInputError."""
+def read_document(data: bytes, max_bytes: int = MAX_DOCUMENT_BYTES, *, named: str = "") -> Any:
+    """One JSON document (gzip unpacked). Raises JsonInputError; with `named` (the format the
+    file was recognized as), its detail names that format: a known format that cannot be read
+    says so."""
+    if named:
+        try:
+            return read_document(data, max_bytes)
+        except JsonInputError as error:
+            raise JsonInputError(error.reason, f"{named}: {error.detail}", error.line) from None
     data = unpacked(data)
     if len(data) > max_bytes:
         raise JsonInputError(TOO_LARGE, f"{len(data)} bytes exceeds the limit of {max_bytes}")
@@ -307,3 +314,24 @@ def raw_text(value: Any) -> str:
     except (TypeError, ValueError, RecursionError):
         text = repr(value)
     return text[:RAW_LIMIT]
+
+
+@dataclass(frozen=True, slots=True)
+class Marks:
+    """What a format's files show near their start, each with what a file that lacks it lacks:
+    how near a file comes to the format (the marks it shows), and what it lacks first."""
+
+    marks: tuple[tuple[re.Pattern[str], str], ...]
+
+    @classmethod
+    def of(cls, *marks: tuple[str, str]) -> Marks:
+        return cls(tuple((re.compile(pattern), lack) for pattern, lack in marks))
+
+    def found(self, head: str) -> int:
+        return sum(1 for pattern, _ in self.marks if pattern.search(head))
+
+    def lacks(self, head: str) -> str | None:
+        for pattern, lack in self.marks:
+            if not pattern.search(head):
+                return lack
+        return None

@@ -38,6 +38,12 @@ whichever file arrives first. What only the solution file says (language, author
 target hardware) is not folded into it: were it, a trace's run would differ by whether its
 solution had arrived.
 
+Every schema generation is read. The 2025 dataset schema (flashinfer_bench/trace.py and
+benchmark.py before the September 2025 rewrite) has no workload `uuid`: a trace's workload is
+then named by a digest of what it holds (its axes and inputs), so one workload is one case
+whichever file holds it. Its environment names the GPU as `device` (later `hardware`); in July
+2025 `device` was the torch device (`cuda:0`) and the GPU's name `libs.device_name`.
+
 What the format lacks: the timer (flashinfer-bench times with CUPTI when it is installed, else
 CUDA events; only a trace's log may say which), the trial count and any spread of the latency
 (`latency_ms` is a mean of per-trial medians, `evaluators/default.py`), the GPU driver, and the
@@ -50,6 +56,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
@@ -61,6 +68,8 @@ from pipelines.records import RowOutcome
 from pipelines.records.canonical import manifest_digest
 from pipelines.sources.json_input import (
     JsonInputError,
+    KeyedObject,
+    Marks,
     head_text,
     raw_text,
     read_document,
@@ -129,6 +138,9 @@ STATUSES: dict[str, RunStatus] = {
     "COMPILE_ERROR": "compile_error",
     "TIMEOUT": "timeout",
 }
+# The 2025 evaluator (benchmark.py before September 2025) had one status for outputs that failed
+# its allclose comparison; the run keeps the status as written in a label.
+STATUSES_2025: dict[str, RunStatus] = {"INCORRECT": "incorrect_numerical"}
 COMPARATOR = "allclose"  # how flashinfer-bench judges outputs against the reference's
 # Errors flashinfer-bench writes as strings when they are not finite (ser_json_inf_nan).
 _NON_FINITE_TEXT = {"nan", "inf", "-inf", "infinity", "-infinity"}
@@ -148,6 +160,14 @@ _SOLUTION_SPEC = re.compile(r'"(?:entry_point|author)"\s*:\s*"')
 # A trace line that starts with its definition's name (as flashinfer-bench writes them).
 _LEADING_DEFINITION = re.compile(rb'^\s*\{\s*"definition"\s*:\s*("(?:[^"\\]|\\.)*")')
 
+MARKS = Marks.of(
+    (r'"definition"\s*:\s*"', "no definition named"),
+    (r'"workload"\s*:\s*\{', "no workload"),
+    (r'"evaluation"\s*:', "no evaluation"),
+    (r'"op_type"\s*:', "no op_type"),
+    (r'"sources"\s*:\s*\[', "no sources"),
+)
+
 Kind = Literal["traces", "definition", "solution"]
 OperationLookup = Callable[[str], "Operation | None"]
 
@@ -160,10 +180,17 @@ def operation_name(definition: str) -> str:
 
 def kind_of(data: bytes) -> Kind | None:
     head = head_text(data)
+    if head.startswith("[") and not _BUNDLE.search(head):
+        # the first dataset (July 2025) held a list of definitions in one file
+        first = head[1:].lstrip()
+        if first.startswith("{") and _DEFINITION_AXES.search(head):
+            return "definition" if _DEFINITION_TENSORS.search(head) else None
+        return None
     if not head.startswith("{") or _BUNDLE.search(head):
         return None
-    first = head.partition("\n")[0]
-    if _TRACE_DEFINITION.search(first) and _TRACE_WORKLOAD.search(first):
+    # a trace line: any of the first lines (the first may be a bad one), each a whole object
+    lines = head.split("\n")[:-1] or [head]
+    if any(_TRACE_DEFINITION.search(x) and _TRACE_WORKLOAD.search(x) for x in lines[:64]):
         return "traces"
     if _DEFINITION_AXES.search(head) and _DEFINITION_TENSORS.search(head):
         return "definition"
@@ -178,13 +205,27 @@ def kind_of(data: bytes) -> Kind | None:
 
 class FlashInferTrace(HarnessSource):
     name = "flashinfer-trace"
-    format_version = "kindex-flashinfer/1"
+    format_version = "kindex-flashinfer/2"
     reads_index = True  # a trace names its definition, which another file carries
 
     def recognize(self, key: str, data: bytes) -> str | None:
         if kind_of(data) is not None:
             return None
         return "not FlashInfer-Trace (no trace line, definition or solution)"
+
+    title = "FlashInfer-Trace"
+
+    def lacks(self, head: str) -> str | None:
+        if kind_of(head.encode()) is not None:
+            return None
+        return (
+            "no trace line (a definition's name and a workload on its first line), definition "
+            "(axes typed var or const, and tensors) nor solution (a definition, sources and an "
+            "entry point or author)"
+        )
+
+    def closeness(self, head: str) -> int:
+        return MARKS.found(head)
 
     def version_of(self, data: bytes, context: SourceContext) -> str:
         """The parser version, and for traces and solutions the definitions the index resolved
@@ -221,10 +262,15 @@ class FlashInferTrace(HarnessSource):
     def entries(self, data: bytes, context: SourceContext) -> Iterator[Entry]:
         kind = kind_of(data)
         if kind == "definition":
-            document = read_document(data)
-            yield from observe(document, 1, "", _definition_outcome)
+            document = read_document(data, named=FlashInferTrace.title)
+            if isinstance(document, list):
+                for i, each in enumerate(document):
+                    for entry in observe(each, 1, f"/{i}", _definition_outcome):
+                        yield replace(entry, pointer=f"/{i}")
+            else:
+                yield from observe(document, 1, "", _definition_outcome)
         elif kind == "solution":
-            document = read_document(data)
+            document = read_document(data, named=FlashInferTrace.title)
             lookup = _Definitions(context)
             yield from observe(document, 1, "", lambda d: _solution_outcome(d, lookup))
         else:
@@ -278,14 +324,17 @@ def _tensors(document: dict[str, Any], field: str, axes: Mapping[str, Any]) -> t
         raise ObservationError("missing_field", f"no {field}")
     result = []
     for name, spec in tensors.items():
-        if not isinstance(spec, dict) or not isinstance(spec.get("dtype"), str):
-            raise ObservationError("bad_value", f"{field} {name!r} has no dtype")
+        if not isinstance(spec, dict):
+            raise ObservationError("bad_value", f"{field} {name!r} is not an object")
+        dtype = spec.get("dtype", UNSPECIFIED)  # the first definitions stated none
+        if not isinstance(dtype, str) or not dtype:
+            raise ObservationError("bad_value", f"{field} {name!r} has dtype {dtype!r}")
         shape = spec.get("shape")
         if shape is None:  # a scalar
             shape = []
         if not isinstance(shape, list) or any(a not in axes for a in shape):
             raise ObservationError("bad_value", f"{field} {name!r} names an axis not defined")
-        result.append(Tensor(name, tuple(shape), spec["dtype"]))
+        result.append(Tensor(name, tuple(shape), dtype))
     return tuple(result)
 
 
@@ -398,7 +447,7 @@ def definitions_named(data: bytes) -> Iterator[str]:
     trace line that starts with its definition (as flashinfer-bench writes them) is not parsed
     whole; another line is."""
     if kind_of(data) == "solution":
-        document = read_document(data)
+        document = read_document(data, named=FlashInferTrace.title)
         if isinstance(document, dict) and isinstance(document.get("definition"), str):
             yield document["definition"]
         return
@@ -462,7 +511,27 @@ def trace_entries(data: bytes, operation_of: OperationLookup) -> Iterator[Entry]
             yield quarantined(line.line, "", line.text, line.error.reason, line.error.detail)
             continue
         build = partial(_trace, line=line.line, operation_of=operation_of)
-        yield from observe(line.value, line.line, "", build, raw=line.text)
+        yield from observe(_unmeasured_dropped(line.value), line.line, "", build, raw=line.text)
+
+
+def _unmeasured_dropped(trace: Any) -> Any:
+    """The 2025 evaluator wrote Infinity for what a failed evaluation did not measure (its
+    latencies, and a runtime error's errors) and a speedup of 0.0: those are absent, not
+    numbers. A passed evaluation's Infinity stays, and is quarantined as any record's is."""
+    evaluation = trace.get("evaluation") if isinstance(trace, dict) else None
+    if not isinstance(evaluation, dict) or evaluation.get("status") in (None, "PASSED"):
+        return trace
+    performance = evaluation.get("performance")
+    correctness = evaluation.get("correctness")
+    latency = performance.get("latency_ms") if isinstance(performance, dict) else None
+    if not (isinstance(latency, float) and math.isinf(latency)) or _has_duplicates(trace):
+        return trace
+    evaluation = {**evaluation, "performance": None}
+    if isinstance(correctness, dict):
+        evaluation["correctness"] = {
+            k: v for k, v in correctness.items() if not (isinstance(v, float) and math.isinf(v))
+        }
+    return {**trace, "evaluation": evaluation}
 
 
 def _trace(trace: Any, line: int, operation_of: OperationLookup) -> Entry:
@@ -482,12 +551,12 @@ def _trace(trace: Any, line: int, operation_of: OperationLookup) -> Entry:
     if not isinstance(evaluation, dict):
         raise ObservationError("missing_field", "no evaluation")
     solution = _text(trace, "solution")
-    uuid = workload.get("uuid")
-    if not isinstance(uuid, str) or not uuid:
-        raise ObservationError("missing_field", "no workload uuid")
-    status = STATUSES.get(str(evaluation.get("status")))
+    uuid = _workload_id(workload)
+    native = str(evaluation.get("status"))
+    status = STATUSES.get(native) or STATUSES_2025.get(native)
     if status is None:
         raise ObservationError("bad_value", f"unknown status {evaluation.get('status')!r}")
+    labels = {"flashinfer_status": native} if native in STATUSES_2025 else {}
     timestamp = evaluation.get("timestamp")
     if not isinstance(timestamp, str) or not timestamp.strip():
         raise ObservationError("missing_field", "no evaluation timestamp")
@@ -508,8 +577,37 @@ def _trace(trace: Any, line: int, operation_of: OperationLookup) -> Entry:
         correctness=correctness,
         benchmark=definition,
         parameters=_inputs(workload.get("inputs")),
-        labels=nonfinite,
+        labels=nonfinite | labels,
     )
+
+
+def _has_duplicates(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, KeyedObject) and item.duplicates:
+            return True
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
+def _workload_id(workload: Mapping[str, Any]) -> str:
+    """The workload's uuid, or (2025's schema has none) a digest of its axes and inputs."""
+    uuid = workload.get("uuid")
+    if isinstance(uuid, str) and uuid:
+        return uuid
+    if "uuid" in workload:
+        raise ObservationError("bad_value", f"workload uuid is {uuid!r}")
+    content = {"axes": workload.get("axes"), "inputs": workload.get("inputs")}
+    canonical = json.dumps(content, sort_keys=True, ensure_ascii=False, default=str)
+    return "workload-" + hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+# A torch device (`cuda:0`), not a GPU's name: the 2025 schema's name is then in libs.
+_DEVICE_TYPE = re.compile(r"^(?:cuda|cpu|hip|rocm|xpu|mps)(?::\d+)?$")
 
 
 def _workload_outcome(
@@ -592,11 +690,16 @@ def _performance(performance: Any) -> tuple[dict[str, int], tuple[Measurement, .
 def _environment(environment: Any) -> Environment:
     if not isinstance(environment, dict):
         raise ObservationError("missing_field", "no environment")
-    hardware = _text(environment, "hardware")
     libs = environment.get("libs") or {}
     if not isinstance(libs, dict):
         raise ObservationError("bad_value", "environment libs are an object")
     versions = {str(k): str(v) for k, v in libs.items() if v is not None}
+    if "hardware" in environment or "device" not in environment:
+        hardware = _text(environment, "hardware")
+    else:  # the 2025 schema
+        hardware = _text(environment, "device")
+        if _DEVICE_TYPE.match(hardware.strip().lower()) and versions.get("device_name"):
+            hardware = versions.pop("device_name")
     torch = versions.pop("torch", None)
     cuda = versions.pop("cuda", None)
     return Environment(

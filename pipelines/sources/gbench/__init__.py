@@ -43,12 +43,20 @@ machine, with its offset only in newer versions (without one it is read as UTC).
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
-from pipelines.sources.json_input import JsonInputError, defect, head_text, raw_text, read_document
+from pipelines.sources.json_input import (
+    JsonInputError,
+    Marks,
+    defect,
+    head_text,
+    raw_text,
+    read_document,
+)
 from pipelines.sources.measured import (
     DURATION_UNITS,
     UNSPECIFIED,
@@ -140,9 +148,20 @@ _CUDA_KEYS = ("cuda_version", "cuda", "cuda_runtime_version", "cudart_version")
 _DRIVER_KEYS = ("driver_version", "cuda_driver_version", "nvidia_driver", "driver")
 
 
+MARKS = Marks.of(
+    ('"context"\\s*:\\s*\\{', "no context object"),
+    ('"(?:num_cpus|library_build_type)"\\s*:', "no context with num_cpus or library_build_type"),
+    ('"benchmarks"\\s*:\\s*\\[', "no benchmarks list"),
+    (
+        '"(?:real_time|cpu_time|time_unit)"\\s*:',
+        "no benchmark with real_time, cpu_time or time_unit",
+    ),
+)
+
+
 class GoogleBenchmarkJson(HarnessSource):
     name = "google-benchmark-json"
-    format_version = "kindex-gbench/1"
+    format_version = "kindex-gbench/2"
 
     def recognize(self, key: str, data: bytes) -> str | None:
         head = head_text(data)
@@ -150,8 +169,18 @@ class GoogleBenchmarkJson(HarnessSource):
             return None
         return "not Google Benchmark JSON (no context with num_cpus or library_build_type)"
 
+    title = "Google Benchmark JSON"
+
+    def lacks(self, head: str) -> str | None:
+        if _OPENING.match(head) and _CONTEXT_KEY.search(head):
+            return None
+        return MARKS.lacks(head) or "not a JSON object with a context"
+
+    def closeness(self, head: str) -> int:
+        return MARKS.found(head)
+
     def entries(self, data: bytes, context: SourceContext) -> Iterator[Entry]:
-        document = read_document(data)
+        document = read_document(data, named=self.title)
         if not isinstance(document, dict) or not isinstance(document.get("benchmarks"), list):
             raise JsonInputError("malformed_record", "Google Benchmark JSON has benchmarks[]")
         header = document.get("context")
@@ -174,6 +203,7 @@ class GoogleBenchmarkJson(HarnessSource):
                 outcomes[i] = [
                     quarantined(line, pointer, raw_text(row), error.reason, error.detail)
                 ]
+        clean = _repetitions_numbered(clean)
         file: _File | ObservationError
         try:
             file = _File.of(header, context)
@@ -211,6 +241,9 @@ class _Row:
     name: str
     run_name: str
     aggregate: str | None  # the aggregate's name; None for an iteration row
+    # Files before repetition_index (before v1.5) wrote each repetition as a row of the same
+    # name: its place among them (from 0), when its name repeats; None otherwise.
+    repetition: int | None = None
 
     @classmethod
     def of(cls, index: int, row: Mapping[str, Any], names: set[Any]) -> _Row:
@@ -220,8 +253,13 @@ class _Row:
         aggregate = row.get("aggregate_name")
         run_name = row.get("run_name")
         if row.get("run_type") == "aggregate" or aggregate is not None:
+            suffix = re.fullmatch(r"(.+)_(mean|median|stddev|cv)", name)
+            if aggregate is None and suffix:  # run_type came a release before aggregate_name
+                aggregate = suffix.group(2)
+            if aggregate is None:  # an aggregate that names no statistic: its numbers stay,
+                aggregate = UNSPECIFIED  # under no statistic
             if not isinstance(aggregate, str) or not aggregate:
-                raise ObservationError("missing_field", "an aggregate row has no aggregate_name")
+                raise ObservationError("bad_value", f"aggregate_name is {aggregate!r}")
         elif row.get("run_type") is None:  # files before run_type: `BM_x/repeats:3_mean`
             old = re.fullmatch(r"(.+)_(mean|median|stddev|cv)", name)
             if old and ("repeats:" in old.group(1) or old.group(1) in names):
@@ -232,6 +270,21 @@ class _Row:
                 run_name = name[: -len(aggregate) - 1]
         line = getattr(row, "line", None) or 1
         return cls(index, row, line, name, run_name, aggregate)
+
+
+def _repetitions_numbered(rows: list[_Row]) -> list[_Row]:
+    """Iteration rows of one name, without repetition_index (before v1.5): each is one
+    repetition, numbered in file order."""
+    unnumbered = [r for r in rows if r.aggregate is None and "repetition_index" not in r.row]
+    counts = Counter(r.name for r in unnumbered)
+    seen: Counter[str] = Counter()
+    numbered = []
+    for row in rows:
+        if row.aggregate is None and "repetition_index" not in row.row and counts[row.name] > 1:
+            row = replace(row, repetition=seen[row.name])
+            seen[row.name] += 1
+        numbered.append(row)
+    return numbered
 
 
 @dataclass(slots=True)
@@ -269,10 +322,18 @@ def _groups(rows: list[_Row]) -> list[_Group]:
     for group in complexity.values():
         group.rows.sort(key=lambda r: r.aggregate != "BigO")
         result.append(group)
+    # aggregates that name one statistic twice contradict each other (quarantined): a
+    # repetition is not folded into them, but stays a run of its own
+    contradicted = {
+        run
+        for run, group in aggregates.items()
+        if len({r.aggregate for r in group.rows}) < len(group.rows)
+    }
     for row in rows:
         if row.aggregate is not None and not _failed(row.row):
             continue
-        if not _failed(row.row) and row.run_name in aggregates:
+        folding = row.run_name in aggregates and row.run_name not in contradicted
+        if not _failed(row.row) and folding:
             aggregates[row.run_name].folded += 1
             continue
         result.append(_Group("iteration", row.run_name, [row]))
@@ -393,6 +454,8 @@ def _observation(file: _File | ObservationError, group: _Group) -> Observation:
         repetitions, index = row.row.get("repetitions"), row.row.get("repetition_index")
         if isinstance(repetitions, int) and repetitions > 1 and isinstance(index, int):
             external_id = f"{row.name}#repetition:{index}"
+        elif row.repetition is not None:
+            external_id = f"{row.name}#repetition:{row.repetition}"
     elif group.kind == "complexity":
         external_id = f"{group.run_name}_BigO"
     if status == "passed" and not facts.latency and not facts.measurements:

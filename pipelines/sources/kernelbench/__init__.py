@@ -8,6 +8,16 @@ reference PyTorch programs, by level and problem file.
 One run per problem. Times are in milliseconds (KernelBench's `timing.py` times each trial with
 CUDA events); the hardware is per entry. The file records no time of its own, nor which build of
 the programs ran (eager or compiled: only its file name says), nor any software version.
+
+Every layout its history holds is read (`results/timing/*/`, 101 file versions):
+- a level is any key whose value is an object of problem files (`level1`, `level_tk`);
+- a problem whose measurement failed is `null` (`generate_baseline_time.py` stores what
+  `measure_ref_program_time` returns, None on an error): a quarantine row `measurement_failed`;
+  the rest of the level are runs;
+- a problem with its `mean` alone (no `num_trials`, `hardware` nor spread: a fork's file) is a
+  run whose number keeps its unit and GPU unstated (`unspecified`): it is a measurement
+  `mean_time` in unit `unspecified`, never a latency, since the file does not say ms.
+Recognition reads the file's start as a whole, never only its first problem.
 """
 
 from __future__ import annotations
@@ -17,8 +27,16 @@ from collections.abc import Iterator
 from functools import partial
 from typing import Any
 
-from pipelines.sources.json_input import JsonInputError, escape, head_text, raw_text, read_document
+from pipelines.sources.json_input import (
+    JsonInputError,
+    Marks,
+    escape,
+    head_text,
+    raw_text,
+    read_document,
+)
 from pipelines.sources.measured import (
+    UNSPECIFIED,
     Entry,
     Environment,
     Implementation,
@@ -38,8 +56,19 @@ from pipelines.sources.source import HarnessSource, SourceContext
 
 SOURCE = "kernelbench"
 REPOSITORY = "https://github.com/ScalingIntelligence/KernelBench"
-_LEVEL = re.compile(r"^level\d+$")
-_SNIFF = re.compile(r'"level\d+"\s*:\s*\{\s*"[^"]+\.py"\s*:\s*\{[^{}]*"num_trials"')
+# What the start of a timing file shows, each anywhere in it (a level's first problem may
+# have failed, its timing `null`): a problem file keyed in an object, and a timing's mean or
+# trial count.
+_PROBLEM = re.compile(r'"[^"\\]+\.py"\s*:\s*(?:\{|null\b)')
+_PROBLEM_TIMED = re.compile(r'"[^"\\]+\.py"\s*:\s*\{')
+_TIMING = re.compile(r'"(?:num_trials|mean)"\s*:\s*-?[\d.]')
+MEASUREMENT_FAILED = "measurement_failed"
+MARKS = Marks.of(
+    (_PROBLEM.pattern, "no level holds a problem file"),
+    (_TIMING.pattern, "no problem with a mean or num_trials in any level"),
+    (r'"num_trials"\s*:', "no num_trials"),
+    (r'"hardware"\s*:', "no hardware"),
+)
 
 PROJECT = Project("KernelBench", REPOSITORY, "library")
 PROTOCOL = Protocol(
@@ -57,19 +86,34 @@ PROTOCOL = Protocol(
 
 class KernelBenchTiming(HarnessSource):
     name = "kernelbench-timing"
-    format_version = "kindex-kernelbench/1"
+    format_version = "kindex-kernelbench/2"
 
     def recognize(self, key: str, data: bytes) -> str | None:
-        if _SNIFF.search(head_text(data)):
-            return None
-        return "not KernelBench timing JSON (no level of problem files with num_trials)"
+        return self.lacks(head_text(data))
+
+    title = "KernelBench timing JSON"
+
+    def lacks(self, head: str) -> str | None:
+        """What the start of a file lacks to be a timing file; None when it is one."""
+        if not head.startswith("{"):
+            return "not a JSON object of levels"
+        if not _PROBLEM.search(head):
+            return "no level holds a problem file (`<n>_<name>.py`)"
+        if not _TIMING.search(head) and _PROBLEM_TIMED.search(head):
+            # problems with objects, none timed (a file whose every problem failed is null
+            # throughout, and is KernelBench's)
+            return "no problem with a mean or num_trials in any level"
+        return None
+
+    def closeness(self, head: str) -> int:
+        return MARKS.found(head)
 
     def entries(self, data: bytes, context: SourceContext) -> Iterator[Entry]:
-        document = read_document(data)
+        document = read_document(data, named=self.title)
         if not isinstance(document, dict):
             raise JsonInputError("malformed_record", "KernelBench timing is an object of levels")
         for level, problems in document.items():
-            if not _LEVEL.match(level) or not isinstance(problems, dict):
+            if not isinstance(problems, dict):
                 detail = f"{level!r} is not a level of problem files"
                 yield quarantined(
                     1, f"/{escape(level)}", raw_text(problems), "malformed_record", detail
@@ -78,6 +122,13 @@ class KernelBenchTiming(HarnessSource):
             line = getattr(problems, "line", None) or 1
             for problem, timing in problems.items():
                 pointer = f"/{escape(level)}/{escape(problem)}"
+                if timing is None:
+                    detail = (
+                        f"problem {problem} of {level} failed: KernelBench wrote null, its "
+                        "timing of the reference program raised an error"
+                    )
+                    yield quarantined(line, pointer, "null", MEASUREMENT_FAILED, detail)
+                    continue
                 yield from observe(
                     timing,
                     line,
@@ -88,15 +139,16 @@ class KernelBenchTiming(HarnessSource):
 
 def _observation(level: str, problem: str, timing: Any, *, context: SourceContext) -> Observation:
     if not isinstance(timing, dict):
-        raise ObservationError("malformed_record", "a problem's timing is an object")
-    name = problem.removesuffix(".py")
-    family = re.sub(r"^\d+_", "", name).strip("_") or name
-    hardware = timing.get("hardware")
-    if not isinstance(hardware, str) or not hardware.strip():
-        raise ObservationError("missing_field", "no hardware")
+        detail = f"a problem's timing is an object, not {type(timing).__name__}"
+        raise ObservationError("malformed_record", detail)
     received = context.received_time()
     if received is None:
         raise ObservationError("missing_field", "no time: the file records none")
+    if _mean_only(timing):
+        return _mean_only_observation(level, problem, timing, received)
+    hardware = timing.get("hardware")
+    if not isinstance(hardware, str) or not hardware.strip():
+        raise ObservationError("missing_field", "no hardware")
     latency = {
         "mean": to_ns(number(timing["mean"], "mean"), "ms"),
         "minimum": to_ns(number(timing["min"], "min"), "ms"),
@@ -108,22 +160,83 @@ def _observation(level: str, problem: str, timing: Any, *, context: SourceContex
         measurements = (Measurement("latency", "ns", "stdev", std),)
     trials = timing.get("num_trials")
     samples = int(trials) if isinstance(trials, int) and trials > 0 else None
-    return Observation(
-        source=SOURCE,
-        external_id=f"{level}/{problem}",
-        operation=Operation(
-            name=f"kernelbench-{level}-{name}",
-            family=family,
-            title=f"KernelBench {level} {name}",
-            labels={"kernelbench_level": level},
-        ),
-        workload_axes={},
-        implementation=Implementation("pytorch-reference", PROJECT, language="python"),
-        protocol=PROTOCOL,
-        environment=Environment(gpu=hardware),
-        observed_at=utc_instant(received),
+    return _run(
+        level,
+        problem,
+        received,
+        PROTOCOL,
+        Environment(gpu=hardware),
         latency_ns=latency,
         samples=samples,
         measurements=measurements,
+    )
+
+
+def _run(
+    level: str,
+    problem: str,
+    received: str,
+    protocol: Protocol,
+    environment: Environment,
+    **measured: Any,
+) -> Observation:
+    """A problem's run: what every layout of the file says alike, and its numbers."""
+    return Observation(
+        source=SOURCE,
+        external_id=f"{level}/{problem}",
+        operation=_operation(level, problem),
+        workload_axes={},
+        implementation=IMPLEMENTATION,
+        protocol=protocol,
+        environment=environment,
+        observed_at=utc_instant(received),
         benchmark=level,
+        **measured,
+    )
+
+
+IMPLEMENTATION = Implementation("pytorch-reference", PROJECT, language="python")
+
+
+def _operation(level: str, problem: str) -> Operation:
+    name = problem.removesuffix(".py")
+    family = re.sub(r"^\d+_", "", name).strip("_") or name
+    return Operation(
+        name=f"kernelbench-{level}-{name}",
+        family=family,
+        title=f"KernelBench {level} {name}",
+        labels={"kernelbench_level": level},
+    )
+
+
+def _mean_only(timing: dict[str, Any]) -> bool:
+    return set(timing) == {"mean"}
+
+
+# A mean with no unit, trial count or device: nothing says what timed it or in what unit.
+MEAN_ONLY_PROTOCOL = Protocol(
+    harness="KernelBench",
+    repository=REPOSITORY,
+    timer=UNSPECIFIED,
+    primary_statistic="mean",
+    family="kernelbench_mean_only",
+    notes=(
+        "A KernelBench-layout timing file whose problems hold a mean alone: no unit, trial "
+        "count, spread or hardware (not what KernelBench's timing.py writes). The mean is kept "
+        "as written, its unit unspecified."
+    ),
+)
+
+
+def _mean_only_observation(
+    level: str, problem: str, timing: dict[str, Any], received: str
+) -> Observation:
+    mean = number(timing["mean"], "mean")
+    return _run(
+        level,
+        problem,
+        received,
+        MEAN_ONLY_PROTOCOL,
+        Environment(gpu=UNSPECIFIED),
+        measurements=(Measurement("mean_time", UNSPECIFIED, "mean", mean),),
     )

@@ -24,9 +24,19 @@ type axes (`In=I8`: written as strings) are run labels. Every other summary with
 measurement.
 
 The file records no time, nor which project's code the program benchmarks (only the program,
-`meta.argv[0]`), nor the CUDA toolkit or driver. The older pre-1.0 layout (no `meta`, summaries
-keyed by their display name) is read as far as it goes: its summaries are measurements under
-those names, and no latency is claimed from them.
+`meta.argv[0]`), nor the CUDA toolkit or driver.
+
+Every layout `json_printer.cu` has written is read:
+- 2022 on (JSON 1.0, above): states a list, summaries a list of {tag, hint, data}.
+- June 2021 (commits 0491e9c..668a98e): states an object keyed by the state's name, summaries an
+  object keyed by their display name, each value `{name: {type, value}}` (values as strings,
+  or, before 668a98e, as numbers); axis values an object too. No `meta`.
+- March 2021 (b1269b2): states a list, summaries a list of {index, name, values: [{name, type,
+  value}]}: a display name and no tag.
+A 2021 summary's display name is read as the tag nvbench renamed it to in January 2022
+(commit 6dee1ee, `TAG_OF_NAME`): `Average GPU Time (Cold)` is `nv/cold/time/gpu/mean`, so a
+2021 state's latency is the same GPU time a 1.0 file states. A name that commit did not rename
+is a measurement under its display name.
 """
 
 from __future__ import annotations
@@ -36,7 +46,14 @@ from collections.abc import Iterator, Mapping
 from functools import partial
 from typing import Any
 
-from pipelines.sources.json_input import JsonInputError, defect, head_text, read_document
+from pipelines.sources.json_input import (
+    JsonInputError,
+    Marks,
+    defect,
+    escape,
+    head_text,
+    read_document,
+)
 from pipelines.sources.measured import (
     UNSPECIFIED,
     Entry,
@@ -83,6 +100,23 @@ _LATENCY_TAGS = {
 }
 SAMPLES_TAG = "nv/cold/sample_size"
 
+# The display names 2021's nvbench keyed summaries by → the tag each became in January 2022
+# (NVIDIA/nvbench 6dee1ee, "Refactor summary API": measure_cold.cu, measure_hot.cu, state.cu).
+TAG_OF_NAME = {
+    "Number of Samples (Cold)": "nv/cold/sample_size",
+    "Average CPU Time (Cold)": "nv/cold/time/cpu/mean",
+    "CPU Relative Standard Deviation (Cold)": "nv/cold/time/cpu/stdev/relative",
+    "Average GPU Time (Cold)": "nv/cold/time/gpu/mean",
+    "GPU Relative Standard Deviation (Cold)": "nv/cold/time/gpu/stdev/relative",
+    "Element Throughput": "nv/cold/bw/item_rate",
+    "Average Global Memory Throughput": "nv/cold/bw/global/bytes_per_second",
+    "Percent Peak Global Memory Throughput": "nv/cold/bw/global/utilization",
+    "Number of Samples (Batch)": "nv/batch/sample_size",
+    "Average GPU Time (Batch)": "nv/batch/time/gpu/mean",
+}
+# A 2021 name made of a prefix and a column name (`Element count: Items`) → the 2022 tag prefix.
+TAG_PREFIX_OF_NAME = {"Element count: ": "nv/element_count/"}
+
 # A tag's last parts that name a statistic, and the statistic's name in a measurement.
 _STATISTIC_SUFFIXES: tuple[tuple[tuple[str, ...], str], ...] = (
     (("stdev", "relative"), "stdev_relative"),
@@ -105,9 +139,30 @@ _UNITS = {
 }
 
 
+MARKS = Marks.of(
+    ('"benchmarks"\\s*:\\s*\\[', "no benchmarks list"),
+    (
+        '"sm_version"\\s*:\\s*\\d+\\s*,\\s*"ptx_version"|"tag"\\s*:\\s*"nv/|"nvbench"\\s*:\\s*\\{[^{}]*"git_sha"',
+        "no devices with sm_version, nv/ summary tags nor nvbench version",
+    ),
+    ('"states"\\s*:', "no states"),
+    ('"summaries"\\s*:', "no summaries"),
+)
+
+
 class NvbenchJson(HarnessSource):
     name = "nvbench-json"
-    format_version = "kindex-nvbench/1"
+    format_version = "kindex-nvbench/2"
+
+    title = "nvbench JSON"
+
+    def lacks(self, head: str) -> str | None:
+        if head.startswith("{") and '"benchmarks"' in head and _SNIFF.search(head):
+            return None
+        return MARKS.lacks(head) or "not a JSON object with benchmarks"
+
+    def closeness(self, head: str) -> int:
+        return MARKS.found(head)
 
     def recognize(self, key: str, data: bytes) -> str | None:
         head = head_text(data)
@@ -116,7 +171,7 @@ class NvbenchJson(HarnessSource):
         return "not nvbench JSON (no devices with sm_version, nv/ summary tags or nvbench version)"
 
     def entries(self, data: bytes, context: SourceContext) -> Iterator[Entry]:
-        document = read_document(data)
+        document = read_document(data, named=self.title)
         if not isinstance(document, dict) or not isinstance(document.get("benchmarks"), list):
             raise JsonInputError("malformed_record", "nvbench JSON is an object with benchmarks")
         header = _Header.of(document)
@@ -137,15 +192,18 @@ class NvbenchJson(HarnessSource):
             pointer = f"/benchmarks/{b}"
             line = getattr(bench, "line", None) or 1
             states = bench.get("states") if isinstance(bench, dict) else None
-            if not isinstance(states, list) or not states:
+            if not isinstance(states, list | dict) or not states:
                 yield from observe(bench, line, pointer, _no_states)
                 continue
-            for s, state in enumerate(states):
+            # 2021: states keyed by their name; later, a list whose states name themselves.
+            named = states.items() if isinstance(states, dict) else enumerate(states)
+            for s, state in named:
+                key = s if isinstance(s, str) else None
                 yield from observe(
                     state,
                     getattr(state, "line", None) or line,
-                    f"{pointer}/states/{s}",
-                    partial(_state_entry, header, bench, context=context),
+                    f"{pointer}/states/{escape(s)}",
+                    partial(_state_entry, header, bench, key=key, context=context),
                 )
 
 
@@ -201,18 +259,27 @@ class _Header:
 
 
 def _state_entry(
-    header: _Header, bench: Mapping[str, Any], state: Any, *, context: SourceContext
+    header: _Header,
+    bench: Mapping[str, Any],
+    state: Any,
+    *,
+    key: str | None,
+    context: SourceContext,
 ) -> Entry:
     if not isinstance(state, dict):
         raise ObservationError("malformed_record", "a state is an object")
     if state.get("is_skipped") is True:
         reason = state.get("skip_reason")
         raise ObservationError("skipped_state", str(reason) if reason else "skipped (no reason)")
-    return _observation(header, bench, state, context)
+    return _observation(header, bench, state, key, context)
 
 
 def _observation(
-    header: _Header, bench: Mapping[str, Any], state: Mapping[str, Any], context: SourceContext
+    header: _Header,
+    bench: Mapping[str, Any],
+    state: Mapping[str, Any],
+    key: str | None,
+    context: SourceContext,
 ) -> Observation:
     bench_name = bench.get("name")
     if not isinstance(bench_name, str) or not bench_name.strip():
@@ -245,7 +312,7 @@ def _observation(
         if not measurements:
             raise ObservationError("missing_field", "the state has no summary with a value")
         measurements.sort(key=lambda m: m.unit != "ns")
-    state_name = state.get("name") or state.get("description") or _state_name(state)
+    state_name = state.get("name") or key or state.get("description") or _state_name(state)
     return Observation(
         source=SOURCE,
         external_id=f"{bench_name}/{state_name}",
@@ -269,22 +336,28 @@ def _observation(
 
 
 def _summaries(summaries: Any) -> Iterator[tuple[str, str | None, dict[str, tuple[str, Any]]]]:
-    """Each summary as (tag, hint, {value name: (type, value)}): the 1.0 layout (a list of
-    {tag, hint, data: [{name, type, value}]}) or the older one ({tag: {values: [...]}})."""
+    """Each summary as (tag, hint, {value name: (type, value)}), in every layout: a list of
+    {tag, hint, data: [{name, type, value}]} (1.0), a list of {name, values: [...]} (March
+    2021), or an object keyed by display name whose body is {name: {type, value}} (June 2021)
+    or {values: [...]}. A display name is read as the tag nvbench gave it later."""
     listed: list[tuple[str, str | None, Any]] = []
     if isinstance(summaries, dict):
-        for tag, body in summaries.items():
+        for name, body in summaries.items():
             if not isinstance(body, dict):
-                raise ObservationError("malformed_record", f"summary {tag!r} is not an object")
-            listed.append((tag, None, body.get("values")))
+                raise ObservationError("malformed_record", f"summary {name!r} is not an object")
+            listed.append((_tag_of(name), None, _named_values(body)))
     elif isinstance(summaries, list):
         for summary in summaries:
-            if not isinstance(summary, dict) or not isinstance(summary.get("tag"), str):
-                raise ObservationError("malformed_record", "a summary has no tag")
-            hint = summary.get("hint")
-            listed.append(
-                (summary["tag"], hint if isinstance(hint, str) else None, summary.get("data"))
-            )
+            if not isinstance(summary, dict):
+                raise ObservationError("malformed_record", "a summary is not an object")
+            tag, name = summary.get("tag"), summary.get("name")
+            if isinstance(tag, str):
+                hint = summary.get("hint")
+                listed.append((tag, hint if isinstance(hint, str) else None, summary.get("data")))
+            elif isinstance(name, str) and "values" in summary:
+                listed.append((_tag_of(name), None, summary.get("values")))
+            else:
+                raise ObservationError("malformed_record", "a summary has neither tag nor name")
     elif summaries is None:
         return
     else:
@@ -297,6 +370,23 @@ def _summaries(summaries: Any) -> Iterator[tuple[str, str | None, dict[str, tupl
         if hint is None and "hint" in values and isinstance(values["hint"][1], str):
             hint = values["hint"][1]
         yield tag, hint, values
+
+
+def _tag_of(name: str) -> str:
+    """A summary's tag: a 2021 display name as nvbench renamed it, any other key as it is."""
+    if name in TAG_OF_NAME:
+        return TAG_OF_NAME[name]
+    for prefix, tag in TAG_PREFIX_OF_NAME.items():
+        if name.startswith(prefix):
+            return tag + name.removeprefix(prefix)
+    return name
+
+
+def _named_values(body: Mapping[str, Any]) -> Any:
+    """A June 2021 summary's values, {name: {type, value}}, as the list the others hold."""
+    if isinstance(body.get("values"), list):
+        return body["values"]
+    return [{"name": k, **v} for k, v in body.items() if isinstance(v, dict)]
 
 
 def _measurement(tag: str, hint: str | None, kind: str, raw: Any) -> Measurement | None:
@@ -345,6 +435,10 @@ def _case(axis_values: Any) -> tuple[dict[str, int], dict[str, str]]:
     parameters: dict[str, str] = {}
     if axis_values is None:
         return axes, parameters
+    if isinstance(axis_values, dict):  # June 2021: {name: {type, value}}
+        axis_values = [
+            {"name": k, **v} if isinstance(v, dict) else v for k, v in axis_values.items()
+        ]
     if not isinstance(axis_values, list):
         raise ObservationError("malformed_record", "axis_values is a list")
     for item in axis_values:

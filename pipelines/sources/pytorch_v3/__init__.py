@@ -58,6 +58,7 @@ no timer, warm-up or iteration count, nor shapes.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 import re
@@ -67,8 +68,11 @@ from typing import Any
 
 from pipelines.records import RowOutcome
 from pipelines.sources.json_input import (
+    JsonInputError,
+    Marks,
     head_text,
     is_json_lines,
+    raw_text,
     read_document,
     read_lines,
 )
@@ -97,8 +101,15 @@ from pipelines.sources.source import HarnessSource, SourceContext
 SOURCE = "pytorch-benchmark-v3"
 FORMAT_REPOSITORY = "https://github.com/pytorch/test-infra"
 _SNIFF_START = re.compile(r"^[\[{]")
-_SNIFF_VALUES = re.compile(r'"benchmark_values"\s*:\s*\[')
-_SNIFF_BENCHMARK = re.compile(r'"(?:benchmark|model)"\s*:\s*\{')
+_SNIFF_VALUES = re.compile(r'"benchmark_values"\s*:\s*\[|"metric"\s*:\s*\[\s*"[^"]*"\s*,\s*\[')
+_SNIFF_BENCHMARK = re.compile(r'"(?:benchmark|model)"\s*:\s*[\{\[]')
+# The table's tuples (clickhouse_db_schema/benchmark.oss_ci_benchmark_v3/schema.sql), in order:
+# the first uploads (November 2024) wrote each tuple as a JSON array of its fields.
+TUPLE_FIELDS = {
+    "benchmark": ("name", "mode", "dtype", "extra_info"),
+    "model": ("name", "type", "backend", "origins", "extra_info"),
+    "metric": ("name", "benchmark_values", "target_value", "extra_info"),
+}
 
 # --- the metric name: one rule ---------------------------------------------------------------
 
@@ -123,6 +134,10 @@ UNIT_SUFFIXES: dict[str, tuple[str, bool]] = {
     "percent": ("percent", True),
     "pct": ("percent", True),
     "ratio": ("ratio", False),
+    # A speedup is a ratio of two times (Helion's `helion_speedup`, TritonBench's), never a time.
+    "speedup": ("x", False),
+    # TritonBench's accuracy: whether an input's output matched the baseline's (1.0 or 0.0).
+    "accuracy": ("boolean", False),
 }
 # Whole names (once the statistic is taken off) whose unit is known.
 UNIT_OF_NAME: dict[str, str] = {
@@ -130,6 +145,29 @@ UNIT_OF_NAME: dict[str, str] = {
     "tflops": "tflops",
     "gbps": "gb_per_s",
     "flops": "flops",
+}
+# The producers whose own code states what a record does not: each is known by a field's value
+# it writes, (field, subfield) → value → producer.
+PRODUCERS: dict[tuple[str, str], dict[str, str]] = {
+    ("benchmark", "name"): {
+        "Helion Benchmark": "helion",
+        "vLLM benchmark": "vllm",
+        "TorchAO benchmark": "torchao",
+    },
+    # TritonBench's .ci/test_infra/oss_ci_benchmark_v3.py: the model is the operator
+    ("model", "type"): {"tritonbench-oss": "tritonbench"},
+}
+# Metric names whose unit only their producer's code states: (producer, metric.name). vLLM's
+# benchmark_latency.py writes `latency`, each value one iteration's time.perf_counter()
+# difference, in seconds; TritonBench's conversion writes its `latency`, the p50 in ms;
+# torchao's llama generate.py writes `tok/s` (tokens per second) and `mem/s` (its bandwidth,
+# GB/s), and its segment-anything benchmark `img_s(avg)` (1000 / ms per image: images per s).
+UNIT_OF_PRODUCER_METRIC: dict[tuple[str, str], str] = {
+    ("vllm", "latency"): "s",
+    ("tritonbench", "latency"): "ms",
+    ("torchao", "tok/s"): "per_second",
+    ("torchao", "mem/s"): "gb_per_s",
+    ("torchao", "img_s(avg)"): "per_second",
 }
 # Units as written in parentheses or in extra_info that have another spelling here.
 UNIT_SPELLINGS: dict[str, str] = {
@@ -157,6 +195,36 @@ STATISTIC_WORDS: dict[str, str] = {
 _PERCENTILE = re.compile(r"^p(\d{1,2}(?:\.\d+)?)$")
 _PAREN_UNIT = re.compile(r"^(?P<base>.*?)\s*\((?P<unit>[^()]+)\)\s*$")
 _SHA = re.compile(r"^[0-9a-f]{40}$")
+_PER_SECOND = re.compile(r"\s*/\s*(?:s|sec|second)$", re.IGNORECASE)
+
+# Producers whose `benchmark_values` are one value per input, not repeated samples: Helion's
+# `benchmarks/run.py` (`write_results_to_json`) writes one value per row of TritonBench's
+# output, one row per input, and since 65f07a1 names each input in the record's `shape`. A
+# record with a `shape` list as long as its values is read so whoever wrote it.
+PER_INPUT_PRODUCERS = frozenset({"helion"})
+# Producers that write 0 for a time or speedup they failed to measure (Helion's run.py and
+# TritonBench's conversion both store 0.0 for an empty or error cell, e.g. "CUDA OOM").
+ZERO_IS_FAILED = frozenset({"helion", "tritonbench"})
+# A device as a device type (`cuda`, `cuda:0`, `cpu`), not a GPU's name (`NVIDIA H100`).
+_DEVICE_TYPE = re.compile(r"^(?:cpu|cuda|hip|rocm|xpu|mps|npu|mtia|tpu|meta)(?::\d+)?$")
+FAILED_INPUT = "measurement_failed"
+
+
+def producer_of(record: Mapping[str, Any]) -> str:
+    """The producer a record's fields name (PRODUCERS), or ""."""
+    for (field, subfield), producers in PRODUCERS.items():
+        part = record.get(field)
+        value = part.get(subfield) if isinstance(part, dict) else None
+        if isinstance(value, str) and value.strip() in producers:
+            return producers[value.strip()]
+    return ""
+
+
+MARKS = Marks.of(
+    (_SNIFF_VALUES.pattern, "no metric with benchmark_values"),
+    (_SNIFF_BENCHMARK.pattern, "no benchmark or model"),
+    ('"metric"\\s*:', "no metric"),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,14 +262,21 @@ def _unit_text(text: str) -> str:
     return key_of(unit.replace("/", "_per_").replace("%", "percent"))
 
 
-def metric_of(name: str, extra_info: Mapping[str, Any]) -> MetricName:
-    """The one rule for a v3 metric's name: its unit, its statistic, its quantity."""
-    unit: str | None = None
+def metric_of(name: str, extra_info: Mapping[str, Any], producer: str = "") -> MetricName:
+    """The one rule for a v3 metric's name: its unit, its statistic, its quantity. `producer`:
+    the record's producer (`producer_of`), for the names its own code gives a unit."""
+    unit: str | None = UNIT_OF_PRODUCER_METRIC.get((producer, name.strip()))
     text = name.strip()
     paren = _PAREN_UNIT.match(text)
+    stated_statistic = None
     if paren:
-        unit = _unit_text(paren.group("unit"))
+        # torchao's `time_ms(avg)`: a statistic in parentheses, the unit in the name
+        stated_statistic = _statistic_word(key_of(paren.group("unit")))
+        if stated_statistic is None and unit is None:
+            unit = _unit_text(paren.group("unit"))
         text = paren.group("base")
+    # a rate written with a slash (`tok/s`): "per second", never seconds
+    text = _PER_SECOND.sub("_per_second", text)
     words = [w for w in key_of(text).split("_") if w]
     if unit is None:
         for size in (2, 1):
@@ -211,8 +286,8 @@ def metric_of(name: str, extra_info: Mapping[str, Any]) -> MetricName:
                 if strip:
                     words = words[:-size]
                 break
-    statistic = None
-    if len(words) > 1:
+    statistic = stated_statistic
+    if statistic is None and len(words) > 1:
         for index in (0, -1):
             statistic = _statistic_word(words[index])
             if statistic is not None:
@@ -237,7 +312,17 @@ def metric_of(name: str, extra_info: Mapping[str, Any]) -> MetricName:
 
 class PyTorchBenchmarkV3(HarnessSource):
     name = "pytorch-benchmark-v3"
-    format_version = "kindex-pytorch-v3/1"
+    format_version = "kindex-pytorch-v3/2"
+
+    title = "PyTorch OSS benchmark v3 records"
+
+    def lacks(self, head: str) -> str | None:
+        if self.recognize("", head.encode()) is None:
+            return None
+        return MARKS.lacks(head) or "not a JSON array, object or lines of records"
+
+    def closeness(self, head: str) -> int:
+        return MARKS.found(head)
 
     def recognize(self, key: str, data: bytes) -> str | None:
         head = head_text(data)
@@ -258,6 +343,10 @@ class PyTorchBenchmarkV3(HarnessSource):
                 continue
             line, pointer, value = item
             for entry in observe(value, line, pointer, lambda r: _observation(r, context)):
+                if isinstance(entry, FailedInput):
+                    at = f"{pointer}/metric/benchmark_values/{entry.index}"
+                    yield quarantined(line, at, raw_text(value), entry.reason, entry.detail)
+                    continue
                 if isinstance(entry, Observation):
                     if entry.external_id in seen:
                         detail = f"a second record of {entry.external_id!r} in one file"
@@ -272,19 +361,28 @@ class PyTorchBenchmarkV3(HarnessSource):
 def _records(data: bytes) -> Iterator[tuple[int, str, Any] | RowOutcome]:
     """(line, pointer, record) in file order, or the quarantine row of a JSON Lines line that
     cannot be read. A line holding an array gives each element, its pointer `/i` within that
-    line; a document's records have their pointers within the document."""
-    if is_json_lines(data):
+    line; a document's records have their pointers within the document. A file whose first
+    line is broken is JSON Lines when it is no document but some of its lines are records: each
+    line is then its own record or row, so one bad line never costs the others."""
+    lines = is_json_lines(data)
+    if not lines:
+        try:
+            document = read_document(data, named=PyTorchBenchmarkV3.title)
+        except JsonInputError as unreadable:
+            if unreadable.reason != "json_syntax" or not _some_line_is_a_record(data):
+                raise
+            lines = True
+    if lines:
         for json_line in read_lines(data):
             if json_line.error is not None:
-                error = json_line.error
-                yield quarantined(json_line.line, "", json_line.text, error.reason, error.detail)
+                bad = json_line.error
+                yield quarantined(json_line.line, "", json_line.text, bad.reason, bad.detail)
             elif isinstance(json_line.value, list):
                 for index, item in enumerate(json_line.value):
                     yield json_line.line, f"/{index}", item
             else:
                 yield json_line.line, "", json_line.value
         return
-    document = read_document(data)
     if isinstance(document, list):
         for index, item in enumerate(document):
             yield 1, f"/{index}", item
@@ -292,10 +390,26 @@ def _records(data: bytes) -> Iterator[tuple[int, str, Any] | RowOutcome]:
         yield 1, "", document
 
 
+def _some_line_is_a_record(data: bytes) -> bool:
+    """Whether one of the first lines of the file is a v3 record (or an array of them) alone."""
+    for json_line in itertools.islice(read_lines(data[: 1 << 20]), 64):
+        value = json_line.value
+        first = value[0] if isinstance(value, list) and value else value
+        if isinstance(first, dict) and "metric" in first:
+            return True
+    return False
+
+
 def _object(record: Mapping[str, Any], field: str) -> Mapping[str, Any]:
     value = record.get(field)
     if value is None:
         return {}
+    names = TUPLE_FIELDS.get(field)
+    if isinstance(value, list) and names is not None:  # a tuple as an array of its fields
+        if len(value) > len(names):
+            detail = f"{field} has {len(value)} fields, the table's tuple {len(names)}"
+            raise ObservationError("malformed_record", detail)
+        return dict(zip(names, value, strict=False))
     if not isinstance(value, dict):
         raise ObservationError("malformed_record", f"{field} is not an object")
     return value
@@ -310,33 +424,130 @@ def _text(value: Any) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False)
 
 
-def _observation(record: Any, context: SourceContext) -> Observation:
+@dataclass(frozen=True, slots=True)
+class FailedInput:
+    """One input of a per-input record that failed: its own quarantine row."""
+
+    index: int
+    reason: str
+    detail: str
+
+
+def _observation(record: Any, context: SourceContext) -> Observation | list[Any]:
     if not isinstance(record, dict):
         raise ObservationError("malformed_record", "a v3 record is an object")
     if "metric" not in record:
         raise ObservationError("missing_field", "no metric: not a benchmark record")
+    record = {**record, **{f: _object(record, f) for f in TUPLE_FIELDS if f in record}}
     benchmark = _object(record, "benchmark")
     model = _object(record, "model")
     metric = _object(record, "metric")
     metric_extra = _object(metric, "extra_info")
-    benchmark_extra = _object(benchmark, "extra_info")
-    model_extra = _object(model, "extra_info")
+    _object(benchmark, "extra_info")  # each must be an object, if there
+    _object(model, "extra_info")
     metric_name = _text(metric.get("name"))
     model_name = _text(model.get("name"))
     if not metric_name:
         raise ObservationError("missing_field", "metric.name")
     if not model_name:
         raise ObservationError("missing_field", "model.name")
-    named = metric_of(metric_name, metric_extra)
+    producer = producer_of(record)
+    named = metric_of(metric_name, metric_extra, producer)
     values = metric.get("benchmark_values")
     if not isinstance(values, list) or not values:
         raise ObservationError("missing_field", "metric.benchmark_values is not a list of values")
+    inputs = _inputs_of(record, producer, values)
+    if inputs is not None:
+        return _per_input(record, context, named, metric_name, values, inputs)
     numbers = [number(v, f"metric.benchmark_values[{i}]") for i, v in enumerate(values)]
+    if producer in ZERO_IS_FAILED and numbers == [0] and _failed_if_zero(named):
+        detail = f"its {metric_name} is 0, {producer}'s mark of a measurement that failed"
+        raise ObservationError(FAILED_INPUT, detail)
     latency, measurements, samples, primary = _numbers(named, numbers, metric_name)
+    return _built(record, context, metric_name, latency, measurements, samples, primary)
+
+
+def _inputs_of(
+    record: Mapping[str, Any], producer: str, values: list[Any]
+) -> list[str | None] | None:
+    """Each value's input when the values are one per input (see PER_INPUT_PRODUCERS): the
+    input's shape as the record names it, else None; None when the values are samples."""
+    shape = record.get("shape")
+    if isinstance(shape, list) and len(shape) == len(values):
+        return [_text(s) or None for s in shape]
+    if producer in PER_INPUT_PRODUCERS:
+        return [None] * len(values)
+    return None
+
+
+def _failed_if_zero(named: MetricName) -> bool:
+    """Whether 0 cannot be this metric's value: a time or a speedup."""
+    return named.is_duration or named.unit == "x"
+
+
+def _per_input(
+    record: Mapping[str, Any],
+    context: SourceContext,
+    named: MetricName,
+    metric_name: str,
+    values: list[Any],
+    inputs: list[str | None],
+) -> list[Observation | FailedInput]:
+    """One run per input: its value is that input's statistic, as one value of a record is."""
+    entries: list[Observation | FailedInput] = []
+    for index, (value, shape) in enumerate(zip(values, inputs, strict=True)):
+        where = f"metric.benchmark_values[{index}]"
+        try:
+            amount = number(value, where)
+            if amount == 0 and _failed_if_zero(named):
+                where = f"input {index}{f' {shape}' if shape else ''}"
+                detail = f"{where} failed: its {metric_name} is 0, the mark of a failed input"
+                raise ObservationError(FAILED_INPUT, detail)
+            latency, measurements, samples, primary = _numbers(named, [amount], metric_name)
+        except ObservationError as error:
+            entries.append(FailedInput(index, error.reason, error.detail))
+            continue
+        case = {"input_index": index}
+        labels = {"input_shape": shape} if shape else {}
+        entries.append(
+            _built(
+                record,
+                context,
+                metric_name,
+                latency,
+                measurements,
+                samples,
+                primary,
+                case=case,
+                labels=labels,
+            )
+        )
+    return entries
+
+
+def _built(
+    record: Mapping[str, Any],
+    context: SourceContext,
+    metric_name: str,
+    latency: dict[str, int],
+    measurements: tuple[Measurement, ...],
+    samples: int | None,
+    primary: str,
+    case: Mapping[str, int] | None = None,
+    labels: Mapping[str, str] | None = None,
+) -> Observation:
+    benchmark = _object(record, "benchmark")
+    model = _object(record, "model")
+    metric = _object(record, "metric")
+    metric_extra = _object(metric, "extra_info")
+    benchmark_extra = _object(benchmark, "extra_info")
+    model_extra = _object(model, "extra_info")
+    model_name = _text(model.get("name"))
 
     benchmark_name = _text(benchmark.get("name")) or UNSPECIFIED
     backend = _text(model.get("backend")) or UNSPECIFIED
     axes, parameters = _case(benchmark_extra, model_extra, metric_extra, benchmark, record)
+    axes.update(case or {})
     native: dict[str, float] = {}
     target = metric.get("target_value")
     numeric = isinstance(target, int | float) and not isinstance(target, bool)
@@ -345,14 +556,18 @@ def _observation(record: Any, context: SourceContext) -> Observation:
     description = _text(benchmark_extra.get("description")) or None
     model_type = _text(model.get("type"))
     origins = model.get("origins")
+    run_labels = dict(labels or {})
     labels = {"benchmark": benchmark_name[:200]}
     if model_type:
         labels["model_type"] = model_type[:200]
     if isinstance(origins, list) and origins:
         labels["origins"] = ",".join(_text(o) for o in origins)[:200]
+    external_id = _external_id(benchmark, model, metric, benchmark_name, backend, metric_name)
+    if case:
+        external_id += "".join(f"[{k}={v}]" for k, v in case.items())
     return Observation(
         source=SOURCE,
-        external_id=_external_id(benchmark, model, metric, benchmark_name, backend, metric_name),
+        external_id=external_id,
         operation=Operation(
             name=model_name,
             family=model_name,
@@ -383,6 +598,7 @@ def _observation(record: Any, context: SourceContext) -> Observation:
         benchmark=benchmark_name,
         mode=_text(benchmark.get("mode")) or None,
         parameters=parameters,
+        labels=run_labels,
         native_metrics=native,
     )
 
@@ -513,8 +729,11 @@ def _environment(record: Mapping[str, Any], benchmark_extra: Mapping[str, Any]) 
         if isinstance(extra, dict):
             cuda = _text(extra.get("cuda_version")) or None
     if gpu is None:
-        device = _text(benchmark_extra.get("device")).lower()
-        if device and device != "cpu":
+        stated = _text(benchmark_extra.get("device"))
+        device = stated.lower()
+        if device and not _DEVICE_TYPE.match(device):
+            gpu = stated  # a device's name (Helion writes torch.cuda.get_device_name())
+        elif device and device != "cpu":
             gpu = f"unnamed {device} device"
         elif not device and not isinstance(runner, dict):
             gpu = UNSPECIFIED  # neither a runner nor a device: the record names no hardware

@@ -53,6 +53,7 @@ from typing import Any
 from pipelines.sources.json_input import (
     JsonInputError,
     KeyedObject,
+    Marks,
     escape,
     head_text,
     raw_text,
@@ -115,6 +116,15 @@ PROTOCOL_NOTES = (
 )
 
 
+MARKS = Marks.of(
+    ('"tritonbench_', "no tritonbench_<op> keys"),
+    (
+        '"tritonbench_[0-9A-Za-z_]+(?:\\[[^"\\]]*\\]|-pass")',
+        "no tritonbench_<op>[x_<input>-<backend>] keys",
+    ),
+)
+
+
 class TritonBenchJson(HarnessSource):
     name = "tritonbench-json"
     format_version = "kindex-tritonbench/1"
@@ -124,8 +134,18 @@ class TritonBenchJson(HarnessSource):
             return None
         return "not TritonBench --output-json (no tritonbench_<op>[x_<input>-<backend>] keys)"
 
+    title = "TritonBench --output-json"
+
+    def lacks(self, head: str) -> str | None:
+        if _SNIFF.search(head):
+            return None
+        return MARKS.lacks(head) or "not a JSON object"
+
+    def closeness(self, head: str) -> int:
+        return MARKS.found(head)
+
     def entries(self, data: bytes, context: SourceContext) -> Iterator[Entry]:
-        document = read_document(data)
+        document = read_document(data, named=self.title)
         if not isinstance(document, dict):
             raise JsonInputError("malformed_record", "TritonBench --output-json is an object")
         wrapped = isinstance(document.get("metrics"), dict)
