@@ -113,8 +113,8 @@ def test_an_uncurated_kernel_provider_metric_and_pass_are_named_as_written() -> 
     operation = kernel.records[1].manifest
     assert operation["metadata"]["title"] == "deepseek_v4_rope"
     assert operation["metadata"]["labels"]["uncurated"] == "kernel"
-    (provider,) = normalize_text(row_with(kernel_provider="torchcompile"))
-    assert provider.records[2].manifest["spec"]["name"] == "torchcompile"
+    (provider,) = normalize_text(row_with(kernel_provider="cutlass"))
+    assert provider.records[2].manifest["spec"]["name"] == "cutlass"
     assert provider.facts is not None and provider.facts.extra["baseline"] is False
     (metric,) = normalize_text(row_with(metric_name="speed_graph"))
     protocol = metric.records[5].manifest

@@ -2,10 +2,13 @@
 
 A GPU, provider, kernel, pass, metric or config shape the curation lacks is a curation gap, not
 a data error: the record becomes an uncurated run, named as the file named it, never a
-quarantine row (quarantine holds malformed records only). Every source applies this module: the
-Liger CSV (pipelines/sources/liger/), the harness formats (pipelines/sources/measured.py) and,
-where a bundle names a GPU, bundles. A run with a gap carries the labels `curation: uncurated`
-and `uncurated: <the gaps>`; the manifest that stands in for the missing curation carries them
+quarantine row (quarantine holds malformed records only). Every source that reads names
+against the curation applies this module: the Liger CSV (pipelines/sources/liger/, its
+column-wise path included) and the harness formats (pipelines/sources/measured.py, where only
+the GPU is curated: a harness names its own operations and implementations). A GPU-worker
+bundle states its own manifests, hardware included, and is read as authored: nothing in it is
+looked up, so nothing is a gap. A run with a gap carries the labels `curation: uncurated` and
+`uncurated: <the gaps>`; the manifest that stands in for the missing curation carries them
 too. Since the curation's fingerprint is part of a source's parser version, a backfill after
 the curation grows rebuilds such a run in its curated form.
 
