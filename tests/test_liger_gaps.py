@@ -194,3 +194,60 @@ def test_a_grown_curation_turns_an_uncurated_run_into_the_curated_one(curation: 
     assert curated.facts is not None and uncurated.facts is not None
     assert curated.facts.external_id == uncurated.facts.external_id  # the same row, now curated
     assert curated.records[0].digest != uncurated.records[0].digest
+
+
+SAMPLE = Path(__file__).parent / "data" / "liger" / "curation_gaps_sample.csv"
+
+
+def _without(folder: Path, name: str, *drops: str) -> None:
+    """Drop from a curation file every line holding one of `drops` (and a provider's block)."""
+    lines = (folder / name).read_text().splitlines(keepends=True)
+    kept, skipping = [], False
+    for line in lines:
+        if skipping and line.startswith("    "):
+            continue
+        skipping = False
+        if any(drop in line for drop in drops):
+            skipping = line.rstrip().endswith(":")  # a block: its indented lines go too
+            continue
+        kept.append(line)
+    (folder / name).write_text("".join(kept))
+
+
+def test_real_rows_an_older_curation_lacked_are_curated_runs() -> None:
+    """Rows of forks' committed Liger CSVs (tests/data/NOTICE.md): each a run of the curation
+    now, GPUs under their vendors' names with their architectures."""
+    outcomes = list(normalize_bytes(SAMPLE.read_bytes()))
+    assert len(outcomes) == 82
+    gpus = load().gpus
+    for outcome in outcomes:
+        assert_valid(outcome)
+        assert outcome.facts is not None
+        run = outcome.records[0].manifest
+        assert "curation" not in run["metadata"].get("labels", {}), outcome.raw
+        hardware = outcome.records[6].manifest["spec"]["hardware"]
+        assert hardware == gpus[outcome.facts.gpu].hardware
+    archs = {o.facts.gpu: o.facts.architecture for o in outcomes if o.facts is not None}
+    assert archs["NVIDIA A100 80GB PCIe"] == "sm_80"
+    assert archs["NVIDIA B300 SXM6 AC"] == "sm_103"
+    assert archs["NVIDIA GeForce RTX 5060 Ti"] == "sm_120"
+    kernels = {o.facts.kernel for o in outcomes if o.facts is not None}
+    assert "dyt_beta=True" in kernels and "dyt" not in kernels
+
+
+def test_without_their_curation_the_real_rows_are_uncurated_runs_not_quarantine(
+    curation: Path,
+) -> None:
+    """The same rows against the curation as it was before them: every row still lands, as an
+    uncurated run saying what is missing; none is quarantined."""
+    _without(curation, "gpus.yaml", "A100 80GB PCIe", "B300 SXM6 AC", "RTX 5060 Ti")
+    _without(curation, "providers.yaml", "  torchcompile:")
+    _without(curation, "kernels.yaml", "absent: true", "defaults:")
+    outcomes = list(normalize_bytes(SAMPLE.read_bytes(), Normalizer(load())))
+    gaps: dict[str, int] = {}
+    for outcome in outcomes:
+        assert_valid(outcome)
+        labels = outcome.records[0].manifest["metadata"]["labels"]
+        assert labels["curation"] == "uncurated", outcome.raw
+        gaps[labels["uncurated"]] = gaps.get(labels["uncurated"], 0) + 1
+    assert set(gaps) == {"gpu", "provider", "provider,gpu", "kernel,config", "config"}

@@ -26,7 +26,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.curation import Binding, Curation, ExpressionError, Kernel
+from pipelines.curation import ABSENT, Binding, Curation, ExpressionError, Kernel
 from pipelines.curation.gaps import NAME_LIMIT as SCHEMA_NAME_LIMIT
 from pipelines.curation.gaps import Gap, gap_labels
 from pipelines.records.canonical import MAX_SAFE_INTEGER
@@ -389,7 +389,10 @@ def kernel_of(curation: Curation, kernel: str, config_text: str) -> str:
     key, kernels = variant
     if key is None:  # a rename
         return kernels[None]
-    value = parse_config(config_text).get(key)
+    config = parse_config(config_text)
+    if key not in config and ABSENT in kernels:
+        return kernels[ABSENT]
+    value = config.get(key)
     picked = next((k for v, k in kernels.items() if v == value and type(v) is type(value)), None)
     # A value no one curated: the kernel as the file names it, uncurated (gaps.py).
     return kernel if picked is None else picked
@@ -418,6 +421,8 @@ def binding_of(
         raise Uncurated(
             f"{kernel.name} has no curated binding for x_name {x_name!r}",
         )
+    if binding.defaults:
+        config = {**binding.defaults, **config}
     if binding.aliases:
         config = dict(config)
         for written, bound in binding.aliases.items():
