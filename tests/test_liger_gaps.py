@@ -5,14 +5,13 @@ the run into its curated form."""
 
 from __future__ import annotations
 
-import csv
-import io
 from importlib import resources
 from pathlib import Path
 
 import pytest
 from liger_oracle import row_outcomes
-from liger_support import HEADER, csv_lines
+from liger_support import HEADER
+from test_liger_bad_inputs import GOOD, GOOD_FIELDS, row_with
 
 from pipelines.curation import CURATION_DIR_VARIABLE, CURATION_FILES, load
 from pipelines.records import RowOutcome
@@ -20,20 +19,8 @@ from pipelines.records.manifests import first_schema_error
 from pipelines.sources.liger.model import Normalizer, parser_version
 from pipelines.sources.liger.normalize import normalize_bytes
 
-GOOD = csv_lines([2212])[0]  # the B200 jsd seed row
-GOOD_FIELDS = next(csv.reader([GOOD]))
 KINDS = ("BenchmarkRun", "OperationSpec", "SoftwareProject", "ImplementationRevision",
          "WorkloadCase", "BenchmarkProtocol", "ExecutionEnvironment")  # fmt: skip
-
-
-def row_with(**changes: str) -> str:
-    columns = HEADER.split(",")
-    fields = list(GOOD_FIELDS)
-    for column, value in changes.items():
-        fields[columns.index(column)] = value
-    buffer = io.StringIO()
-    csv.writer(buffer, lineterminator="").writerow(fields)
-    return buffer.getvalue()
 
 
 def normalize_text(*rows: str, normalizer: Normalizer | None = None) -> list[RowOutcome]:
