@@ -40,7 +40,7 @@ GAPS = [
     (dict(kernel_provider="megatron-fused"), "provider"),  # curated for another kernel only
     (dict(kernel_name="flash_attention_9000"), "kernel,config"),  # no kernel, no binding
     (dict(kernel_operation_mode="sideways"), "mode"),
-    (dict(metric_name="speed_graph"), "metric"),
+    (dict(metric_name="speed_cold"), "metric"),
     (dict(x_name="D", x_value="64"), "config"),
     (dict(gpu_name="NVIDIA H300", kernel_provider="triton"), "provider,gpu"),
 ]
@@ -103,14 +103,29 @@ def test_an_uncurated_kernel_provider_metric_and_pass_are_named_as_written() -> 
     (provider,) = normalize_text(row_with(kernel_provider="cutlass"))
     assert provider.records[2].manifest["spec"]["name"] == "cutlass"
     assert provider.facts is not None and provider.facts.extra["baseline"] is False
-    (metric,) = normalize_text(row_with(metric_name="speed_graph"))
+    (metric,) = normalize_text(row_with(metric_name="speed_cold"))
     protocol = metric.records[5].manifest
     assert protocol["metadata"]["labels"] == {"curation": "uncurated", "uncurated": "metric"}
-    assert protocol["spec"]["comparability"]["family"].endswith("_speed_graph")
-    assert metric.facts is not None and metric.facts.external_id.endswith("/speed_graph")
+    assert protocol["spec"]["comparability"]["family"].endswith("_speed_cold")
+    assert metric.facts is not None and metric.facts.external_id.endswith("/speed_cold")
     assert metric.facts.metric == "latency" and metric.facts.unit == "ns"
     (mode,) = normalize_text(row_with(kernel_operation_mode="sideways"))
     assert mode.records[5].manifest["metadata"]["labels"]["uncurated"] == "mode"
+
+
+def test_speed_graph_is_a_curated_metric_of_its_own() -> None:
+    """benchmark_rope_backends.py's `speed_graph` (CUDA-graph replay, ms): a curated run beside
+    the do_bench run of the same row, never its duplicate nor in its protocol."""
+    speed, graph = normalize_text(GOOD, row_with(metric_name="speed_graph"))
+    assert_valid(graph)
+    assert graph.facts is not None and speed.facts is not None
+    assert "curation" not in graph.records[0].manifest["metadata"].get("labels", {})
+    assert graph.facts.external_id == speed.facts.external_id + "/speed_graph"
+    assert graph.records[5].digest != speed.records[5].digest
+    protocol = graph.records[5].manifest["spec"]
+    assert protocol["comparability"]["family"] == "liger_kernel_bench_cuda_graph"
+    assert protocol["measurement"]["timer"] == "cuda_graph_replay"
+    assert graph.facts.median == speed.facts.median  # ms to integer ns, as speed
 
 
 def test_a_config_picking_no_curated_kernel_is_that_kernel_uncurated() -> None:

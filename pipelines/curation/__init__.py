@@ -163,7 +163,7 @@ class Curation:
     providers: dict[str, Provider]
     gpus: dict[str, Gpu]
     harness: dict[str, str]
-    metrics: dict[str, dict[str, str]]  # speed|memory -> timer, family, notes
+    metrics: dict[str, dict[str, str]]  # a metric (speed, memory, ...) -> timer, family, notes
     # speed|memory -> {a row's metric_unit: its factor to integer ns or bytes}
     units: dict[str, dict[str, float]]
     passes: dict[str, Pass]
@@ -353,7 +353,7 @@ def _parse(contents: tuple[tuple[str, str], ...]) -> Curation:
         providers=_providers(_load_yaml(files, "providers.yaml")),
         gpus=_gpus(_load_yaml(files, "gpus.yaml")),
         harness=dict(protocols["harness"]),
-        metrics={"speed": dict(protocols["speed"]), "memory": dict(protocols["memory"])},
+        metrics={str(metric): dict(protocols[metric]) for metric in protocols["units"]},
         units={
             str(metric): {str(unit): float(scale) for unit, scale in units.items()}
             for metric, units in protocols["units"].items()

@@ -68,6 +68,7 @@ from pipelines.sources.liger.rules import (
     joined_slugs,
     kernel_of,
     metric_kind,
+    named_metric,
     parse_config,
     positive_integer,
     protocol_name,
@@ -223,8 +224,9 @@ class Normalizer:
         )
 
     def _protocol(self, metric: str, mode: str, metric_name: str | None = None) -> Record:
-        """The protocol of a metric kind (speed, memory) and pass; `metric_name`, a metric the
-        curation lacks, stored as that kind, gets a protocol of its own."""
+        """The protocol of a curated metric (speed, memory, speed_graph) and pass; `metric_name`
+        names a metric other than speed and memory: the curated one, or one the curation lacks,
+        stored as `metric`, which gets a protocol of its own."""
         method = self.curation.metrics[metric]
         passing = self.curation.passes.get(mode) or _uncurated_pass(mode)
         memory = is_memory(metric)
@@ -236,7 +238,7 @@ class Normalizer:
         notes = method["notes"].format(**{"pass": passing.timed})
         family = method["family"]
         gaps = [Gap.MODE] if mode not in self.curation.passes else []
-        if metric_name is not None:
+        if metric_name is not None and metric_name != metric:
             gaps.append(Gap.METRIC)
             family = f"{family}_{axis_name(metric_name)}"[:100]
             notes = f"Metric {metric_name!r}, as the file names it (uncurated). {notes}"
@@ -360,7 +362,7 @@ class Normalizer:
         unit no rule converts is."""
         metric = metric_kind(self.curation, metric_name, unit)
         gaps = gaps_of(self.curation, kernel, provider, mode, gpu)
-        uncurated_metric = metric_name if metric.uncurated else None
+        named = named_metric(metric_name, metric.kind, metric.uncurated)
         if metric.uncurated:
             gaps.append(Gap.METRIC)
         environment = self.environment(gpu)
@@ -379,10 +381,10 @@ class Normalizer:
                 self.operation(kernel),
                 self.project(provider),
                 self.implementation(kernel, provider),
-                self.protocol(metric.kind, mode, uncurated_metric),
+                self.protocol(metric.kind, mode, named),
                 environment,
             ),
-            metric=uncurated_metric,
+            metric=named,
             gaps=tuple(gaps),
         )
 
@@ -416,7 +418,7 @@ class Series:
     architecture: str
     baseline: bool
     references: tuple[Record, Record, Record, Record, Record]  # operation … environment
-    metric: str | None = None  # a metric the curation lacks, as the file names it
+    metric: str | None = None  # a metric other than speed and memory (rules.named_metric)
     gaps: tuple[Gap, ...] = ()  # what the curation lacks of its names (gaps.py)
 
     @cached_property

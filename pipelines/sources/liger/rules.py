@@ -178,19 +178,28 @@ class MetricKind(NamedTuple):
 
 def metric_kind(curation: Curation, metric: str, unit: str) -> MetricKind:
     """A row's metric and unit (protocols.yaml's `units`): a curated metric in one of its units;
-    a metric the curation lacks in a unit exactly one curated metric has (Liger's `speed_graph`
-    in ms is a duration); else RowRejected, since no rule converts the number."""
+    a metric the curation lacks in a unit the curated metrics that have it store alike (ms:
+    integer ns), stored as the first of them; else RowRejected, since no rule converts the
+    number."""
     scale = curation.units.get(metric, {}).get(unit)
     if scale is not None:
         return MetricKind(metric, scale, False)
     owners = [kind for kind, units in curation.units.items() if unit in units]
-    if metric not in curation.units and len(owners) == 1:
+    stored = {stored_metric(is_memory(kind)) for kind in owners}
+    if metric not in curation.units and len(stored) == 1:
         return MetricKind(owners[0], curation.units[owners[0]][unit], True)
     known = ", ".join(f"{m}/{u}" for m, units in curation.units.items() for u in units)
     raise RowRejected(
         Reason.UNKNOWN_METRIC,
         f"metric {metric!r} in {unit!r}: no curated unit converts it (expected one of {known})",
     )
+
+
+def named_metric(metric: str, kind: str, uncurated: bool) -> str | None:
+    """The metric a run's externalId, names and protocol carry: none for speed and memory (the
+    reference importer's forms; memory's own tail aside), else its name (speed_graph, or a
+    metric the curation lacks)."""
+    return metric if uncurated or kind not in ("speed", "memory") else None
 
 
 def gaps_of(curation: Curation, kernel: str, provider: str, mode: str, gpu: str) -> list[Gap]:
