@@ -126,6 +126,9 @@ def test_speed_graph_is_a_curated_metric_of_its_own() -> None:
     assert protocol["comparability"]["family"] == "liger_kernel_bench_cuda_graph"
     assert protocol["measurement"]["timer"] == "cuda_graph_replay"
     assert graph.facts.median == speed.facts.median  # ms to integer ns, as speed
+    data = "\n".join([HEADER, GOOD, row_with(metric_name="speed_graph"), ""]).encode()
+    oracle = [r.json_line() for r in row_outcomes(data)]
+    assert [r.json_line() for r in normalize_bytes(data)] == oracle
 
 
 def test_a_config_picking_no_curated_kernel_is_that_kernel_uncurated() -> None:
