@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
@@ -58,10 +57,6 @@ def gap_labels(gaps: Iterable[Gap]) -> dict[str, str]:
         return {}
     listed = ",".join(g.value for g in GAP_ORDER if g in found)
     return {CURATION_LABEL: UNCURATED, UNCURATED: listed}
-
-
-def is_uncurated(labels: Mapping[str, str]) -> bool:
-    return labels.get(CURATION_LABEL) == UNCURATED
 
 
 # --- GPUs ------------------------------------------------------------------------------------
@@ -124,7 +119,7 @@ class UncuratedCase:
             clash |= key in axes or key in settings
             if _is_size(value):
                 axes[key] = value
-            elif not (isinstance(value, float) and not math.isfinite(value)):
+            else:
                 settings[key] = _setting_text(value)
         self.axes = dict(sorted(axes.items()))
         self.settings = dict(sorted(settings.items()))
