@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from pipelines.curation.gaps import Gap
 from pipelines.records import Record, RowOutcome, RunFacts
 from pipelines.records.canonical import canonical_json_reference, manifest_digest
 from pipelines.sources.liger.model import Layout, Normalizer, Series, Workload, manifest, references
@@ -64,11 +65,12 @@ def reference_run(
     """The run of a row as a dict: metadata, then the spec the series writes."""
     external_id = "/".join(
         [series.kernel, series.mode, series.provider, slug(series.gpu), workload.case_key, form]
-    ) + ("/memory" if series.memory else "")
+    ) + (f"/{series.metric}" if series.metric else "/memory" if series.memory else "")
     spec = series.spec(values, stats, observed_at, external_id, workload.record.digest)
     name = slug("-".join([*series.name_parts, workload.case_key, form]))[:NAME_LIMIT]
     metadata: dict[str, Any] = {"name": name, "title": series.title}
-    labels = run_labels(version, workload.uncurated)
+    gaps = (*series.gaps, *([Gap.CONFIG] if workload.uncurated else []))
+    labels = run_labels(version, gaps)
     if labels:
         metadata["labels"] = labels
     document = manifest("BenchmarkRun", metadata, spec)

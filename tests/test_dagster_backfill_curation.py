@@ -1,6 +1,6 @@
 """After the curation grows (a new GPU), backfilling a file (its arrival window from the UI, or
-the `reprocess_files` job by glob) turns its quarantine rows into runs, and the index follows:
-the Dagster assets for real, in-process, on a real SeaweedFS bucket."""
+the `reprocess_files` job by glob) turns its uncurated runs into curated ones, and the index
+follows: the Dagster assets for real, in-process, on a real SeaweedFS bucket."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import definitions
 from pipelines.curation import CURATION_DIR_VARIABLE, CURATION_FILES
 from pipelines.settings import Settings
 
-NEW_GPU = "NVIDIA H20"  # a real GPU the curation does not know (yet)
+NEW_GPU = "NVIDIA GeForce RTX 2080 Ti"  # a real GPU the curation does not know (yet)
 
 
 @pytest.fixture
@@ -54,32 +54,36 @@ def backfill(instance: DagsterInstance, window: str, how: str) -> None:
 
 
 @pytest.mark.parametrize("how", ["window", "reprocess_files"])
-def test_backfill_after_a_new_gpu_turns_quarantine_into_runs(
+def test_backfill_after_a_new_gpu_turns_uncurated_runs_into_curated_ones(
     s3_store: Any, instance: DagsterInstance, curation: Path, how: str
 ) -> None:
     known, unknown = csv_lines([2212, 1843])
-    h200_row = unknown.replace("NVIDIA B200", NEW_GPU)
-    s3_store.put_bytes("incoming/h200.csv", f"{HEADER}\n{known}\n{h200_row}\n".encode())
+    new_row = unknown.replace("NVIDIA B200", NEW_GPU)
+    s3_store.put_bytes("incoming/new-gpu.csv", f"{HEADER}\n{known}\n{new_row}\n".encode())
     driver = SensorDriver(instance)
     (request,) = driver.tick().run_requests or []
     assert execute(instance, request).success
     settings = Settings.from_env()
-    assert query(settings, "select count(*) from runs") == [(1,)]
-    assert query(settings, "select reason, source_line from quarantine") == [("unknown_gpu", 3)]
-    assert query(settings, "select state, runs, quarantined from files") == [("indexed", 1, 1)]
+    # A curation gap is no quarantine: the row is a run of an uncurated GPU, nothing guessed.
+    assert query(settings, "select count(*) from quarantine") == [(0,)]
+    rows = query(settings, "select gpu, architecture, source_line from runs order by source_line")
+    assert rows == [("NVIDIA B200", "sm_100", 2), (NEW_GPU, "unspecified", 3)]
+    assert query(settings, "select state, runs, quarantined from files") == [("indexed", 2, 0)]
 
     gpus = curation / "gpus.yaml"
     gpus.write_text(
         gpus.read_text()
-        + f"  {NEW_GPU}: {{vendor: nvidia, product: NVIDIA H20, architecture: sm_90,"
-        + " title: H20}\n"
+        + f"  {NEW_GPU}: {{vendor: nvidia, product: {NEW_GPU}, architecture: sm_75,"
+        + " title: RTX 2080 Ti}\n"
     )
     backfill(instance, str(request.partition_key), how)
 
-    # The backfill published the index: nothing else to run.
+    # The backfill published the index: nothing else to run. The file's current record set
+    # (its lineage) holds the curated run of line 3.
     assert query(settings, "select count(*) from quarantine") == [(0,)]
-    rows = query(settings, "select gpu, architecture, source_line from runs order by source_line")
-    assert rows == [("NVIDIA B200", "sm_100", 2), (NEW_GPU, "sm_90", 3)]
+    current = """select r.gpu, r.architecture, l.source_line from lineage l
+                 join runs r using (run_digest) order by l.source_line"""
+    assert query(settings, current) == [("NVIDIA B200", "sm_100", 2), (NEW_GPU, "sm_75", 3)]
     assert query(settings, "select state, runs, quarantined, attempts from files") == [
         ("indexed", 2, 0, 2)
     ]

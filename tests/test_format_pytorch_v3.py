@@ -93,9 +93,14 @@ def test_a_cuda_record_without_runners_names_no_gpu_model() -> None:
         "product": "unnamed cuda device",
         "architecture": "unspecified",
     }
-    assert environment["metadata"]["labels"] == {"uncurated": "gpu"}
+    assert environment["metadata"]["labels"] == {"curation": "uncurated", "uncurated": "gpu"}
     run = specs(outcome)["BenchmarkRun"]
-    assert run["metadata"]["labels"] == {"is_dynamic": "true", "device": "cuda"}
+    assert run["metadata"]["labels"] == {
+        "is_dynamic": "true",
+        "device": "cuda",
+        "curation": "uncurated",
+        "uncurated": "gpu",
+    }
     assert specs(outcome)["ImplementationRevision"]["metadata"]["labels"] == {
         "provider": "inductor"
     }

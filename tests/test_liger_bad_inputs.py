@@ -54,16 +54,10 @@ def normalize_text(*rows: str, newline: str = "\n") -> list[RowOutcome]:
         (row_with(y_value_50="-3.5"), "non_positive_value"),
         (row_with(y_value_50="0"), "non_positive_value"),
         (row_with(y_value_20="0.0"), "non_positive_value"),
-        (row_with(kernel_name="flash_attention_9000"), "unknown_kernel"),
-        (row_with(kernel_provider="cutlass"), "unknown_provider"),
-        (
-            row_with(kernel_provider="megatron-fused"),
-            "unknown_provider",
-        ),  # curated for another kernel
-        (row_with(gpu_name="NVIDIA H300"), "unknown_gpu"),  # never guessed from H100, H200
-        (row_with(kernel_operation_mode="sideways"), "unknown_mode"),
-        (row_with(metric_name="throughput"), "unknown_metric"),
-        (row_with(metric_unit="s"), "unknown_metric"),
+        # A unit no curated metric converts, or another metric's: no rule stores the number.
+        (row_with(metric_unit="furlongs"), "unknown_metric"),
+        (row_with(metric_name="throughput", metric_unit="tokens/s"), "unknown_metric"),
+        (row_with(metric_unit="MB"), "unknown_metric"),  # speed in memory's unit
         (row_with(timestamp="yesterday"), "bad_timestamp"),
         (row_with(timestamp="2026-02-30 10:00:00"), "bad_timestamp"),
     ],
@@ -99,7 +93,10 @@ def test_a_config_shape_no_one_curated_is_an_uncurated_run(row: str) -> None:
     assert [good.status, run.status, other.status] == ["ok", "ok", "ok"]
     assert run.facts is not None and run.facts.case_key.startswith("uncurated-")
     assert run.records[0].manifest["metadata"]["labels"]["curation"] == "uncurated"
-    assert run.records[4].manifest["metadata"]["labels"] == {"curation": "uncurated"}
+    assert run.records[4].manifest["metadata"]["labels"] == {
+        "curation": "uncurated",
+        "uncurated": "config",
+    }
     assert run.records[4].digest != good.records[4].digest
     (again,) = normalize_text(row)
     assert again.records[0].digest == run.records[0].digest

@@ -190,7 +190,9 @@ def test_a_config_value_picks_the_kernel_a_name_stands_for() -> None:
     assert new.facts.kernel == "dyt_beta=True"
     assert new.records[1].digest == old.records[1].digest  # one OperationSpec
     assert new.records[4].digest == old.records[4].digest  # tokens 1024 × hidden 4096
-    assert (odd.status, odd.reason) == ("quarantined", "unknown_kernel")
+    # A value no one curated: the kernel as the file names it, uncurated, never a guess.
+    assert odd.status == "ok" and odd.facts.kernel == "dyt"
+    assert odd.records[0].manifest["metadata"]["labels"]["uncurated"] == "kernel,config"
 
 
 def _config(config: dict[str, Any]) -> dict[str, str]:
@@ -218,7 +220,7 @@ def test_model_config_x_names_a_curated_model() -> None:
     assert unknown.status == "ok" and unknown.facts.case_key.startswith("uncurated-")
     assert unknown.records[0].manifest["metadata"]["labels"]["curation"] == "uncurated"
     workload = unknown.records[4].manifest
-    assert workload["metadata"]["labels"] == {"curation": "uncurated"}
+    assert workload["metadata"]["labels"] == {"curation": "uncurated", "uncurated": "config"}
     assert json.loads(workload["metadata"]["description"]) == {
         "bsz": 1, "seq_len": 2048, "model_config": "qwen9_1t"
     }  # fmt: skip

@@ -84,6 +84,8 @@ class Binding:
     ignore: frozenset[str]
     # Config keys another era of the scripts names otherwise: {key as written: key as bound}.
     aliases: dict[str, str] = field(default_factory=dict)
+    # Config keys an older era of the scripts left out, and the value they then always had.
+    defaults: dict[str, Any] = field(default_factory=dict)
     # What the x value is: "size" (a number the expressions read as `x`), "model" (the name of
     # a curated model, `models` in kernels.yaml, whose sizes they read as `model_<field>`) or
     # "label" (a name that binds nothing: the config holds every size).
@@ -94,7 +96,7 @@ class Binding:
     def config_keys(self) -> frozenset[str]:
         used = set().union(*(e.names for e in self.axes.values())) - {"x"}
         used = {name for name in used if not (self.x == "model" and name.startswith(MODEL_PREFIX))}
-        return frozenset(used | set(self.require) | self.ignore)
+        return frozenset(used | set(self.require) | self.ignore | set(self.defaults))
 
     @property
     def named_x(self) -> bool:
@@ -161,7 +163,7 @@ class Curation:
     providers: dict[str, Provider]
     gpus: dict[str, Gpu]
     harness: dict[str, str]
-    metrics: dict[str, dict[str, str]]  # speed|memory -> timer, family, notes
+    metrics: dict[str, dict[str, str]]  # a metric (speed, memory, ...) -> timer, family, notes
     # speed|memory -> {a row's metric_unit: its factor to integer ns or bytes}
     units: dict[str, dict[str, float]]
     passes: dict[str, Pass]
@@ -198,10 +200,17 @@ def _read_files(folder: Traversable) -> tuple[tuple[str, str], ...]:
     )
 
 
+# Where a kernelNames entry's key is absent from a row's config, its `absent` value picks.
+ABSENT = object()
+
+
 def _kernel_name(entry: Any) -> tuple[str | None, dict[Any, str]]:
     if isinstance(entry, str):
         return None, {None: entry}
-    return str(entry["by"]), {value: str(kernel) for value, kernel in entry["kernels"].items()}
+    kernels: dict[Any, str] = {value: str(kernel) for value, kernel in entry["kernels"].items()}
+    if "absent" in entry:
+        kernels[ABSENT] = kernels[entry["absent"]]
+    return str(entry["by"]), kernels
 
 
 def _load_yaml(files: dict[str, str], name: str, pure: bool = False) -> Any:
@@ -224,6 +233,7 @@ def _kernel(name: str, entry: Mapping[str, Any]) -> Kernel:
             require=dict(binding.get("require") or {}),
             ignore=frozenset(binding.get("ignore") or ()),
             aliases=dict(binding.get("aliases") or {}),
+            defaults=dict(binding.get("defaults") or {}),
             x=_x_kind(name, str(x_name), binding.get("x", "size")),
             default_dtype=binding.get("defaultDtype"),
         )
@@ -343,7 +353,7 @@ def _parse(contents: tuple[tuple[str, str], ...]) -> Curation:
         providers=_providers(_load_yaml(files, "providers.yaml")),
         gpus=_gpus(_load_yaml(files, "gpus.yaml")),
         harness=dict(protocols["harness"]),
-        metrics={"speed": dict(protocols["speed"]), "memory": dict(protocols["memory"])},
+        metrics={str(metric): dict(protocols[metric]) for metric in protocols["units"]},
         units={
             str(metric): {str(unit): float(scale) for unit, scale in units.items()}
             for metric, units in protocols["units"].items()

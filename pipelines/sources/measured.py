@@ -24,12 +24,12 @@ from typing import Any, Literal
 from pipelines import API_VERSION
 from pipelines.curation import Curation
 from pipelines.curation import load as load_curation
+from pipelines.curation.gaps import UNSPECIFIED, Gap, gap_labels, gpu_hardware
 from pipelines.records import Record, RowOutcome, RunFacts
 from pipelines.records.canonical import manifest_digest
 from pipelines.records.manifests import first_schema_error
 from pipelines.sources.json_input import defect, raw_text
 
-UNSPECIFIED = "unspecified"
 NAME_LIMIT = 200
 MAX_SAFE_INTEGER = 2**53 - 1
 
@@ -251,20 +251,12 @@ def dtype_of(name: str, curation: Curation) -> str:
 
 
 def hardware_of(environment: Environment, curation: Curation) -> dict[str, Any]:
-    """The hardware a GPU name stands for. The curation (gpus.yaml) is the one vocabulary: a name
-    it knows gets its curated hardware, whichever source saw it; another keeps the name as
-    reported, with the architecture only where the harness said it."""
+    """The hardware a GPU name stands for (the curation's policy, pipelines/curation/gaps.py: a
+    name gpus.yaml knows gets its curated hardware whichever source saw it; another is an
+    uncurated GPU, its name as reported, the architecture only where the harness said it)."""
     if environment.gpu is None:
         return dict(NO_GPU)
-    gpu = curation.gpus.get(environment.gpu.strip())
-    if gpu is not None:
-        hardware: dict[str, Any] = dict(gpu.hardware)
-    else:
-        hardware = {
-            "vendor": UNSPECIFIED,
-            "product": environment.gpu.strip()[:NAME_LIMIT] or UNSPECIFIED,
-            "architecture": environment.architecture or UNSPECIFIED,
-        }
+    hardware, _ = gpu_hardware(curation, environment.gpu, environment.architecture)
     if environment.memory_bytes:
         hardware["memoryBytes"] = environment.memory_bytes
     if environment.count:
@@ -278,8 +270,16 @@ def gpu_name(environment: Environment) -> str:
     return NO_GPU["product"] if environment.gpu is None else environment.gpu.strip()
 
 
+def gaps_of(observation: Observation, curation: Curation) -> list[Gap]:
+    """What the curation lacks for an observation: a harness names its own operations,
+    implementations and protocols, so only its GPU can be a gap (gaps.py)."""
+    return [] if is_curated_gpu(observation.environment, curation) else [Gap.GPU]
+
+
 def is_curated_gpu(environment: Environment, curation: Curation) -> bool:
-    return environment.gpu is None or environment.gpu.strip() in curation.gpus
+    """Whether gpus.yaml knows the GPU; no GPU, or one the file did not name, is no gap."""
+    name = (environment.gpu or "").strip()
+    return name in ("", UNSPECIFIED) or name in curation.gpus
 
 
 # --- one builder per record kind -----------------------------------------------------------
@@ -453,7 +453,7 @@ def environment_manifest(environment: Environment, curation: Curation) -> dict[s
             key_of(k): str(v)[:100] for k, v in sorted(environment.libraries.items())
         }
     hardware = hardware_of(environment, curation)
-    labels = {} if is_curated_gpu(environment, curation) else {"uncurated": "gpu"}
+    labels = {} if is_curated_gpu(environment, curation) else gap_labels([Gap.GPU])
     name = name_of(hardware["product"], hardware.get("formFactor", ""))
     return _manifest(
         "ExecutionEnvironment",
@@ -463,7 +463,9 @@ def environment_manifest(environment: Environment, curation: Curation) -> dict[s
     )
 
 
-def run_manifest(observation: Observation, digests: Mapping[str, str], name: str) -> dict[str, Any]:
+def run_manifest(
+    observation: Observation, digests: Mapping[str, str], name: str, gaps: Sequence[Gap] = ()
+) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "implementationDigest": digests["ImplementationRevision"],
         "workloadDigest": digests["WorkloadCase"],
@@ -497,6 +499,7 @@ def run_manifest(observation: Observation, digests: Mapping[str, str], name: str
     labels = {"mode": observation.mode[:NAME_LIMIT]} if observation.mode else {}
     for key, value in (*observation.parameters.items(), *observation.labels.items()):
         labels[key_of(key)] = str(value)[:NAME_LIMIT]
+    labels.update(gap_labels(gaps))  # after the format's own: the policy's labels stand
     return _manifest("BenchmarkRun", name, spec, labels=labels)
 
 
@@ -599,7 +602,7 @@ def observation_outcome(observation: Observation, curation: Curation | None = No
     referenced = [operation, *others]
     digests = {r.kind: r.digest for r in referenced}
     name = name_of(observation.source, observation.external_id)
-    run = record_of(run_manifest(observation, digests, name))
+    run = record_of(run_manifest(observation, digests, name, gaps_of(observation, curation)))
     records = [run, *referenced]
     problem = first_invalid(records)
     if problem is not None:

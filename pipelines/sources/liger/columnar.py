@@ -52,6 +52,7 @@ from pipelines.sources.liger.rules import (
     parse_positive,
     positive_numbers,
     record_rejection,
+    run_gaps,
     run_labels,
     stamps,
     stored_values,
@@ -181,10 +182,8 @@ def _read(
     first_stamps, stamp_ids = _distinct([timestamp])
     stamp_list = stamps(timestamp.take(first_stamps))
     failures.add(stamp_list, stamp_ids)
-    kernels = normalizer.curation.kernels
     workloads, workload_ids = _encode(
-        [kernel, x_name, x_value, config],
-        lambda k: _attempt(normalizer.workload, *k) if k[0] in kernels else None,
+        [kernel, x_name, x_value, config], lambda k: _attempt(normalizer.workload, *k)
     )
     failures.add(workloads, workload_ids)
     versions, version_ids = _encode([version], lambda k: k[0].strip())
@@ -326,10 +325,10 @@ def _assemble(rows: Runs) -> None:
             by_stamp([s.slug for s in rows.stamps]),
         ]
     )
-    # The rows' labels: by version and whether the workload is curated.
-    uncurated = np.array([w.uncurated for w in rows.workloads], dtype=np.int64)
-    label_codes = rows.version_ids * 2 + uncurated[rows.workload_ids]
-    labels = [run_labels(v, u) for v in rows.versions for u in (False, True)]
+    # The rows' labels: by version and what the curation lacks of their series and workload.
+    gap_sets, gap_codes = run_gaps(rows.series, rows.series_ids, rows.workloads, rows.workload_ids)
+    label_codes = rows.version_ids * len(gap_sets) + gap_codes
+    labels = [run_labels(v, gaps) for v in rows.versions for gaps in gap_sets]
     holes: dict[str, pa.Array] = {
         "v0": pa.array(rows.values[:, 0]).cast(pa.string()),
         "v1": pa.array(rows.values[:, 1]).cast(pa.string()),

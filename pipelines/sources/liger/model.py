@@ -13,9 +13,6 @@ pipelines/sources/liger/columnar.py.
 
 from __future__ import annotations
 
-import hashlib
-import json
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
@@ -26,10 +23,26 @@ import orjson
 import pyarrow as pa
 
 from pipelines import API_VERSION
-from pipelines.curation import MODEL_PREFIX, Binding, Curation, ExpressionError, Kernel, load
+from pipelines.curation import (
+    MODEL_PREFIX,
+    Binding,
+    Curation,
+    ExpressionError,
+    Kernel,
+    Pass,
+    Provider,
+    load,
+)
+from pipelines.curation.gaps import (
+    UNSPECIFIED,
+    Gap,
+    UncuratedCase,
+    axis_name,
+    gap_labels,
+    gpu_hardware,
+)
 from pipelines.records import Record, RunFacts
 from pipelines.records.canonical import (
-    MAX_SAFE_INTEGER,
     canonical_json,
     identity,
     manifest_digest,
@@ -45,16 +58,17 @@ from pipelines.sources.liger.rules import (
     axis_value,
     binding_of,
     case_key,
-    check_known,
     environment_name,
     external_id_parts,
+    gaps_of,
     implementation_name,
     is_baseline,
     is_integer,
     is_memory,
     joined_slugs,
     kernel_of,
-    metric_scale,
+    metric_kind,
+    named_metric,
     parse_config,
     positive_integer,
     protocol_name,
@@ -146,59 +160,94 @@ class Normalizer:
 
     # --- shared manifests -------------------------------------------------------------------
     def operation(self, kernel: str) -> Record:
-        return self._operations[kernel]
+        found = self._operations.get(kernel)
+        if found is None:
+            found = self._operations[kernel] = _record(_uncurated_operation(kernel))
+        return found
+
+    def kernel_title(self, kernel: str) -> str:
+        curated = self.curation.kernels.get(kernel)
+        return kernel if curated is None else curated.title
+
+    def _provider(self, provider: str) -> Provider | None:
+        """A provider's curated entry (also where it is not curated for the kernel: its project
+        and implementation are still what the curation says of it)."""
+        return self.curation.providers.get(provider)
 
     def _project(self, provider: str) -> Record:
-        entry = self.curation.providers[provider]
+        entry = self._provider(provider)
+        if entry is None:  # a provider the curation lacks: a project of its name
+            metadata = {"name": f"uncurated-{slug(provider) or UNSPECIFIED}"[:200]}
+            labels = gap_labels([Gap.PROVIDER])
+            return _record(
+                manifest("SoftwareProject", {**metadata, "labels": labels}, {"name": provider})
+            )
         return _record(
             manifest("SoftwareProject", {"name": entry.project_slug}, dict(entry.project))
         )
 
     def _implementation(self, kernel_name: str, provider_name: str) -> Record:
-        kernel = self.curation.kernels[kernel_name]
-        provider = self.curation.providers[provider_name]
+        provider = self._provider(provider_name)
         metadata: dict[str, Any] = {
             "name": implementation_name(kernel_name, provider_name),
-            "title": f"{kernel.title} · {provider.title}",
-            "description": provider.description,
+            "title": f"{self.kernel_title(kernel_name)} · "
+            f"{provider_name if provider is None else provider.title}"[:200],
         }
-        if is_baseline(self.curation, provider_name):
+        if provider is not None:
+            metadata["description"] = provider.description
+        if is_baseline(self.curation, provider_name, kernel_name):
             metadata["labels"] = {"role": "baseline"}
+        gaps = gaps_of(self.curation, kernel_name, provider_name, "", "")
+        gaps = [g for g in gaps if g in (Gap.KERNEL, Gap.PROVIDER)]
+        if gaps:
+            metadata["labels"] = gap_labels(gaps)
         metadata["sourceRefs"] = [{"url": self.curation.harness["repository"]}]
+        implementation = _UNCURATED_IMPLEMENTATION if provider is None else provider.implementation
         spec = {
             "projectRevision": {},
             "operation": {"specDigest": self.operation(kernel_name).digest},
-            **{k: v for k, v in provider.implementation.items() if k != "projectRevision"},
+            **{k: v for k, v in implementation.items() if k != "projectRevision"},
         }
         return _record(manifest("ImplementationRevision", metadata, spec))
 
     def _environment(self, gpu_name: str) -> Record:
-        gpu = self.curation.gpus[gpu_name]
-        metadata = {
+        hardware, curated = gpu_hardware(self.curation, gpu_name)
+        title = self.curation.gpus[gpu_name].title if curated else gpu_name
+        metadata: dict[str, Any] = {
             "name": environment_name(gpu_name),
-            "title": f"Liger benchmark host · {gpu.title}",
+            "title": f"Liger benchmark host · {title}"[:200],
         }
+        if not curated:
+            metadata["labels"] = gap_labels([Gap.GPU])
         return _record(
-            manifest(
-                "ExecutionEnvironment", metadata, {"hardware": dict(gpu.hardware), "software": {}}
-            )
+            manifest("ExecutionEnvironment", metadata, {"hardware": hardware, "software": {}})
         )
 
-    def _protocol(self, metric: str, mode: str) -> Record:
-        method, passing = self.curation.metrics[metric], self.curation.passes[mode]
+    def _protocol(self, metric: str, mode: str, metric_name: str | None = None) -> Record:
+        """The protocol of a curated metric (speed, memory, speed_graph) and pass; `metric_name`
+        names a metric other than speed and memory: the curated one, or one the curation lacks,
+        stored as `metric`, which gets a protocol of its own."""
+        method = self.curation.metrics[metric]
+        passing = self.curation.passes.get(mode) or _uncurated_pass(mode)
         memory = is_memory(metric)
-        metadata = {
-            "name": protocol_name(mode, memory),
-            "title": f"Liger benchmark harness · {passing.title}"
-            + (" · peak memory" if memory else ""),
+        measured = f" · {metric_name}" if metric_name else " · peak memory" if memory else ""
+        metadata: dict[str, Any] = {
+            "name": protocol_name(mode, memory, metric_name),
+            "title": f"Liger benchmark harness · {passing.title}{measured}"[:200],
         }
+        notes = method["notes"].format(**{"pass": passing.timed})
+        family = method["family"]
+        gaps = [Gap.MODE] if mode not in self.curation.passes else []
+        if metric_name is not None and metric_name != metric:
+            gaps.append(Gap.METRIC)
+            family = f"{family}_{axis_name(metric_name)}"[:100]
+            notes = f"Metric {metric_name!r}, as the file names it (uncurated). {notes}"
+        if gaps:
+            metadata["labels"] = gap_labels(gaps)
         spec = {
             "harness": dict(self.curation.harness),
             "measurement": {"timer": method["timer"], "primaryStatistic": "median"},
-            "comparability": {
-                "family": method["family"],
-                "notes": method["notes"].format(**{"pass": passing.timed}),
-            },
+            "comparability": {"family": family, "notes": notes[:1000]},
         }
         return _record(manifest("BenchmarkProtocol", metadata, spec))
 
@@ -206,15 +255,17 @@ class Normalizer:
     def _workload(self, kernel_name: str, x_name: str, x_text: str, config_text: str) -> Workload:
         """The workload of a row's kernel, x and config: curated when a binding of the curation
         binds them, else uncurated (its parameters as they stand). RowRejected when the config
-        is not JSON or x not a number where the binding reads a size."""
-        kernel = self.curation.kernels[kernel_name]
+        is not JSON."""
         config = parse_config(config_text)
+        kernel = self.curation.kernels.get(kernel_name)
+        if kernel is None:
+            return self._uncurated(kernel_name, x_name, x_text, config)
         try:
             binding, bound = binding_of(kernel, x_name, config)
             axes, dtype, scalars = self._bind(kernel, binding, x_text, bound)
             tensors = _tensors(kernel, axes, dtype)
         except Uncurated:
-            return self._uncurated(kernel, x_name, x_text, config)
+            return self._uncurated(kernel_name, x_name, x_text, config)
         key = case_key(((name, str(axes[name])) for name in sorted(axes)), dtype)
         spec: dict[str, Any] = {
             "operationSpecDigest": self.operation(kernel_name).digest,
@@ -238,39 +289,34 @@ class Normalizer:
         return Workload(key, dtype, record, uncurated=False)
 
     def _uncurated(
-        self, kernel: Kernel, x_name: str, x_text: str, config: dict[str, Any]
+        self, kernel_name: str, x_name: str, x_text: str, config: dict[str, Any]
     ) -> Workload:
-        """A workload no binding describes: x and the config as they stand. Its identity holds a
-        hash of them all (the schema has no place for texts); the integer-valued ones whose
-        names the schema allows are its axes; the description writes them out. A later
+        """A workload no binding describes: x (under its x_name) and the config as they stand
+        (gaps.UncuratedCase: each integer one an axis, the rest in the case key). A later
         curation turns its runs into curated ones on backfill."""
         x_value = x_text.strip()
-        parameters = {**config, x_name: int(x_value) if x_value.isdecimal() else x_value}
-        text = json.dumps(parameters, sort_keys=True, ensure_ascii=False)
-        exact = json.dumps([config, x_name, x_value], sort_keys=True)  # (x_name may be a key)
-        fingerprint = hashlib.sha256(exact.encode()).hexdigest()[:12]
-        axes = {
-            name: value
-            for name, value in sorted(parameters.items())
-            if _AXIS_NAME.fullmatch(name) and type(value) is int and abs(value) <= MAX_SAFE_INTEGER
-        }
-        axes["uncurated"] = int(fingerprint, 16)
-        key = f"uncurated-{fingerprint}"
+        swept: Any = int(x_value) if x_value.isdecimal() and x_value.isascii() else x_value
+        parameters = {**config, x_name: swept}
+        exact = [config, x_name, x_value] if x_name in config else None
+        case = UncuratedCase(parameters, exact)
         dtype = config.get("dtype")
         dtype = self.curation.dtypes.get(dtype, "unknown") if isinstance(dtype, str) else "unknown"
         spec = {
-            "operationSpecDigest": self.operation(kernel.name).digest,
-            "axes": axes,
+            "operationSpecDigest": self.operation(kernel_name).digest,
+            "axes": case.identity_axes(),
             "tensors": {},
             "correctness": {"comparator": "not_asserted"},
         }
+        title = self.kernel_title(kernel_name)
+        name = f"{_kernel_slug(self.curation, kernel_name)}-{slug(case.case_key)}"
         metadata = {
-            "name": f"{kernel.slug}-{key}",
-            "title": f"{kernel.title} · uncurated · {x_name}={x_value}"[:200],
-            "description": text[:2000],
-            "labels": {"curation": "uncurated"},
+            "name": name[:NAME_LIMIT],
+            "title": f"{title} · uncurated · {case.title}"[:200],
+            "description": case.description,
+            "labels": gap_labels([Gap.CONFIG]),
         }
-        return Workload(key, dtype, _record(manifest("WorkloadCase", metadata, spec)), True)
+        record = _record(manifest("WorkloadCase", metadata, spec))
+        return Workload(case.case_key, dtype, record, True)
 
     def _bind(
         self, kernel: Kernel, binding: Binding, x_text: str, config: dict[str, Any]
@@ -311,27 +357,35 @@ class Normalizer:
     def _series(
         self, kernel: str, provider: str, mode: str, gpu: str, metric_name: str, unit: str
     ) -> Series:
-        """What every run of one kernel, provider, pass, GPU and metric (in one unit) shares."""
-        scale = metric_scale(self.curation, metric_name, unit)
-        check_known(self.curation, kernel, provider, mode, gpu)
+        """What every run of one kernel, provider, pass, GPU and metric (in one unit) shares.
+        A name the curation lacks is a gap of the series (gaps.py), never a rejection; only a
+        unit no rule converts is."""
+        metric = metric_kind(self.curation, metric_name, unit)
+        gaps = gaps_of(self.curation, kernel, provider, mode, gpu)
+        named = named_metric(metric_name, metric.kind, metric.uncurated)
+        if metric.uncurated:
+            gaps.append(Gap.METRIC)
+        environment = self.environment(gpu)
         return Series(
             kernel=kernel,
             provider=provider,
             mode=mode,
             gpu=gpu,
-            memory=is_memory(metric_name),
+            memory=is_memory(metric.kind),
             unit=unit,
-            scale=scale,
-            kernel_title=self.curation.kernels[kernel].title,
-            architecture=self.curation.gpus[gpu].hardware["architecture"],
-            baseline=is_baseline(self.curation, provider),
+            scale=metric.scale,
+            kernel_title=self.kernel_title(kernel),
+            architecture=environment.manifest["spec"]["hardware"]["architecture"],
+            baseline=is_baseline(self.curation, provider, kernel),
             references=(
                 self.operation(kernel),
                 self.project(provider),
                 self.implementation(kernel, provider),
-                self.protocol(metric_name, mode),
-                self.environment(gpu),
+                self.protocol(metric.kind, mode, named),
+                environment,
             ),
+            metric=named,
+            gaps=tuple(gaps),
         )
 
 
@@ -364,6 +418,8 @@ class Series:
     architecture: str
     baseline: bool
     references: tuple[Record, Record, Record, Record, Record]  # operation … environment
+    metric: str | None = None  # a metric other than speed and memory (rules.named_metric)
+    gaps: tuple[Gap, ...] = ()  # what the curation lacks of its names (gaps.py)
 
     @cached_property
     def references_json(self) -> tuple[bytes, bytes]:
@@ -390,7 +446,9 @@ class Series:
         assert meaning.pieces[0] == lead.removesuffix(METADATA_KEY) + full.pieces[1][1:]
         assert (meaning.pieces[1:], meaning.holes) == (full.pieces[2:], full.holes[1:])
         metadata = {"name": holes["name"], "title": self.title}
-        head, tail = external_id_parts(self.kernel, self.mode, self.provider, self.gpu, self.memory)
+        head, tail = external_id_parts(
+            self.kernel, self.mode, self.provider, self.gpu, self.memory, self.metric
+        )
         return RunTemplate(
             name_head=joined_slugs([pa.array([slug(part)]) for part in self.name_parts])[0].as_py(),
             external_id_head=head,
@@ -445,11 +503,13 @@ class Series:
 
     @property
     def title(self) -> str:
-        return run_title(self.kernel_title, self.provider, self.mode, self.memory)
+        return run_title(self.kernel_title, self.provider, self.mode, self.memory, self.metric)
 
     @property
     def name_parts(self) -> tuple[str, ...]:
-        return run_name_parts(self.kernel, self.mode, self.provider, self.gpu, self.memory)
+        return run_name_parts(
+            self.kernel, self.mode, self.provider, self.gpu, self.memory, self.metric
+        )
 
     def facts(
         self,
@@ -512,8 +572,40 @@ def _tensors(kernel: Kernel, axes: dict[str, int], dtype: str) -> dict[str, Any]
     return tensors
 
 
-# The schema's pattern for axis names.
-_AXIS_NAME = re.compile(r"[a-z][a-z0-9_]*")
+# --- what stands in for a curation the file's names lack (gaps.py) ---------------------------
+def _uncurated_operation(kernel: str) -> dict[str, Any]:
+    """The OperationSpec of a kernel the curation lacks: its name as the file wrote it, and
+    nothing the file does not say (its axes and tensors are unknown)."""
+    metadata = {
+        "name": f"liger-uncurated-{slug(kernel) or UNSPECIFIED}"[:200],
+        "title": kernel[:200],
+        "labels": gap_labels([Gap.KERNEL]),
+    }
+    spec = {
+        "family": (slug(kernel) or UNSPECIFIED)[:100],
+        "axes": {},
+        "inputs": [{"name": UNSPECIFIED}],
+        "outputs": [{"name": UNSPECIFIED}],
+        "semantics": {"mutation": "none", "determinism": "unspecified"},
+    }
+    return manifest("OperationSpec", metadata, spec)
+
+
+def _kernel_slug(curation: Curation, kernel: str) -> str:
+    curated = curation.kernels.get(kernel)
+    return curated.slug if curated is not None else f"liger-uncurated-{slug(kernel)}"
+
+
+def _uncurated_pass(mode: str) -> Pass:
+    return Pass(title=mode[:100], timed=f"the pass the file names {mode[:100]!r} (uncurated)")
+
+
+# The implementation of a provider the curation lacks: nothing known but that it ran.
+_UNCURATED_IMPLEMENTATION: dict[str, Any] = {
+    "callable": {"language": UNSPECIFIED},
+    "support": {"hardwareArchitectures": [], "dtypes": []},
+    "licensing": {},
+}
 
 
 _SHARED_LIMIT = 4

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from enum import StrEnum
 from functools import lru_cache
@@ -26,7 +26,9 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.curation import Binding, Curation, ExpressionError, Kernel
+from pipelines.curation import ABSENT, Binding, Curation, ExpressionError, Kernel
+from pipelines.curation.gaps import NAME_LIMIT as SCHEMA_NAME_LIMIT
+from pipelines.curation.gaps import Gap, gap_labels
 from pipelines.records.canonical import MAX_SAFE_INTEGER
 
 SOURCE = "liger-kernel-bench"  # sourceNative.source of every run
@@ -48,11 +50,9 @@ class Reason(StrEnum):
     BAD_ENCODING = "bad_encoding"  # not UTF-8 (pipelines/sources/liger/read.py)
     UNPARSEABLE_ROW = "unparseable_row"  # CSV that does not parse (read.py)
     FIELD_TOO_LARGE = "field_too_large"  # a field over FIELD_LIMIT characters
-    UNKNOWN_KERNEL = "unknown_kernel"  # kernel not in kernels.yaml
-    UNKNOWN_PROVIDER = "unknown_provider"  # provider not curated for the kernel
-    UNKNOWN_MODE = "unknown_mode"  # kernel_operation_mode not in passes
-    UNKNOWN_GPU = "unknown_gpu"  # gpu_name not in gpus.yaml: never guessed
-    UNKNOWN_METRIC = "unknown_metric"  # metric or unit not in protocols.yaml `units`
+    # A unit no metric of protocols.yaml `units` converts, or one another metric's: a number
+    # kindex cannot store. (A name the curation lacks is no reason: pipelines/curation/gaps.py.)
+    UNKNOWN_METRIC = "unknown_metric"
     BAD_CONFIG_JSON = "bad_config_json"  # extra_benchmark_config_str is not a JSON object
     BAD_NUMBER = "bad_number"  # not a number, or out of range
     NON_POSITIVE_VALUE = "non_positive_value"  # zero or negative
@@ -62,7 +62,7 @@ class Reason(StrEnum):
 
 class Uncurated(Exception):
     """A config shape (x and config) that binds no curated axes: not a quarantine reason, the
-    row becomes an uncurated run (model.Normalizer.workload)."""
+    row becomes an uncurated run (model.Normalizer.workload; pipelines/curation/gaps.py)."""
 
 
 class RowRejected(Exception):
@@ -166,39 +166,61 @@ def in_range(stored: np.ndarray) -> np.ndarray:
     return np.asarray(np.asarray(stored <= MAX_SAFE_INTEGER).all(axis=-1))
 
 
-def metric_scale(curation: Curation, metric: str, unit: str) -> float:
-    """The factor from a row's unit to its metric's stored one (protocols.yaml's `units`)."""
+class MetricKind(NamedTuple):
+    """How a row's metric is stored: as the curated metric `kind` (speed or memory) whose
+    units hold the row's unit, scaled by `scale`; `uncurated` when the metric's name is not
+    that kind's (a metric the curation lacks, stored under its own protocol)."""
+
+    kind: str
+    scale: float
+    uncurated: bool
+
+
+def metric_kind(curation: Curation, metric: str, unit: str) -> MetricKind:
+    """A row's metric and unit (protocols.yaml's `units`): a curated metric in one of its units;
+    a metric the curation lacks in a unit the curated metrics that have it store alike (ms:
+    integer ns), stored as the first of them; else RowRejected, since no rule converts the
+    number."""
     scale = curation.units.get(metric, {}).get(unit)
-    if scale is None:
-        known = ", ".join(f"{m}/{u}" for m, units in curation.units.items() for u in units)
-        raise RowRejected(
-            Reason.UNKNOWN_METRIC, f"metric {metric!r} in {unit!r}: expected one of {known}"
-        )
-    return scale
+    if scale is not None:
+        return MetricKind(metric, scale, False)
+    owners = [kind for kind, units in curation.units.items() if unit in units]
+    stored = {stored_metric(is_memory(kind)) for kind in owners}
+    if metric not in curation.units and len(stored) == 1:
+        return MetricKind(owners[0], curation.units[owners[0]][unit], True)
+    known = ", ".join(f"{m}/{u}" for m, units in curation.units.items() for u in units)
+    raise RowRejected(
+        Reason.UNKNOWN_METRIC,
+        f"metric {metric!r} in {unit!r}: no curated unit converts it (expected one of {known})",
+    )
 
 
-def check_known(curation: Curation, kernel: str, provider: str, mode: str, gpu: str) -> None:
-    """A series' names, each curated (a provider for that kernel), or RowRejected saying which
-    is not."""
+def named_metric(metric: str, kind: str, uncurated: bool) -> str | None:
+    """The metric a run's externalId, names and protocol carry: none for speed and memory (the
+    reference importer's forms; memory's own tail aside), else its name (speed_graph, or a
+    metric the curation lacks)."""
+    return metric if uncurated or kind not in ("speed", "memory") else None
+
+
+def gaps_of(curation: Curation, kernel: str, provider: str, mode: str, gpu: str) -> list[Gap]:
+    """What the curation lacks of a series' names (a provider counts as curated only for the
+    kernels it implements): each a curation gap, never a quarantine (gaps.py)."""
+    gaps = []
     if kernel not in curation.kernels:
-        raise RowRejected(Reason.UNKNOWN_KERNEL, f"kernel {kernel!r} is not curated")
+        gaps.append(Gap.KERNEL)
     entry = curation.providers.get(provider)
     if entry is None or not entry.implements(kernel):
-        raise RowRejected(
-            Reason.UNKNOWN_PROVIDER, f"provider {provider!r} is not curated for {kernel}"
-        )
+        gaps.append(Gap.PROVIDER)
     if mode not in curation.passes:
-        raise RowRejected(
-            Reason.UNKNOWN_MODE,
-            f"kernel_operation_mode {mode!r} is not one of {sorted(curation.passes)}",
-        )
+        gaps.append(Gap.MODE)
     if gpu not in curation.gpus:
-        raise RowRejected(Reason.UNKNOWN_GPU, f"gpu_name {gpu!r} is not curated")
+        gaps.append(Gap.GPU)
+    return gaps
 
 
-def is_memory(metric: str) -> bool:
-    """Whether a metric's runs are memory runs (their own protocol and externalIds)."""
-    return metric == "memory"
+def is_memory(kind: str) -> bool:
+    """Whether a metric kind's runs are memory runs (their own protocol and externalIds)."""
+    return kind == "memory"
 
 
 def stored_metric(memory: bool) -> tuple[Literal["latency", "memory"], Literal["ns", "bytes"]]:
@@ -275,49 +297,80 @@ def parse_timestamp(text: str) -> tuple[str, str]:
 
 
 # --- a provider's role -----------------------------------------------------------------------
-def is_baseline(curation: Curation, provider: str) -> bool:
-    """Whether a provider is a baseline (providers.yaml `baseline: <rank>`)."""
-    return curation.providers[provider].baseline
+def is_baseline(curation: Curation, provider: str, kernel: str) -> bool:
+    """Whether a provider is a baseline of a kernel (providers.yaml `baseline: <rank>`); one
+    not curated for the kernel never is."""
+    entry = curation.providers.get(provider)
+    return entry is not None and entry.implements(kernel) and entry.baseline
 
 
 # --- a run's externalId and names --------------------------------------------------------------
+def _metric_part(memory: bool, metric: str | None) -> str:
+    """What sets a run of another metric apart from a speed run: `memory`, or the name of a
+    metric the curation lacks (`metric`, None when curated)."""
+    return metric if metric is not None else "memory" if memory else ""
+
+
 def external_id_parts(
-    kernel: str, mode: str, provider: str, gpu: str, memory: bool
+    kernel: str, mode: str, provider: str, gpu: str, memory: bool, metric: str | None = None
 ) -> tuple[str, str]:
     """A run's externalId is `head + case_key + "/" + stamp form + tail`: its series, its
     workload's case key and its timestamp form."""
-    return f"{kernel}/{mode}/{provider}/{slug(gpu)}/", "/memory" if memory else ""
+    part = _metric_part(memory, metric)
+    return f"{kernel}/{mode}/{provider}/{slug(gpu)}/", f"/{part}" if part else ""
 
 
 def run_name_parts(
-    kernel: str, mode: str, provider: str, gpu: str, memory: bool
+    kernel: str, mode: str, provider: str, gpu: str, memory: bool, metric: str | None = None
 ) -> tuple[str, ...]:
     """The constant parts of a series' run names; a run's name is the slug of these parts, its
     case key and its stamp form joined by hyphens (`joined_slugs`), cut at NAME_LIMIT."""
-    return ("liger", kernel, f"{mode}-memory" if memory else mode, provider, gpu)
+    part = _metric_part(memory, metric)
+    return ("liger", kernel, f"{mode}-{part}" if part else mode, provider, gpu)
 
 
-def run_labels(version: str, uncurated: bool) -> dict[str, str]:
-    """A run's metadata.labels: the Liger version that measured it, and whether its workload is
-    uncurated (`runs` are filtered on it: a later curation turns it curated on backfill)."""
-    labels = {"curation": "uncurated"} if uncurated else {}
+def run_labels(version: str, gaps: Iterable[Gap]) -> dict[str, str]:
+    """A run's metadata.labels: the Liger version that measured it, and what the curation lacks
+    for it (gaps.py: `runs` are filtered on it; a later curation turns it curated on backfill)."""
+    labels = gap_labels(gaps)
     return {**labels, "liger_version": version} if version else labels
 
 
-def run_title(kernel_title: str, provider: str, mode: str, memory: bool) -> str:
-    return f"{kernel_title} · {provider} · {mode}" + (" · memory" if memory else "")
+def run_gaps(
+    series: Sequence[Any],
+    series_ids: np.ndarray,
+    workloads: Sequence[Any],
+    workload_ids: np.ndarray,
+) -> tuple[list[tuple[Gap, ...]], np.ndarray]:
+    """What the curation lacks for each run, column-wise: the distinct gap sets (of its
+    series' names, and of its workload's config shape) and each run's index among them."""
+    uncurated = np.array([w.uncurated for w in workloads], dtype=np.int64)
+    combined = series_ids.astype(np.int64) * 2 + uncurated[workload_ids]
+    distinct, codes = np.unique(combined, return_inverse=True)
+    gap_sets = [
+        (*series[int(c) // 2].gaps, *((Gap.CONFIG,) if c % 2 else ())) for c in distinct.tolist()
+    ]
+    return gap_sets, codes.reshape(-1)
+
+
+def run_title(
+    kernel_title: str, provider: str, mode: str, memory: bool, metric: str | None = None
+) -> str:
+    part = _metric_part(memory, metric)
+    return f"{kernel_title} · {provider} · {mode}" + (f" · {part}" if part else "")
 
 
 def implementation_name(kernel: str, provider: str) -> str:
-    return f"liger-bench-{slug(kernel)}-{slug(provider)}"
+    return f"liger-bench-{slug(kernel)}-{slug(provider)}"[:SCHEMA_NAME_LIMIT]
 
 
 def environment_name(gpu: str) -> str:
-    return f"liger-bench-{slug(gpu)}"
+    return f"liger-bench-{slug(gpu)}"[:SCHEMA_NAME_LIMIT]
 
 
-def protocol_name(mode: str, memory: bool) -> str:
-    return f"liger-bench-{'memory' if memory else 'do-bench'}-{mode}"
+def protocol_name(mode: str, memory: bool, metric: str | None = None) -> str:
+    measure = slug(metric) if metric is not None else "memory" if memory else "do-bench"
+    return f"liger-bench-{measure}-{slug(mode)}"[:SCHEMA_NAME_LIMIT]
 
 
 def case_key(sorted_axes: Iterable[tuple[str, str]], dtype: str) -> str:
@@ -345,13 +398,13 @@ def kernel_of(curation: Curation, kernel: str, config_text: str) -> str:
     key, kernels = variant
     if key is None:  # a rename
         return kernels[None]
-    value = parse_config(config_text).get(key)
+    config = parse_config(config_text)
+    if key not in config and ABSENT in kernels:
+        return kernels[ABSENT]
+    value = config.get(key)
     picked = next((k for v, k in kernels.items() if v == value and type(v) is type(value)), None)
-    if picked is None:
-        raise RowRejected(
-            Reason.UNKNOWN_KERNEL, f"{kernel}: config {key}={value!r} names no curated kernel"
-        )
-    return picked
+    # A value no one curated: the kernel as the file names it, uncurated (gaps.py).
+    return kernel if picked is None else picked
 
 
 def parse_config(text: str) -> dict[str, Any]:
@@ -377,6 +430,8 @@ def binding_of(
         raise Uncurated(
             f"{kernel.name} has no curated binding for x_name {x_name!r}",
         )
+    if binding.defaults:
+        config = {**binding.defaults, **config}
     if binding.aliases:
         config = dict(config)
         for written, bound in binding.aliases.items():
