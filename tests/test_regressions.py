@@ -5,6 +5,7 @@ its kernels, host drift names nothing and shows in `drift`."""
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -146,3 +147,32 @@ def test_host_drift_names_nothing_and_shows_as_drift(s3_store: Any, index_settin
     # (the two same-code runs differ by up to 25 % on their own).
     assert all(1.15 < r[2] < 1.25 for r in drifted if r[0] in QUIET), drifted
     assert sum(r[3] == "slower" for r in drifted) > 0.8 * len(drifted)
+
+
+def test_verdicts_read_only_the_live_files(s3_store: Any, index_settings: Any) -> None:
+    """Later runs of the same cases settle the first file's runs: the verdict views open only
+    the live file (each version's heads) through iceberg_scan, as version_changes does, so
+    their cost follows the heads, not the whole history."""
+    from index_support import csv_bytes, liger_rows
+
+    from pipelines.index.remote import connect_remote
+
+    header, rows = liger_rows(range(2, 42))
+    at = header.index("timestamp")
+    later = [[*row[:at], "2030-01-01 00:00:00", *row[at + 1 :]] for row in rows]
+    ingest_bytes(s3_store, index_settings, [("incoming/a.csv", csv_bytes(header, rows))])
+    ingest_bytes(s3_store, index_settings, [("incoming/b.csv", csv_bytes(header, later))])
+    con = connect_remote(index_settings)
+
+    def files_read(sql: str) -> list[int]:
+        """The data files each iceberg_scan of the query opened."""
+        plan = con.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}").fetchall()[0][1]
+        return [int(n) for n in re.findall(r'"Total Files Read": "?(\d+)', plan)]
+
+    try:
+        assert files_read("SELECT count(*) FROM runs WHERE median > 0") == [2]
+        for view in ("regressions", "improvements", "drift", "regression_cases"):
+            counts = files_read(f"SELECT count(*) FROM {view}")
+            assert counts and set(counts) == {1}, (view, counts)
+    finally:
+        con.close()
