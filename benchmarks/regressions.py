@@ -5,7 +5,8 @@ ingest`) from the gh-pages runs of Liger's CI under CORPUS (`gh-pages/benchmarks
 [-<tag>]/benchmark.csv`) and prints, for each scenario, what `regressions` and `drift` name:
 
 1. A/A: the runs of one GPU up to run `0a62700-v0.6.4`, then run `0a62700` (the same commit a
-   week later) labelled as the next version: every kernel named is a false alarm;
+   week later) labelled as the next version: every kernel named (a regression or an
+   improvement) is a false alarm;
 2. injected: the same, with the `liger` provider's latency 1.25x in the five quietest kernels
    (the lowest noise of the A/A index): the five should be named, and nothing else;
 3. host drift: the same, with every provider's latency 1.2x: nothing named, drift shows it;
@@ -205,9 +206,13 @@ def run_items(runs: Iterable[LigerRun]) -> list[tuple[str, bytes]]:
     return [(f"incoming/gh-pages/{r.name}/benchmark.csv", r.to_bytes()) for r in runs]
 
 
+# Every change named at a version, either way (an improvement named in an A/A pair is a false
+# alarm too).
 NAMED_SQL = """
-SELECT kernel, provider, mode, gpu, old_version, new_version, ratio, evidence FROM regressions
-WHERE new_version = $version ORDER BY kernel, provider, mode
+SELECT kernel, provider, mode, gpu, old_version, new_version, ratio, evidence, verdict
+FROM version_verdicts
+WHERE new_version = $version AND verdict IN ('regression', 'improvement')
+ORDER BY kernel, provider, mode, metric
 """
 DRIFT_SQL = "SELECT count(*) FROM drift WHERE new_version = $version AND direction = 'slower'"
 QUIET_SQL = """
@@ -290,6 +295,28 @@ FROM version_verdicts WHERE verdict IN ('regression', 'improvement')
 ORDER BY gpu, kernel, provider, mode, metric, new_version
 """
 COUNTS_SQL = "SELECT verdict, count(*) FROM version_verdicts GROUP BY 1 ORDER BY 1"
+# The README's examples, run through `kindex query` on the real history.
+README_QUERIES = (
+    "SELECT kernel, provider, mode, old_version, new_version, cases, ratio, own_ratio, noise, "
+    "evidence, threshold FROM regressions WHERE gpu = 'NVIDIA H100 80GB HBM3' "
+    "AND metric = 'latency' ORDER BY ratio DESC LIMIT 6",
+    "SELECT kernel, provider, mode, old_version, new_version, ratio, own_ratio, evidence, "
+    "threshold, verdict FROM version_verdicts WHERE kernel = 'embedding' AND provider = 'liger' "
+    "AND mode = 'forward' AND gpu = 'NVIDIA H100 80GB HBM3' AND metric = 'latency' "
+    "ORDER BY new_version",
+    "SELECT case_key, old_version, new_version, old_median, new_median, "
+    "old_baseline_median, new_baseline_median, ratio FROM regression_cases "
+    "WHERE kernel = 'embedding' AND provider = 'liger' AND mode = 'forward' "
+    "AND gpu = 'NVIDIA H100 80GB HBM3' AND metric = 'latency' AND new_version = '0.6.2' "
+    "ORDER BY ratio DESC LIMIT 3",
+    "SELECT kernel, mode, gpu, old_version, new_version, providers, ratio, min_ratio, "
+    "max_ratio FROM drift WHERE metric = 'latency' ORDER BY abs(ln(ratio)) DESC LIMIT 5",
+)
+# The chart docs/regressions.md shows: a change that came and went within the history.
+CHART_ARGS = (
+    "--kernel", "rope", "--mode", "forward", "--provider", "liger",
+    "--gpu", "NVIDIA H100 80GB HBM3",
+)  # fmt: skip
 
 
 def real_history(running: Any, home: Path, corpus: Path, runs: list[LigerRun]) -> Index:
@@ -327,6 +354,7 @@ def main() -> int:
     parser.add_argument("--corpus", type=Path, required=True, help="e.g. /work/shared/data/liger")
     parser.add_argument("--skip-history", action="store_true", help="scenarios 1-3 only")
     parser.add_argument("--table", type=Path, help="write the real history's table (markdown)")
+    parser.add_argument("--chart", type=Path, help="draw rope forward's regressions chart here")
     args = parser.parse_args()
     runs = corpus_runs(args.corpus)
     if not runs:
@@ -351,6 +379,13 @@ def main() -> int:
             print(table)
             if args.table:
                 args.table.write_text(table + "\n")
+            from pipelines.cli import main as kindex
+
+            for sql in README_QUERIES:
+                print(f'\nkindex query "{sql}"', flush=True)
+                kindex(["query", sql])
+            if args.chart:
+                kindex(["chart", "regressions", *CHART_ARGS, "-o", str(args.chart)])
     print(f"\n{time.perf_counter() - began:.0f} s")
     return 0 if all(o.ok for o in outcomes) else 1
 

@@ -113,13 +113,14 @@ SELECT old_version, new_version, ratio, noise, evidence, verdict FROM version_ve
 WHERE kernel = $kernel AND provider = $provider AND mode = $mode AND metric = $metric
   AND gpu = $gpu
 """
-# The series the chart draws when none is named: the largest regression, else the series
-# with the longest history.
+# The series the chart draws when none is named: the top mover (the largest regression that
+# is its series' newest change), else the largest regression, else the longest history.
 DEFAULT_SERIES_SQL = """
 SELECT kernel, provider, mode, metric, gpu FROM version_verdicts
 WHERE ($kernel IS NULL OR kernel = $kernel) AND ($provider IS NULL OR provider = $provider)
   AND ($mode IS NULL OR mode = $mode) AND ($gpu IS NULL OR gpu = $gpu) AND metric = $metric
-ORDER BY verdict = 'regression' DESC, log_change DESC, history DESC, kernel, provider, mode, gpu
+ORDER BY verdict = 'regression' AND newest DESC, verdict = 'regression' DESC, log_change DESC,
+    history DESC, kernel, provider, mode, gpu
 LIMIT 1
 """
 

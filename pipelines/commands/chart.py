@@ -7,7 +7,7 @@
   `speedups`);
 - `regressions [--kernel K]`: one kernel-level series (kernel, provider, pass, GPU) across its
   versions, its time relative to its baseline, the noise band and the changes judged (from
-  `regression_points` and `version_verdicts`); without a kernel, the largest regression.
+  `regression_points` and `version_verdicts`); without a kernel, the top mover.
 """
 
 from __future__ import annotations

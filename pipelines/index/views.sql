@@ -181,15 +181,16 @@ JOIN regression_points o
  AND o.baseline_provider IS NOT DISTINCT FROM n.baseline_provider
 ;
 -- One row per kernel-level series and adjacent pair of versions: the change (the geometric
--- mean over the cases both measured, as a ratio and as its log), how many cases, the share
--- that moved the way the mean did (the shape sweep agreeing), the series' noise (the robust
--- spread, 1.4826 x the median absolute change, of its other adjacent changes: repeat
--- measurements of its history, floored at noise_floor), the evidence (change / noise) and the
--- verdict. A baseline provider is not judged against itself: its changes are drift's.
+-- mean over the cases both measured, as a ratio and as its log; own_ratio: the same on the
+-- provider's own time), how many cases, the share that moved the way the mean did (the shape
+-- sweep agreeing), the series' noise (the robust spread, 1.4826 x the median absolute change,
+-- of its other adjacent changes: repeat measurements of its history, floored at noise_floor),
+-- the evidence (change / noise) and the verdict. A baseline provider is not judged against
+-- itself: its changes are drift's, or show as 'baseline changed' on the providers it serves.
 CREATE OR REPLACE VIEW version_verdicts AS
 WITH pairs AS (
     SELECT kernel, provider, mode, metric, gpu, old_version, new_version, new_version_order,
-        count(*) AS cases, avg(change) AS change,
+        count(*) AS cases, avg(change) AS change, avg(absolute_change) AS own_change,
         avg(CASE WHEN change > 0 THEN 1.0 WHEN change < 0 THEN 0.0 ELSE 0.5 END) AS share_up,
         bool_and(baseline_provider IS NOT NULL) AS relative,
         min(baseline_provider) AS baseline_provider
@@ -239,6 +240,7 @@ SELECT
     kernel, provider, mode, metric, gpu, old_version, new_version, cases,
     round(exp(change), 4) AS ratio,
     round(change, 4) AS log_change,
+    round(exp(own_change), 4) AS own_ratio,
     round(noise, 4) AS noise,
     round(change / noise, 2) AS evidence,
     round(threshold, 2) AS threshold,
@@ -251,10 +253,15 @@ SELECT
     ) AS newest,
     CASE
         WHEN history < min_history THEN 'not enough evidence'
-        WHEN abs(change) / noise >= threshold AND abs(change) >= ln(1 + min_effect)
-             AND agreement >= min_agreement
-            THEN CASE WHEN change > 0 THEN 'regression' ELSE 'improvement' END
-        ELSE 'no change'
+        WHEN abs(change) / noise < threshold OR abs(change) < ln(1 + min_effect)
+             OR agreement < min_agreement
+            THEN 'no change'
+        -- The provider's own time must have moved too: a baseline that alone got faster (a
+        -- newer torch) changes the ratio, not the provider.
+        WHEN sign(own_change) <> sign(change) OR abs(own_change) < ln(1 + min_effect)
+            THEN 'baseline changed'
+        WHEN change > 0 THEN 'regression'
+        ELSE 'improvement'
     END AS verdict
 FROM judged
 ;
