@@ -26,6 +26,7 @@ import argparse
 import csv
 import gzip
 import io
+import math
 import sys
 import tempfile
 import time
@@ -261,6 +262,12 @@ def scenarios(running: Any, home: Path, runs: list[LigerRun]) -> list[Outcome]:
     aa.ingest(run_items(history))
     aa.ingest(run_items([new]))
     outcomes.append(Outcome("A/A", aa.query(NAMED_SQL, version=version), set()))
+    counts = aa.query(
+        "SELECT verdict, count(*) FROM version_verdicts WHERE new_version = $version "
+        "GROUP BY 1 ORDER BY 1",
+        version=version,
+    )
+    print("A/A verdicts of the pair:", dict(counts), flush=True)
     quiet = [r[0] for r in aa.query(QUIET_SQL, provider=INJECTED_PROVIDER, version=version)]
     injected = new_index(running, home)
     injected.ingest(run_items(history))
@@ -289,9 +296,9 @@ def scenarios(running: Any, home: Path, runs: list[LigerRun]) -> list[Outcome]:
 
 
 HISTORY_SQL = """
-SELECT kernel, provider, mode, metric, gpu, old_version, new_version, cases, ratio, noise,
-       evidence, threshold, agreement, history, verdict
-FROM version_verdicts WHERE verdict IN ('regression', 'improvement')
+SELECT kernel, provider, mode, metric, gpu, old_version, new_version, cases, ratio, own_ratio,
+       noise, evidence, threshold, agreement, history, verdict
+FROM version_verdicts WHERE verdict IN ('regression', 'improvement', 'baseline changed')
 ORDER BY gpu, kernel, provider, mode, metric, new_version
 """
 COUNTS_SQL = "SELECT verdict, count(*) FROM version_verdicts GROUP BY 1 ORDER BY 1"
@@ -335,16 +342,81 @@ def real_history(running: Any, home: Path, corpus: Path, runs: list[LigerRun]) -
     return index
 
 
+def history_files(corpus: Path, runs: list[LigerRun]) -> list[LigerRun]:
+    """The files real_history ingests, in its order."""
+    files = list(runs)
+    commits = corpus / "history" / "commits.tsv"
+    if commits.exists():
+        for line in commits.read_text().splitlines()[1:]:
+            path = corpus / "history" / line.split("\t")[0] / "all_benchmark_data.csv"
+            if path.exists():
+                files.append(read_run(path, name=line.split("\t")[0]))
+    return files
+
+
+def raw_ratio(files: list[LigerRun], ranks: dict[str, int], named: tuple[Any, ...]) -> float | None:
+    """A named change recomputed from the CSV rows themselves, not the index: each version's
+    newest row of each case (the first file that holds it), over the lowest-ranked baseline of
+    that file, and the geometric mean of the ratio of ratios over the cases both versions hold.
+    None when the rows do not give it (a kernel the curation renames)."""
+    kernel, provider, mode, metric, gpu, old, new = named[:7]
+    raw_metric = "speed" if metric == "latency" else metric
+    newest: dict[tuple[str, tuple[str, ...], str], tuple[str, int]] = {}
+    values: dict[tuple[int, str, tuple[str, ...], str], float] = {}
+    for i, f in enumerate(files):
+        c = {name: f.column(name) for name in f.header}
+        for r in f.rows:
+            if (
+                r[c["kernel_name"]] != kernel
+                or r[c["kernel_operation_mode"]] != mode
+                or r[c["gpu_name"]] != gpu
+                or r[c["metric_name"]] != raw_metric
+                or r[c["liger_version"]] not in (old, new)
+            ):
+                continue
+            case = (r[c["x_name"]], r[c["x_value"]], r[c["extra_benchmark_config_str"]])
+            key = (r[c["kernel_provider"]], case, r[c["liger_version"]])
+            when = r[c["timestamp"]]
+            if key not in newest or when > newest[key][0]:
+                newest[key] = (when, i)
+            values.setdefault((i, *key), float(r[c["y_value_50"]]))
+
+    def relative(case: tuple[str, ...], version: str) -> float | None:
+        head = newest.get((provider, case, version))
+        if head is None:
+            return None
+        file = head[1]
+        own = values[(file, provider, case, version)]
+        present = [
+            (rank, p)
+            for p, rank in ranks.items()
+            if (file, p, case, version) in values and p != provider
+        ]
+        if provider in ranks or not present:
+            return own
+        return own / values[(file, min(present)[1], case, version)]
+
+    logs = []
+    for case in {k[1] for k in newest if k[0] == provider}:
+        a, b = relative(case, old), relative(case, new)
+        if a and b:
+            logs.append(math.log(b / a))
+    return round(math.exp(sum(logs) / len(logs)), 4) if logs else None
+
+
 def markdown(rows: list[tuple[Any, ...]]) -> str:
     header = (
-        "| kernel | provider | pass | metric | GPU | versions | cases | ratio | noise | "
-        "evidence (threshold) | agreement | history | verdict |\n" + "|---" * 13 + "|"
+        "| kernel | provider | pass | metric | GPU | versions | cases | ratio | own ratio | "
+        "noise | evidence (threshold) | agreement | history | verdict | from the CSV rows |\n"
+        + "|---" * 15
+        + "|"
     )
     lines = [header]
-    for k, p, m, metric, gpu, old, new, cases, ratio, noise, ev, thr, agree, hist, v in rows:
+    for row in rows:
+        k, p, m, metric, gpu, old, new, cases, ratio, own, noise, ev, thr, agree, hist, v = row[:16]
         lines.append(
             f"| {k} | {p} | {m} | {metric} | {gpu} | {old} -> {new} | {cases} | {ratio} | "
-            f"{noise} | {ev} ({thr}) | {agree} | {hist} | {v} |"
+            f"{own} | {noise} | {ev} ({thr}) | {agree} | {hist} | {v} | {row[16]} |"
         )
     return "\n".join(lines)
 
@@ -355,6 +427,9 @@ def main() -> int:
     parser.add_argument("--skip-history", action="store_true", help="scenarios 1-3 only")
     parser.add_argument("--table", type=Path, help="write the real history's table (markdown)")
     parser.add_argument("--chart", type=Path, help="draw rope forward's regressions chart here")
+    from report import Figure, add_write_docs, write_figures
+
+    add_write_docs(parser)
     args = parser.parse_args()
     runs = corpus_runs(args.corpus)
     if not runs:
@@ -375,7 +450,12 @@ def main() -> int:
             index = real_history(s, home, args.corpus, runs)
             counts = index.query(COUNTS_SQL)
             print("\nreal history: verdicts", dict(counts))
-            table = markdown(index.query(HISTORY_SQL))
+            from pipelines import curation
+
+            files = history_files(args.corpus, runs)
+            ranks = curation.load().baseline_ranks()
+            named = [(*r, raw_ratio(files, ranks, r)) for r in index.query(HISTORY_SQL)]
+            table = markdown(named)
             print(table)
             if args.table:
                 args.table.write_text(table + "\n")
@@ -387,6 +467,18 @@ def main() -> int:
             if args.chart:
                 kindex(["chart", "regressions", *CHART_ARGS, "-o", str(args.chart)])
     print(f"\n{time.perf_counter() - began:.0f} s")
+    if args.write_docs:
+        write_figures(
+            [
+                Figure(
+                    f"regressions: {o.scenario.split(' (')[0]} on the shared history",
+                    f"{len(o.named)} named, {o.false_alarms} false alarms, "
+                    f"{o.detected}/{len(o.expected)} detected, {o.drift} drift rows",
+                    "0 false alarms, all detected",
+                )
+                for o in outcomes
+            ]
+        )
     return 0 if all(o.ok for o in outcomes) else 1
 
 

@@ -99,14 +99,22 @@ def top_movers(connection: duckdb.DuckDBPyConnection, limit: int = 10) -> pa.Tab
     return connection.execute(TOP_MOVERS_SQL, {"limit": limit}).to_arrow_table()
 
 
+# Each version's geometric mean over the cases it measured (the verdicts compare the cases
+# both versions measured), relative to the baseline where the series has one: cases without a
+# baseline in their file (absolute times) are left out of such a series.
 HISTORY_SQL = """
-SELECT p.version, p.version_order, count(*) AS cases, exp(avg(p.log_time)) AS relative,
-       any_value(p.baseline_provider) AS baseline_provider
-FROM regression_points p
-WHERE p.kernel = $kernel AND p.provider = $provider AND p.mode = $mode AND p.metric = $metric
-  AND p.gpu = $gpu AND NOT p.is_baseline
-GROUP BY p.version, p.version_order
-ORDER BY p.version_order, p.version
+WITH points AS (
+    SELECT * FROM regression_points
+    WHERE kernel = $kernel AND provider = $provider AND mode = $mode AND metric = $metric
+      AND gpu = $gpu AND NOT is_baseline
+)
+SELECT version, version_order, count(*) AS cases, exp(avg(log_time)) AS relative,
+       any_value(baseline_provider) AS baseline_provider
+FROM points
+WHERE (baseline_provider IS NOT NULL)
+    = (SELECT bool_or(baseline_provider IS NOT NULL) FROM points)
+GROUP BY version, version_order
+ORDER BY version_order, version
 """
 VERDICTS_SQL = """
 SELECT old_version, new_version, ratio, noise, evidence, verdict FROM version_verdicts
