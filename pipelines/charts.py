@@ -164,6 +164,79 @@ def gpus_chart_png(speedup_rows: Iterable[Mapping[str, Any]], title: str) -> byt
     return _png(figure)
 
 
+def regressions_chart_png(
+    points: Sequence[tuple[str, float, int]],
+    verdicts: Mapping[str, tuple[str, float, float, float]],
+    title: str,
+    relative_to: str | None,
+) -> bytes | None:
+    """One kernel-level series across its versions: `points` (version, geometric mean of the
+    time relative to the baseline, cases) in order, a band of the noise its verdicts measured
+    around it, and each adjacent change marked by its verdict (`verdicts`: new version ->
+    (verdict, ratio, noise, evidence), as the `version_verdicts` view gives them). None when
+    there are fewer than two points."""
+    if len(points) < 2:
+        return None
+    from matplotlib.figure import Figure
+
+    versions = [p[0] for p in points]
+    values = [p[1] for p in points]
+    xs = list(range(len(points)))
+    noise = [verdicts[v][2] if v in verdicts else 0.0 for v in versions]
+    figure = Figure(figsize=(9, 4.5), dpi=80)
+    axes = figure.subplots()
+    axes.plot(xs, values, marker="o", color="tab:blue", label="geometric mean over cases")
+    axes.fill_between(
+        xs,
+        [v * math.exp(-n) for v, n in zip(values, noise, strict=True)],
+        [v * math.exp(n) for v, n in zip(values, noise, strict=True)],
+        color="tab:blue",
+        alpha=0.15,
+        label="noise (the series' other changes)",
+    )
+    styles = {
+        "regression": ("^", "tab:red"),
+        "improvement": ("v", "tab:green"),
+        "not enough evidence": ("s", "tab:gray"),
+    }
+    labelled: set[str] = set()
+    for x, version, value in zip(xs, versions, values, strict=True):
+        verdict = verdicts.get(version)
+        if verdict is None or verdict[0] not in styles:
+            continue
+        marker, color = styles[verdict[0]]
+        axes.plot(
+            [x],
+            [value],
+            linestyle="none",
+            marker=marker,
+            markersize=11,
+            color=color,
+            label=None if verdict[0] in labelled else verdict[0],
+        )
+        labelled.add(verdict[0])
+        if verdict[0] != "not enough evidence":
+            axes.annotate(
+                f"{verdict[1]:.2f}x",
+                (x, value),
+                textcoords="offset points",
+                xytext=(0, 10),
+                ha="center",
+                fontsize=8,
+            )
+    axes.set_xticks(xs, versions, fontsize=8, rotation=15, parse_math=False)
+    axes.set_xlabel("version", parse_math=False)
+    axes.set_ylabel(
+        f"time relative to {relative_to}" if relative_to else "time (ns)", parse_math=False
+    )
+    axes.set_title(title, fontsize=10, parse_math=False)
+    legend = axes.legend(fontsize=7)
+    for text in legend.get_texts():
+        text.set_parse_math(False)
+    figure.tight_layout()
+    return _png(figure)
+
+
 def _png(figure: Figure) -> bytes:
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png")

@@ -1,7 +1,8 @@
 """A committed file's history in one command (`kindex ingest --git`, `kindex put --git`): four
 real committed versions of Liger's CSV (row subsets, tests/data/liger/history) in a git
 repository built here with their commit times; superseded_by, retracted_in_source and the
-regressions view checked run by run against an oracle computed from the CSV rows."""
+per-case spread rule of `version_changes` checked run by run against an oracle computed from the
+CSV rows."""
 
 from __future__ import annotations
 
@@ -223,7 +224,8 @@ def test_ingest_git_brings_in_the_whole_history_run_by_run(
         tuple(r)
         for r in query(
             index_settings,
-            "SELECT kernel, provider, mode, old_version, new_version FROM regressions",
+            "SELECT kernel, provider, mode, old_version, new_version FROM version_changes "
+            "WHERE regressed",
         )
     )
     assert regressions == expected_regressions()

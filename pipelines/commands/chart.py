@@ -4,7 +4,10 @@
 - `versions --kernel K`: one kernel across Liger versions (median latency per version, from
   `version_changes`, which keeps each version's newest run of a series);
 - `gpus --kernel K`: one kernel across GPUs (geometric-mean speedup per GPU and pass, from
-  `speedups`).
+  `speedups`);
+- `regressions [--kernel K]`: one kernel-level series (kernel, provider, pass, GPU) across its
+  versions, its time relative to its baseline, the noise band and the changes judged (from
+  `regression_points` and `version_verdicts`); without a kernel, the top mover.
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ WHERE kernel = $kernel AND provider = $provider AND metric = 'latency'
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "chart",
-        help="draw a chart of the index to a PNG (speedups, versions, gpus)",
+        help="draw a chart of the index to a PNG (speedups, versions, gpus, regressions)",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -78,6 +81,12 @@ def register(subparsers: Any) -> None:
     kind("gpus", "one kernel's speedup over the baseline on each GPU", True).add_argument(
         "--provider", default="liger"
     )
+    regressions = kind(
+        "regressions", "one kernel's time relative to its baseline across versions", False
+    )
+    regressions.add_argument("--provider", help="default: the series judged most regressed")
+    regressions.add_argument("--gpu")
+    regressions.add_argument("--metric", default="latency", choices=("latency", "memory"))
 
 
 def rows(con: duckdb.DuckDBPyConnection, sql: str, **params: Any) -> list[dict[str, Any]]:
@@ -103,6 +112,8 @@ def draw(con: duckdb.DuckDBPyConnection, args: argparse.Namespace) -> tuple[byte
         runs = rows(con, SPEEDUP_RUNS_SQL, kernel=args.kernel, gpu=args.gpu, mode=args.mode)
         title = "Speedups over the baseline" + (f" ({scope})" if scope else "")
         return charts.speedup_chart_png(runs, title=title), title
+    if args.chart == "regressions":
+        return regressions_chart(con, args)
     params = {"kernel": args.kernel, "provider": args.provider, "mode": args.mode}
     if args.chart == "versions":
         points = rows(con, VERSION_POINTS_SQL, gpu=args.gpu, **params)
@@ -111,6 +122,30 @@ def draw(con: duckdb.DuckDBPyConnection, args: argparse.Namespace) -> tuple[byte
     speedups = rows(con, GPU_SPEEDUPS_SQL, **params)
     title = f"{scope} ({args.provider}) across GPUs"
     return charts.gpus_chart_png(speedups, title), title
+
+
+def regressions_chart(
+    con: duckdb.DuckDBPyConnection, args: argparse.Namespace
+) -> tuple[bytes | None, str]:
+    from pipelines import charts, regressions
+
+    series = regressions.pick_series(
+        con,
+        kernel=args.kernel,
+        provider=args.provider,
+        mode=args.mode,
+        gpu=args.gpu,
+        metric=args.metric,
+    )
+    if series is None:
+        scope = ", ".join(v for v in (args.kernel, args.provider, args.mode, args.gpu) if v)
+        return None, f"regressions ({scope or 'any series'})"
+    history = regressions.series_history(con, series)
+    title = series.title()
+    png = charts.regressions_chart_png(
+        history.points, history.verdicts, title, history.baseline_provider
+    )
+    return png, title
 
 
 def run(args: argparse.Namespace) -> int:

@@ -59,7 +59,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Run SQL over the local index, read-only. "
         "Tables: runs operations workloads implementations projects protocols environments "
         "snapshots quarantine lineage; views: cohorts latest_runs speedups version_changes "
-        "regressions.",
+        "regression_points regression_cases version_verdicts regressions improvements drift.",
     )
     parser.add_argument("sql", help="the SQL statement")
     parser.add_argument("--format", choices=("table", "csv", "json"), default="table")

@@ -17,7 +17,7 @@ from importlib import import_module, resources
 import duckdb
 import pyarrow as pa
 
-from pipelines import curation
+from pipelines import curation, regressions
 from pipelines.index.record_objects import (
     LINEAGE_SCHEMA,
     MANIFEST_SCHEMA,
@@ -144,7 +144,18 @@ TABLES = (
     "quarantine",
     "lineage",
 )
-VIEWS = ("cohorts", "latest_runs", "speedups", "version_changes", "regressions")
+VIEWS = (
+    "cohorts",
+    "latest_runs",
+    "speedups",
+    "version_changes",
+    "regression_points",
+    "regression_cases",
+    "version_verdicts",
+    "regressions",
+    "improvements",
+    "drift",
+)
 
 DUCKDB_TYPES = {
     pa.string(): "VARCHAR",
@@ -281,7 +292,12 @@ def view_statements(sources: Mapping[str, str]) -> list[str]:
             f"CREATE OR REPLACE VIEW {view} AS SELECT digest, name, {readable}, "
             f"snapshot_digest, source_key, manifest FROM manifests WHERE kind = {sql_string(kind)}"
         )
-    return [*statements, baseline_providers_statement(), *derived_view_statements()]
+    return [
+        *statements,
+        baseline_providers_statement(),
+        regressions.settings_statement(),
+        *derived_view_statements(),
+    ]
 
 
 def baseline_providers_statement(ranks: Mapping[str, int] | None = None) -> str:

@@ -1,0 +1,178 @@
+"""Regressions judged per kernel on real Liger history (tests/data/liger/gh-pages: the heads of
+each version of Liger's CI runs on one H100 host, up to run 0a62700-v0.6.4, and run 0a62700,
+the same commit a week later): an A/A pair names nothing, an injected slowdown names exactly
+its kernels, host drift names nothing and shows in `drift`."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from index_support import index_settings, ingest_bytes, query
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+from regressions import (  # noqa: E402
+    AA_NEW,
+    AA_OLD,
+    DRIFT_FACTOR,
+    INJECTED_FACTOR,
+    INJECTED_PROVIDER,
+    NAMED_SQL,
+    LigerRun,
+    next_version,
+    read_run,
+    run_items,
+)
+
+from pipelines.cli import main  # noqa: E402
+from pipelines.regressions import (  # noqa: E402
+    SETTINGS_VARIABLE,
+    RegressionSettingsError,
+    load_settings,
+    settings_statement,
+)
+
+__all__ = ["index_settings"]  # the fixture, imported for pytest
+
+SAMPLE = Path(__file__).parent / "data" / "liger" / "gh-pages"
+# Kernels whose liger-vs-baseline time moved under 1.5 % between the two same-code runs.
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+QUIET = ("jsd", "tvd", "embedding", "kl_div", "fused_linear_jsd")
+
+
+def sample() -> tuple[list[LigerRun], LigerRun]:
+    runs = sorted((read_run(p) for p in SAMPLE.glob("*.csv.gz")), key=LigerRun.first_time)
+    history = [r for r in runs if r.name != AA_NEW]
+    assert history[-1].name == AA_OLD
+    new = next(r for r in runs if r.name == AA_NEW)
+    return history, new.relabelled(next_version(history[-1].version()))
+
+
+def build(store: Any, settings: Any, new: LigerRun, history: list[LigerRun]) -> str:
+    ingest_bytes(store, settings, run_items(history))
+    ingest_bytes(store, settings, run_items([new]))
+    return new.version()
+
+
+def named(settings: Any, version: str) -> list[tuple[Any, ...]]:
+    return query(settings, NAMED_SQL.replace("$version", f"'{version}'"))
+
+
+def test_a_a_pair_names_no_kernel(s3_store: Any, index_settings: Any) -> None:
+    history, new = sample()
+    version = build(s3_store, index_settings, new, history)
+    assert named(index_settings, version) == []
+    verdicts = dict(
+        query(
+            index_settings,
+            f"SELECT verdict, count(*) FROM version_verdicts WHERE new_version = '{version}' "
+            "GROUP BY 1",
+        )
+    )
+    # Judged, not waved through: most kernel-level series have the history to be judged.
+    assert verdicts.get("no change", 0) > 60
+    assert verdicts.get("regression", 0) == 0
+    assert verdicts.get("improvement", 0) == 0
+
+
+def test_injected_slowdown_names_exactly_its_kernels(
+    s3_store: Any, index_settings: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    history, new = sample()
+    slower = new.scaled(INJECTED_FACTOR, providers=[INJECTED_PROVIDER], kernels=QUIET)
+    version = build(s3_store, index_settings, slower, history)
+    rows = named(index_settings, version)
+    assert {r[0] for r in rows} == set(QUIET)
+    assert {r[1] for r in rows} == {INJECTED_PROVIDER}
+    # Each named change is the injected 1.25x, give or take the runs' own noise.
+    assert all(1.15 < r[6] < 1.35 for r in rows), rows
+    from pipelines.index.local import open_index
+    from pipelines.regressions import top_movers
+
+    con = open_index(index_settings)
+    try:
+        movers = top_movers(con, limit=3)
+    finally:
+        con.close()
+    assert movers.num_rows == 3
+    ratios = movers.column("ratio").to_pylist()
+    assert ratios == sorted(ratios, reverse=True)
+    assert set(movers.column("kernel").to_pylist()) <= set(QUIET)
+
+    # The chart names the largest regression when no series is given, and draws a named one.
+    png = tmp_path / "regressions.png"
+    assert main(["chart", "regressions", "-o", str(png)]) == 0
+    assert png.read_bytes().startswith(PNG_MAGIC)
+    assert capsys.readouterr().err.split(": ", 1)[1].split(" ")[0] in QUIET
+    args = ["chart", "regressions", "--kernel", "jsd", "--mode", "forward", "-o", str(png)]
+    assert main([*args, "--provider", "liger"]) == 0
+    assert "jsd forward · liger" in capsys.readouterr().err
+    assert main(["chart", "regressions", "--kernel", "no_such_kernel", "-o", str(png)]) == 1
+
+
+def test_settings_come_from_configuration(tmp_path: Path) -> None:
+    defaults = load_settings({})
+    assert defaults.min_history >= 1 and defaults.z_threshold > 0
+    tuned = tmp_path / "regressions.yaml"
+    tuned.write_text("min_history: 50\nmin_effect: 0.1\n")
+    settings = load_settings({SETTINGS_VARIABLE: str(tuned)})
+    assert (settings.min_history, settings.min_effect) == (50, 0.1)
+    assert settings.z_threshold == defaults.z_threshold
+    assert "CAST(50 AS INTEGER) AS min_history" in settings_statement(settings)
+    tuned.write_text("min_histroy: 5\n")
+    with pytest.raises(RegressionSettingsError, match="min_histroy"):
+        load_settings({SETTINGS_VARIABLE: str(tuned)})
+    tuned.write_text("z_threshold: -1\n")
+    with pytest.raises(RegressionSettingsError, match="z_threshold"):
+        load_settings({SETTINGS_VARIABLE: str(tuned)})
+
+
+def test_host_drift_names_nothing_and_shows_as_drift(s3_store: Any, index_settings: Any) -> None:
+    history, new = sample()
+    version = build(s3_store, index_settings, new.scaled(DRIFT_FACTOR), history)
+    assert named(index_settings, version) == []
+    drifted = query(
+        index_settings,
+        f"SELECT kernel, mode, ratio, direction FROM drift WHERE new_version = '{version}' "
+        "AND metric = 'latency'",
+    )
+    slower = {r[0] for r in drifted if r[3] == "slower"}
+    assert set(QUIET) <= slower
+    assert len(slower) > 20
+    # The quiet kernels moved by the drift alone; a noisy one may move either way on top of it
+    # (the two same-code runs differ by up to 25 % on their own).
+    assert all(1.15 < r[2] < 1.25 for r in drifted if r[0] in QUIET), drifted
+    assert sum(r[3] == "slower" for r in drifted) > 0.8 * len(drifted)
+
+
+def test_verdicts_read_only_the_live_files(s3_store: Any, index_settings: Any) -> None:
+    """Later runs of the same cases settle the first file's runs: the verdict views open only
+    the live file (each version's heads) through iceberg_scan, as version_changes does, so
+    their cost follows the heads, not the whole history."""
+    from index_support import csv_bytes, liger_rows
+
+    from pipelines.index.remote import connect_remote
+
+    header, rows = liger_rows(range(2, 42))
+    at = header.index("timestamp")
+    later = [[*row[:at], "2030-01-01 00:00:00", *row[at + 1 :]] for row in rows]
+    ingest_bytes(s3_store, index_settings, [("incoming/a.csv", csv_bytes(header, rows))])
+    ingest_bytes(s3_store, index_settings, [("incoming/b.csv", csv_bytes(header, later))])
+    con = connect_remote(index_settings)
+
+    def files_read(sql: str) -> list[int]:
+        """The data files each iceberg_scan of the query opened."""
+        plan = con.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}").fetchall()[0][1]
+        return [int(n) for n in re.findall(r'"Total Files Read": "?(\d+)', plan)]
+
+    try:
+        assert files_read("SELECT count(*) FROM runs WHERE median > 0") == [2]
+        for view in ("regressions", "improvements", "drift", "regression_cases"):
+            counts = files_read(f"SELECT count(*) FROM {view}")
+            assert counts and set(counts) == {1}, (view, counts)
+    finally:
+        con.close()
