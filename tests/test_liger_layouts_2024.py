@@ -228,16 +228,18 @@ def oracle_outcomes(data: bytes) -> list[RowOutcome]:
     result = []
     for record in csv_file.records:
         outcome = oracle_outcome(record, layout)
-        if outcome.facts is not None:
-            if outcome.facts.external_id in seen:
-                detail = (
-                    f"externalId {outcome.facts.external_id} already appeared earlier in this"
-                    " file (first one wins)"
-                )
-                outcome = RowOutcome(
-                    record.line, "quarantined", record.raw, "duplicate_external_id", detail
-                )
-            seen.add(outcome.facts.external_id if outcome.facts else "")
+        external_id = outcome.facts.external_id if outcome.facts is not None else None
+        if external_id is not None and external_id in seen:  # first one wins
+            detail = f"externalId {external_id} already appeared earlier in this file"
+            outcome = RowOutcome(
+                record.line,
+                "quarantined",
+                record.raw,
+                "duplicate_external_id",
+                detail + " (first one wins)",
+            )
+        elif external_id is not None:
+            seen.add(external_id)
         result.append(outcome)
     return result
 
