@@ -44,16 +44,20 @@ from pipelines.sources.liger.model import (
 from pipelines.sources.liger.read import CsvRecord, LigerCsv, open_liger_csv
 from pipelines.sources.liger.rules import (
     NAME_LIMIT,
+    CsvLayout,
     Reason,
     RowRejected,
     Stamp,
+    epoch_stamps,
     in_range,
     joined_slugs,
     parse_positive,
+    parse_spread,
     positive_numbers,
     record_rejection,
     run_gaps,
     run_labels,
+    spread_numbers,
     stamps,
     stored_values,
 )
@@ -77,8 +81,8 @@ class Runs:
     workload_ids: np.ndarray
     stamps: list[Stamp]  # by stamp_ids
     stamp_ids: np.ndarray
-    stats: list[np.ndarray]  # the rows' own numbers: median, p20, p80
-    values: np.ndarray  # int64 (median, p20, p80) in ns or bytes, one row per run
+    stats: list[np.ndarray]  # the rows' own numbers, by the layout's statistics (NaN: absent)
+    values: np.ndarray  # int64 of those in ns or bytes, one row per run (-1: absent)
     versions: list[str]  # liger_version stripped, by version_ids
     version_ids: np.ndarray
     lines: pa.Array = field(default_factory=lambda: pa.array([], pa.int64()))  # source lines
@@ -125,9 +129,10 @@ def normalize_batch(
     # conversion, row after row, and each column is every width-th text from its index on.
     texts = pa.array([records[i].fields for i in kept], pa.list_(pa.string())).flatten()
     starts = np.arange(len(kept), dtype=np.int64) * layout.width
-    columns = [texts.take(pa.array(starts + at)) for at in layout.indices]
+    absent = pa.repeat(pa.scalar("", pa.string()), len(kept))  # a column the layout lacks
+    columns = [texts.take(pa.array(starts + at)) if at >= 0 else absent for at in layout.indices]
     lines = np.array([records[i].line for i in kept], dtype=np.int64)
-    runs, rejections = _read(columns, normalizer)
+    runs, rejections = _read(columns, layout.csv, normalizer)
     for i, rejected in rejections.items():
         others[kept[i]] = quarantined(records[kept[i]], rejected)
     if runs is not None:
@@ -162,25 +167,43 @@ class _Failures:
 
 
 def _read(
-    columns: list[pa.Array], normalizer: Normalizer
+    columns: list[pa.Array], layout: CsvLayout, normalizer: Normalizer
 ) -> tuple[Runs | None, dict[int, RowRejected]]:
     """What each row's texts say, each by its rule, column-wise; the rows that fail a rule by
     the first rule they fail."""
-    (kernel, provider, mode, metric, unit, x_name, x_value, median, p20, p80,
-     config, gpu, timestamp, version) = columns  # fmt: skip
+    statistics = layout.statistics
+    width = len(statistics.names)
+    kernel, provider, mode, metric, unit, x_name, x_value = columns[:7]
+    values_texts = columns[7 : 7 + width]
+    config, gpu, timestamp, version = columns[7 + width :]
     failures = _Failures(len(kernel))
     if normalizer.curation.kernel_names:
         kernel = _curated_kernel_names(kernel, config, normalizer, failures)
+    # The numbers are read before the series (which statistics a row holds is part of its
+    # series), but a row's rules are applied in its order: the series' before the numbers'.
+    number_failures = _Failures(len(kernel))
+    stats, optional = [], []
+    for name, texts, column in zip(statistics.names, values_texts, statistics.columns, strict=True):
+        if name in statistics.optional:
+            values, held = _spreads(texts, column, number_failures)
+            optional.append((name, held))
+        else:
+            values = _numbers(texts, column, number_failures)
+        stats.append(values)
+
+    def series_of(key: tuple[Any, ...]) -> Series | RowRejected:
+        absent = {name for (name, _), held in zip(optional, key[6:], strict=True) if not held}
+        present = tuple(n for n in statistics.names if n not in absent)
+        return _attempt(normalizer.series, *key[:6], statistics, present)
+
     series, series_ids = _encode(
-        [kernel, provider, mode, gpu, metric, unit], lambda k: _attempt(normalizer.series, *k)
+        [kernel, provider, mode, gpu, metric, unit, *(held for _, held in optional)], series_of
     )
     failures.add(series, series_ids)
-    stats = [
-        _numbers(texts, column, failures)
-        for texts, column in ((median, "y_value_50"), (p20, "y_value_20"), (p80, "y_value_80"))
-    ]
+    for row, rejected in sorted(number_failures.first.items()):
+        failures.set(row, rejected)
     first_stamps, stamp_ids = _distinct([timestamp])
-    stamp_list = stamps(timestamp.take(first_stamps))
+    stamp_list = (epoch_stamps if layout.epoch else stamps)(timestamp.take(first_stamps))
     failures.add(stamp_list, stamp_ids)
     workloads, workload_ids = _encode(
         [kernel, x_name, x_value, config], lambda k: _attempt(normalizer.workload, *k)
@@ -188,9 +211,10 @@ def _read(
     failures.add(workloads, workload_ids)
     versions, version_ids = _encode([version], lambda k: k[0].strip())
     scale = np.array([s.scale if isinstance(s, Series) else 1.0 for s in series])[series_ids]
-    rounded = stored_values(np.stack(stats, axis=1), scale[:, None])
+    with np.errstate(invalid="ignore"):  # an absent statistic is NaN, and stays NaN
+        rounded = stored_values(np.stack(stats, axis=1), scale[:, None])
     for row in np.flatnonzero(~in_range(rounded) & ~failures.failed).tolist():
-        largest = max(float(s[row]) for s in stats)
+        largest = max(float(s[row]) for s in stats if not np.isnan(s[row]))
         failures.set(row, RowRejected(Reason.BAD_NUMBER, f"value out of range: {largest!r}"))
     index = np.flatnonzero(~failures.failed)
     if not len(index):
@@ -208,7 +232,7 @@ def _read(
         stamps=stamp_list,  # type: ignore[arg-type]
         stamp_ids=stamp_ids,
         stats=[s[index] for s in stats],
-        values=rounded[index].astype(np.int64),
+        values=np.nan_to_num(rounded[index], nan=-1).astype(np.int64),
         versions=versions,
         version_ids=version_ids,
     )
@@ -246,6 +270,20 @@ def _numbers(texts: pa.Array, column: str, failures: _Failures) -> np.ndarray:
         else:
             values[row] = value
     return values
+
+
+def _spreads(texts: pa.Array, column: str, failures: _Failures) -> tuple[np.ndarray, pa.Array]:
+    """A column of optional spread texts as floats (NaN where empty) and which rows hold one:
+    plain decimals column-wise, other texts one by one (rules.parse_spread)."""
+    empty, plain, values = spread_numbers(texts)
+    odd = np.flatnonzero(~pc.or_(plain, empty).to_numpy(zero_copy_only=False))
+    for row, text in zip(odd.tolist(), texts.take(pa.array(odd)).to_pylist(), strict=True):
+        value = _attempt(parse_spread, text, column)
+        if isinstance(value, RowRejected):
+            failures.set(row, value)
+        else:
+            values[row] = np.nan if value is None else value
+    return values, pc.invert(empty)
 
 
 def _curated_kernel_names(
@@ -329,13 +367,13 @@ def _assemble(rows: Runs) -> None:
     gap_sets, gap_codes = run_gaps(rows.series, rows.series_ids, rows.workloads, rows.workload_ids)
     label_codes = rows.version_ids * len(gap_sets) + gap_codes
     labels = [run_labels(v, gaps) for v in rows.versions for gaps in gap_sets]
-    holes: dict[str, pa.Array] = {
-        "v0": pa.array(rows.values[:, 0]).cast(pa.string()),
-        "v1": pa.array(rows.values[:, 1]).cast(pa.string()),
-        "v2": pa.array(rows.values[:, 2]).cast(pa.string()),
-        "s0": _number_texts(rows.stats[0]),
-        "s1": _number_texts(rows.stats[1]),
-        "s2": _number_texts(rows.stats[2]),
+    # A layout's i-th statistic fills v<i> (stored) and s<i> (as written); a run whose row left
+    # an optional one empty has a template without those holes (model.Series.run_template).
+    holes: dict[str, pa.Array] = {}
+    for i, stat in enumerate(rows.stats):
+        holes[f"v{i}"] = pa.array(rows.values[:, i]).cast(pa.string())
+        holes[f"s{i}"] = _number_texts(stat)
+    holes |= {
         "observed_at": by_stamp([s.observed_at_json for s in rows.stamps]),
         "external_id": _json_strings(external_ids, _plain_external_ids(rows, templates)),
         "workload": by_workload([json_string(w.record.digest) for w in rows.workloads]),
@@ -409,6 +447,7 @@ def _join(
 def _number_texts(numbers: np.ndarray) -> pa.Array:
     texts = pa.array(numbers).cast(pa.string())
     low, high = ARROW_FLOAT_TEXT
+    # (NaN, an absent statistic, is in no template: it is neither odd nor written.)
     odd = np.flatnonzero((numbers < low) | (numbers >= high) | (numbers == np.floor(numbers)))
     if not len(odd):
         return texts
@@ -551,7 +590,7 @@ def batch_outcomes(batch: Batch) -> Iterator[RowOutcome]:
             "BenchmarkRun", runs.digests[i].as_py(), manifest_json=runs.manifests[i].as_py()
         )
         facts = series.facts(
-            runs.values[i].tolist(),
+            present_values(series, runs.values[i]),
             stamp.observed_at,
             runs.external_ids[i].as_py(),
             workload,
@@ -565,6 +604,12 @@ def batch_outcomes(batch: Batch) -> Iterator[RowOutcome]:
             records=[run, *references(series, workload)],
             facts=facts,
         )
+
+
+def present_values(series: Series, values: np.ndarray) -> list[int]:
+    """A run's stored values of the statistics its row holds, in its layout's order."""
+    names = series.statistics.names
+    return [int(values[names.index(name)]) for name in series.present]
 
 
 def quarantine_duplicates(batch: Batch, seen: SeenKeys) -> None:

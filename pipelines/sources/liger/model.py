@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
-from operator import itemgetter
 from typing import Any
 
 import orjson
@@ -47,13 +46,17 @@ from pipelines.records.canonical import (
     identity,
     manifest_digest,
 )
-from pipelines.sources.liger.read import COLUMNS
+from pipelines.sources.liger.read import layout_columns, layout_of
 from pipelines.sources.liger.rules import (
     LABEL,
+    LAYOUTS,
     NAME_LIMIT,
     ORIGIN,
+    QUANTILES,
     SOURCE,
     STATUS,
+    CsvLayout,
+    Statistics,
     Uncurated,
     axis_value,
     binding_of,
@@ -81,7 +84,10 @@ from pipelines.sources.liger.rules import (
     workload_title,
 )
 
-PARSER_VERSION = "liger-csv/2"  # the code's version; see parser_version() for the full one
+# The code's version; see parser_version() for the full one. 3: the 2024 layouts are read. A
+# file of one that an earlier reader refused has an `unrecognized` record set under this
+# source's version (sources/__init__.py), which a backfill would otherwise reuse.
+PARSER_VERSION = "liger-csv/3"
 
 
 def parser_version(curation: Curation | None = None) -> str:
@@ -90,22 +96,44 @@ def parser_version(curation: Curation | None = None) -> str:
     return f"{PARSER_VERSION}+{(curation or load()).fingerprint}"
 
 
-# The columns the normalizer reads, in this order; x_label is only a caption.
-ROW_COLUMNS = tuple(c for c in COLUMNS if c != "x_label")
+def row_columns(layout: CsvLayout = LAYOUTS[0]) -> tuple[str, ...]:
+    """The columns the normalizer reads, in this order, as today's header names them (a
+    layout's value columns in the quantiles' place); x_label is only a caption."""
+    named_today = CsvLayout("", layout.statistics)  # its own names aside, liger_version kept
+    return tuple(c for c in layout_columns(named_today) if c != "x_label")
+
+
+# Today's layout's (the oracle's order: tests/liger_oracle.py).
+ROW_COLUMNS = row_columns()
 
 
 @dataclass(frozen=True, slots=True)
 class Layout:
-    """Where a file's header puts ROW_COLUMNS in each record's fields."""
+    """Where a file's header puts its layout's row_columns in each record's fields (-1: a
+    column the layout lacks, liger_version, read as empty)."""
 
     width: int  # fields a well-formed record has
-    pick: Callable[[list[str]], tuple[str, ...]]  # its ROW_COLUMNS texts, in order
+    pick: Callable[[list[str]], tuple[str, ...]]  # its row_columns texts, in order
     indices: tuple[int, ...]  # where those texts are among the fields
+    csv: CsvLayout = LAYOUTS[0]
+
+    @property
+    def statistics(self) -> Statistics:
+        return self.csv.statistics
 
     @classmethod
     def of(cls, columns: tuple[str, ...]) -> Layout:
-        indices = tuple(columns.index(c) for c in ROW_COLUMNS)
-        return cls(len(columns), itemgetter(*indices), indices)
+        layout = layout_of(columns)
+        named = dict(layout.renamed)
+        indices = tuple(
+            columns.index(named.get(c, c)) if named.get(c, c) in columns else -1
+            for c in row_columns(layout)
+        )
+
+        def pick(fields: list[str]) -> tuple[str, ...]:
+            return tuple(fields[i] if i >= 0 else "" for i in indices)
+
+        return cls(len(columns), pick, indices, layout)
 
 
 def manifest(kind: str, metadata: Any, spec: Any) -> dict[str, Any]:
@@ -223,16 +251,23 @@ class Normalizer:
             manifest("ExecutionEnvironment", metadata, {"hardware": hardware, "software": {}})
         )
 
-    def _protocol(self, metric: str, mode: str, metric_name: str | None = None) -> Record:
+    def _protocol(
+        self,
+        metric: str,
+        mode: str,
+        metric_name: str | None = None,
+        statistic: str = QUANTILES.primary,
+    ) -> Record:
         """The protocol of a curated metric (speed, memory, speed_graph) and pass; `metric_name`
         names a metric other than speed and memory: the curated one, or one the curation lacks,
-        stored as `metric`, which gets a protocol of its own."""
+        stored as `metric`, which gets a protocol of its own. `statistic` is the primary
+        statistic its runs report (a layout's: rules.Statistics)."""
         method = self.curation.metrics[metric]
         passing = self.curation.passes.get(mode) or _uncurated_pass(mode)
         memory = is_memory(metric)
         measured = f" · {metric_name}" if metric_name else " · peak memory" if memory else ""
         metadata: dict[str, Any] = {
-            "name": protocol_name(mode, memory, metric_name),
+            "name": protocol_name(mode, memory, metric_name, statistic),
             "title": f"Liger benchmark harness · {passing.title}{measured}"[:200],
         }
         notes = method["notes"].format(**{"pass": passing.timed})
@@ -246,7 +281,7 @@ class Normalizer:
             metadata["labels"] = gap_labels(gaps)
         spec = {
             "harness": dict(self.curation.harness),
-            "measurement": {"timer": method["timer"], "primaryStatistic": "median"},
+            "measurement": {"timer": method["timer"], "primaryStatistic": statistic},
             "comparability": {"family": family, "notes": notes[:1000]},
         }
         return _record(manifest("BenchmarkProtocol", metadata, spec))
@@ -355,11 +390,20 @@ class Normalizer:
         return dtype
 
     def _series(
-        self, kernel: str, provider: str, mode: str, gpu: str, metric_name: str, unit: str
+        self,
+        kernel: str,
+        provider: str,
+        mode: str,
+        gpu: str,
+        metric_name: str,
+        unit: str,
+        statistics: Statistics = QUANTILES,
+        present: tuple[str, ...] | None = None,
     ) -> Series:
-        """What every run of one kernel, provider, pass, GPU and metric (in one unit) shares.
-        A name the curation lacks is a gap of the series (gaps.py), never a rejection; only a
-        unit no rule converts is."""
+        """What every run of one kernel, provider, pass, GPU and metric (in one unit) shares,
+        in one layout (`statistics`), with the statistics its rows hold (`present`: all of the
+        layout's when None). A name the curation lacks is a gap of the series (gaps.py), never
+        a rejection; only a unit no rule converts is."""
         metric = metric_kind(self.curation, metric_name, unit)
         gaps = gaps_of(self.curation, kernel, provider, mode, gpu)
         named = named_metric(metric_name, metric.kind, metric.uncurated)
@@ -381,11 +425,13 @@ class Normalizer:
                 self.operation(kernel),
                 self.project(provider),
                 self.implementation(kernel, provider),
-                self.protocol(metric.kind, mode, named),
+                self.protocol(metric.kind, mode, named, statistics.primary),
                 environment,
             ),
             metric=named,
             gaps=tuple(gaps),
+            statistics=statistics,
+            present=statistics.names if present is None else present,
         )
 
 
@@ -420,6 +466,8 @@ class Series:
     references: tuple[Record, Record, Record, Record, Record]  # operation … environment
     metric: str | None = None  # a metric other than speed and memory (rules.named_metric)
     gaps: tuple[Gap, ...] = ()  # what the curation lacks of its names (gaps.py)
+    statistics: Statistics = QUANTILES  # its layout's value columns
+    present: tuple[str, ...] = QUANTILES.names  # those its rows hold, in the layout's order
 
     @cached_property
     def references_json(self) -> tuple[bytes, bytes]:
@@ -431,9 +479,11 @@ class Series:
     @cached_property
     def run_template(self) -> RunTemplate:
         holes = {name: hole(name) for name in RUN_HOLES}
+        # A run's i-th statistic of its layout fills holes v<i> and s<i>; an absent one none.
+        at = [self.statistics.names.index(name) for name in self.present]
         spec = self.spec(
-            [holes["v0"], holes["v1"], holes["v2"]],
-            [holes["s0"], holes["s1"], holes["s2"]],
+            [holes[f"v{i}"] for i in at],
+            [holes[f"s{i}"] for i in at],
             holes["observed_at"],
             holes["external_id"],
             holes["workload"],
@@ -470,7 +520,8 @@ class Series:
         external_id: str,
         workload_digest: str,
     ) -> dict[str, Any]:
-        """A run's spec: the run as the reference importer writes it."""
+        """A run's spec: the run as the reference importer writes it. `values` and `stats`
+        are its present statistics' (stored and as the row wrote them), primary first."""
         metric, unit = stored_metric(self.memory)
         _, _, implementation, protocol, environment = self.references
         spec: dict[str, Any] = {
@@ -480,22 +531,22 @@ class Series:
             "environmentDigest": environment.digest,
             "status": STATUS,
         }
-        measured = [("p20", values[1]), ("p80", values[2])]
-        if self.memory:
-            measured.insert(0, ("median", values[0]))
-        else:
-            spec["timing"] = {"primaryStatistic": "median", "latencyNs": {"median": values[0]}}
-        spec["measurements"] = [
-            {"metric": metric, "unit": unit, "statistic": statistic, "value": value}
-            for statistic, value in measured
-        ]
+        measured = list(zip(self.present, values, strict=True))
+        if not self.memory:
+            primary, value = measured.pop(0)
+            spec["timing"] = {"primaryStatistic": primary, "latencyNs": {primary: value}}
+        if measured:
+            spec["measurements"] = [
+                {"metric": metric, "unit": unit, "statistic": statistic, "value": value}
+                for statistic, value in measured
+            ]
         spec["sourceNative"] = {
             "source": SOURCE,
             "benchmark": f"{self.kernel}/{self.mode}",
             "externalId": external_id,
-            # The row's own numbers, named after its unit and quantile (ms_50, mb_20, ...).
+            # The row's own numbers, named after its unit and value column (ms_50, mb_mean).
             "metrics": dict(
-                zip((f"{self.unit.lower()}_{q}" for q in (50, 20, 80)), stats, strict=True)
+                zip(self.statistics.native_names(self.unit, self.present), stats, strict=True)
             ),
         }
         spec["observedAt"] = observed_at
@@ -520,6 +571,10 @@ class Series:
         version: str,
     ) -> RunFacts:
         metric, unit = stored_metric(self.memory)
+        held = dict(zip(self.present, values, strict=False))
+        extra: dict[str, Any] = {"baseline": self.baseline}
+        if "mean" in held:
+            extra["mean"] = held["mean"]
         return RunFacts(
             metric=metric,
             unit=unit,
@@ -530,14 +585,14 @@ class Series:
             architecture=self.architecture,
             dtype=workload.dtype,
             case_key=workload.case_key,
-            median=values[0],
-            p20=values[1],
-            p80=values[2],
+            median=held.get("median"),
+            p20=held.get("p20"),
+            p80=held.get("p80"),
             observed_at=observed_at,
             external_id=external_id,
             liger_version=version or None,
             origin=ORIGIN,
-            extra={"baseline": self.baseline},
+            extra=extra,
         )
 
 

@@ -12,6 +12,10 @@ import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from pipelines.sources.liger.rules import LAYOUTS, QUANTILES, CsvLayout
+
+# The header of Liger's CSV today; an older layout names other value columns (rules.LAYOUTS:
+# `y_value_mean,y_value_std` in 2024) in place of the quantiles'.
 COLUMNS = (
     "kernel_name",
     "kernel_provider",
@@ -29,6 +33,19 @@ COLUMNS = (
     "timestamp",
     "liger_version",
 )
+
+
+def layout_columns(layout: CsvLayout) -> tuple[str, ...]:
+    """The columns a layout's header has (in today's order; a header may order them any way):
+    today's, its value columns in the quantiles' place, its own names for others."""
+    at = COLUMNS.index(QUANTILES.columns[0])
+    shared = [c for c in COLUMNS if c not in QUANTILES.columns]
+    if not layout.versioned:
+        shared.remove("liger_version")
+    named = dict(layout.renamed)
+    shared = [named.get(c, c) for c in shared]
+    return (*shared[:at], *layout.statistics.columns, *shared[at:])
+
 
 # The csv module's own cap on a field's size is not a rule of the source: a field is at most its
 # lines, which the reader holds already. What a field may hold is rules.FIELD_LIMIT.
@@ -51,6 +68,7 @@ class CsvRecord:
 class LigerCsv:
     columns: tuple[str, ...]  # as the header names them, in file order
     records: Iterator[CsvRecord]
+    layout: CsvLayout  # the layout its header names
     # Set once the lines ran out inside a record (a quoted field still open): a part of a file
     # cut there did not end where a record ends, so the cut was not one the whole file has.
     torn: bool = False
@@ -73,6 +91,16 @@ def _decoded_lines(
         yield text
 
 
+def layout_of(columns: tuple[str, ...]) -> CsvLayout:
+    """The layout a header names: the first of rules.LAYOUTS whose columns it has all of;
+    NotLigerCsv naming what today's layout lacks when none."""
+    for layout in LAYOUTS:
+        if all(c in columns for c in layout_columns(layout)):
+            return layout
+    missing = [c for c in COLUMNS if c not in columns]
+    raise NotLigerCsv(f"header lacks Liger column(s): {', '.join(missing)}")
+
+
 def _parse_header(first_line: bytes) -> tuple[str, ...]:
     if not first_line.strip():
         raise NotLigerCsv("empty file: expected Liger's CSV header")
@@ -87,9 +115,7 @@ def _parse_header(first_line: bytes) -> tuple[str, ...]:
     except csv.Error as error:
         raise NotLigerCsv(f"unreadable header: {error}") from None
     columns = tuple(name.strip() for name in header)
-    missing = [c for c in COLUMNS if c not in columns]
-    if missing:
-        raise NotLigerCsv(f"header lacks Liger column(s): {', '.join(missing)}")
+    layout_of(columns)
     return columns
 
 
@@ -99,7 +125,7 @@ def open_liger_csv(lines: Iterable[bytes], first_line: int = 2) -> LigerCsv:
     start is read as its header and then that part's lines."""
     iterator = iter(lines)
     columns = _parse_header(next(iterator, b""))
-    csv_file = LigerCsv(columns, iter(()))
+    csv_file = LigerCsv(columns, iter(()), layout_of(columns))
     csv_file.records = _records(iterator, first_line, csv_file)
     return csv_file
 

@@ -16,7 +16,7 @@ import json
 import math
 import re
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from functools import lru_cache
 from typing import Any, Literal, NamedTuple
@@ -146,6 +146,91 @@ def parse_positive(text: str, column: str) -> float:
     return value
 
 
+# --- what a row measured -----------------------------------------------------------------------
+class Statistics(NamedTuple):
+    """The statistics a layout's value columns hold, in column order. The first is the run's
+    primary statistic (what the file measured: never another one renamed); an `optional` one a
+    row may leave empty, and it may be zero (a spread, not a time)."""
+
+    names: tuple[str, ...]
+    columns: tuple[str, ...]  # the header's value columns, as named
+    native: tuple[str, ...]  # what sourceNative names each after the unit (ms_50, mb_mean)
+    optional: frozenset[str] = frozenset()
+
+    @property
+    def primary(self) -> str:
+        return self.names[0]
+
+    def native_names(self, unit: str, names: Sequence[str]) -> tuple[str, ...]:
+        """The sourceNative metric names of some of its statistics (a row's own numbers)."""
+        return tuple(f"{unit.lower()}_{self.native[self.names.index(n)]}" for n in names)
+
+
+# Liger's benchmark scripts since September 2024: do_bench's quantiles [0.5, 0.2, 0.8].
+QUANTILES = Statistics(
+    ("median", "p20", "p80"), ("y_value_50", "y_value_20", "y_value_80"), ("50", "20", "80")
+)
+# Liger 0.1.x-0.2.x (2024): the mean of do_bench(return_mode="mean"), which gives no spread, and
+# of peak memory over its iterations, with their (population) standard deviation.
+MEAN_STD = Statistics(
+    ("mean", "std"), ("y_value_mean", "y_value_std"), ("mean", "std"), frozenset({"std"})
+)
+# The first benchmark script (August 2024): do_bench's median alone (its quantiles' first).
+MEDIAN = Statistics(("median",), ("y_value",), ("value",))
+
+
+class CsvLayout(NamedTuple):
+    """A layout of Liger's benchmark CSV, recognized by its header: the statistics its value
+    columns hold, the columns it names otherwise than today's header (today's name, its
+    own), whether it has liger_version, and whether it writes a timestamp as seconds since
+    the Unix epoch (time.time()) rather than Liger's 'YYYY-MM-DD HH:MM:SS'."""
+
+    name: str
+    statistics: Statistics
+    renamed: tuple[tuple[str, str], ...] = ()
+    versioned: bool = True
+    epoch: bool = False
+
+
+# The first whose columns a header has all of is the file's; today's first.
+LAYOUTS = (
+    CsvLayout("quantiles", QUANTILES),
+    CsvLayout("mean-std", MEAN_STD),
+    CsvLayout(
+        "median-epoch",
+        MEDIAN,
+        renamed=(("extra_benchmark_config_str", "extra_benchmark_config"),),
+        versioned=False,
+        epoch=True,
+    ),
+)
+
+
+def spread_numbers(texts: pa.Array) -> tuple[pa.Array, pa.Array, np.ndarray]:
+    """A column of optional spread texts: which are empty (absent), which are plain finite
+    non-negative decimals (a mask), and their values where plain (NaN where absent)."""
+    empty = pc.equal(pc.utf8_trim_whitespace(texts), "")
+    plain = pc.match_substring_regex(texts, PLAIN_DECIMAL)
+    values = pc.cast(pc.if_else(plain, texts, "0"), pa.float64()).to_numpy().copy()
+    values[empty.to_numpy(zero_copy_only=False)] = np.nan
+    return empty, pc.and_(plain, pa.array(np.isfinite(values))), values
+
+
+def parse_spread(text: str, column: str) -> float | None:
+    """One optional spread text, by JavaScript's grammar: None when empty, else a finite
+    number at least zero, or RowRejected."""
+    if not text.strip():
+        return None
+    if not _NUMBER.fullmatch(text.strip()):
+        raise RowRejected(Reason.BAD_NUMBER, f"{column} is not a number: {text[:80]!r}")
+    value = float(text)
+    if not math.isfinite(value):
+        raise RowRejected(Reason.BAD_NUMBER, f"{column} is out of range: {text[:80]!r}")
+    if value < 0:
+        raise RowRejected(Reason.NON_POSITIVE_VALUE, f"{column} must not be negative, got {text!r}")
+    return value
+
+
 def js_round(values: np.ndarray) -> np.ndarray:
     """JavaScript's Math.round, element-wise (the nearest integer, halves toward +infinity),
     still as floats."""
@@ -162,8 +247,9 @@ def stored_values(native: np.ndarray, scale: np.ndarray | float) -> np.ndarray:
 
 
 def in_range(stored: np.ndarray) -> np.ndarray:
-    """Which stored values JSON holds exactly (a mask over the last axis's rows)."""
-    return np.asarray(np.asarray(stored <= MAX_SAFE_INTEGER).all(axis=-1))
+    """Which stored values JSON holds exactly (a mask over the last axis's rows); an absent
+    value (NaN: an optional statistic a row left empty) is no number to hold."""
+    return np.asarray(np.asarray((stored <= MAX_SAFE_INTEGER) | np.isnan(stored)).all(axis=-1))
 
 
 class MetricKind(NamedTuple):
@@ -279,6 +365,32 @@ def _stamp(text: str) -> Stamp | RowRejected:
     return Stamp(observed, orjson.dumps(observed).decode(), form, slug(form))
 
 
+def epoch_stamps(texts: pa.Array) -> list[Stamp | RowRejected]:
+    """The Stamp of each (distinct) text of seconds since the Unix epoch, or why it is none."""
+    return [_epoch_stamp(text) for text in texts.to_pylist()]
+
+
+_EPOCH = re.compile(r"\d{1,11}(\.\d+)?")
+
+
+def _epoch_stamp(text: str) -> Stamp | RowRejected:
+    """Seconds since the Unix epoch as a UTC time: observedAt to the millisecond (the rest
+    cut off), the externalId's form of its whole second, as Liger's timestamps write it."""
+    if not _EPOCH.fullmatch(text.strip()):
+        return RowRejected(
+            Reason.BAD_TIMESTAMP, f"timestamp is not seconds since the epoch: {text[:80]!r}"
+        )
+    whole, _, fraction = text.strip().partition(".")
+    try:
+        moment = datetime.fromtimestamp(int(whole), UTC)
+    except (OverflowError, OSError, ValueError) as error:
+        return RowRejected(Reason.BAD_TIMESTAMP, f"timestamp {text!r}: {error}")
+    second = moment.strftime("%Y-%m-%dT%H:%M:%S")
+    observed = f"{second}.{(fraction + '000')[:3]}Z"
+    form = moment.strftime("%Y-%m-%d-%H-%M-%S")
+    return Stamp(observed, orjson.dumps(observed).decode(), form, slug(form))
+
+
 @lru_cache(maxsize=1024)  # a benchmark script stamps all rows of one run alike
 def parse_timestamp(text: str) -> tuple[str, str]:
     """Liger's naive timestamp, read as UTC: (observedAt, the form used in externalIds)."""
@@ -368,8 +480,14 @@ def environment_name(gpu: str) -> str:
     return f"liger-bench-{slug(gpu)}"[:SCHEMA_NAME_LIMIT]
 
 
-def protocol_name(mode: str, memory: bool, metric: str | None = None) -> str:
+def protocol_name(
+    mode: str, memory: bool, metric: str | None = None, statistic: str = QUANTILES.primary
+) -> str:
+    """A protocol's name: what it measures and, where its primary statistic is not Liger's
+    median of today, that statistic (`liger-bench-do-bench-mean-forward`)."""
     measure = slug(metric) if metric is not None else "memory" if memory else "do-bench"
+    if statistic != QUANTILES.primary:
+        measure = f"{measure}-{slug(statistic)}"
     return f"liger-bench-{measure}-{slug(mode)}"[:SCHEMA_NAME_LIMIT]
 
 

@@ -209,9 +209,7 @@ def _run_table(rows: _Standing) -> pa.Table:
         "observed_at": rows.by(runs.stamp_ids, [s.observed_at for s in runs.stamps], string).cast(
             UTC_US
         ),
-        "median": pa.array(runs.values[rows.index, 0]),
-        "p20": pa.array(runs.values[rows.index, 1]),
-        "p80": pa.array(runs.values[rows.index, 2]),
+        **_statistic_columns(rows),
         "liger_version": rows.by(runs.version_ids, [v or None for v in runs.versions], string),
         "origin": rows.constant(ORIGIN, string),
         "series_key": _series_keys(rows, by_series, by_workload),
@@ -224,10 +222,33 @@ def _run_table(rows: _Standing) -> pa.Table:
         columns.setdefault(name, rows.by(runs.series_ids, values, string))
     for name, values in by_workload.items():
         columns.setdefault(name, rows.by(runs.workload_ids, values, string))
-    for name, kind in MEASURED_FIELDS:  # a worker's statistics: none in a Liger CSV
-        columns[name] = pa.nulls(len(rows.index), kind)
+    for name, kind in MEASURED_FIELDS:  # a worker's statistics: none in a Liger CSV but mean
+        columns.setdefault(name, pa.nulls(len(rows.index), kind))
     schema = SCHEMAS["runs"]
     return pa.Table.from_arrays([columns[name] for name in schema.names], schema=schema)
+
+
+# The run columns a stored statistic of a row goes to (the others are null).
+STATISTIC_COLUMNS = ("median", "p20", "p80", "mean")
+
+
+def _statistic_columns(rows: _Standing) -> dict[str, pa.Array]:
+    """Each run's stored statistics under their own columns: a layout's statistic the row
+    holds, null where its layout has no such statistic or the row left it empty."""
+    runs = rows.runs
+    values = runs.values[rows.index]
+    series_ids = runs.series_ids[rows.index]
+    columns = {}
+    for name in STATISTIC_COLUMNS:
+        # Where each series holds `name` among its layout's value columns (-1: it does not).
+        at = np.array(
+            [s.statistics.names.index(name) if name in s.present else -1 for s in runs.series],
+            dtype=np.int64,
+        )[series_ids]
+        held = at >= 0
+        picked = values[np.arange(len(values)), np.where(held, at, 0)] if len(values) else at
+        columns[name] = pa.array(picked, pa.int64(), mask=~held)
+    return columns
 
 
 def _series_columns(series: Sequence[Series]) -> dict[str, list[str]]:
