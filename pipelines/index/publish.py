@@ -66,6 +66,7 @@ from pipelines.index.record_objects import (
     record_object_key,
 )
 from pipelines.index.tables import (
+    CURRENT_RECORD_SET,
     DUCKDB_TYPES,
     MANIFEST_SEGMENT_SCHEMA,
     RUN_SEGMENT_SCHEMA,
@@ -471,17 +472,28 @@ def build_version(
         "arg_min(source_key, {'at': taken_at, 'id': read_id}) AS source_key, "
         "min({'at': taken_at, 'id': read_id}) AS first_seen FROM reads GROUP BY snapshot_digest"
     )
+    find_reprocessed(con)
     several = len(pending) > 1
-    runs = RunChanges.find(con, objects.select("runs", RUN_SCHEMA), settled_paths, several)
-    new_manifests, whole_manifests = add_new_records(
-        con, "manifests", "digest", objects, MANIFEST_SEGMENT_SCHEMA, several
+    # A snapshot whose current record set is one the index holds already (processed again by
+    # a parser it had before) brings that set's runs back: they are looked at as pending runs.
+    returning = returning_record_sets(con, layout, pending, summaries)
+    run_objects = (
+        RecordObjects.fetch(store, layout, [*pending, *returning], ["runs"])
+        if returning
+        else objects
     )
+    several_runs = several or bool(returning)
     for name in ("lineage", "quarantine"):
         select = objects.select(name, STORED_TABLES[f"{name}_files"])
         con.execute(f"CREATE TEMP VIEW new_{name} AS {select}")
+    runs = RunChanges.find(con, run_objects.select("runs", RUN_SCHEMA), settled_paths, several_runs)
+    new_manifests, whole_manifests = add_new_records(
+        con, "manifests", "digest", objects, MANIFEST_SEGMENT_SCHEMA, several
+    )
     # One record set whose lineage is its runs' rows, all new: no lineage row of its own.
     add_new_lineage(
-        con, not several and runs.all_new and objects.paths["lineage"] == objects.paths["runs"]
+        con,
+        not several_runs and runs.all_new and objects.paths["lineage"] == objects.paths["runs"],
     )
     recompute_run_state(con, {rs.snapshot_digest for rs in pending})
     run_files = runs.write(con, layout, live_paths)
@@ -518,7 +530,7 @@ def build_version(
                 commits.append(pool.submit(commit_data_file, catalog, layout, name, path))
         for commit in commits:
             commit.result()
-    counts = index_counts(con, current.version, runs.new, new_manifests, pending)
+    counts = index_counts(con, current.version, runs.new - runs.dropped, new_manifests, pending)
     con.close()
     pause_point(INDEX_FILES_WRITTEN)
     version = Version(
@@ -534,6 +546,48 @@ def build_version(
     if seq % EXPIRE_EVERY_VERSIONS == 0:
         catalog.expire()
     return version, runs.new
+
+
+def find_reprocessed(con: duckdb.DuckDBPyConnection) -> None:
+    """current_sets: each snapshot's current record set (tables.CURRENT_RECORD_SET) once the new
+    reads are in; reprocessed: the snapshots whose current set the new reads change (a backfill
+    after the curation grew, a parser fix), with their new one."""
+    con.execute(
+        f"""CREATE TEMP TABLE current_sets AS
+            SELECT snapshot_digest, {CURRENT_RECORD_SET} AS parser_version
+            FROM reads GROUP BY snapshot_digest"""
+    )
+    con.execute(
+        f"""CREATE TEMP TABLE reprocessed AS
+            SELECT n.snapshot_digest, n.parser_version FROM current_sets n
+            JOIN (SELECT snapshot_digest, {CURRENT_RECORD_SET} AS parser_version
+                  FROM old_snapshots
+                  WHERE snapshot_digest IN (SELECT snapshot_digest FROM new_reads_arrow)
+                  GROUP BY snapshot_digest) o USING (snapshot_digest)
+            WHERE n.parser_version IS DISTINCT FROM o.parser_version"""
+    )
+
+
+def returning_record_sets(
+    con: duckdb.DuckDBPyConnection,
+    layout: IndexLayout,
+    pending: Sequence[RecordSet],
+    summaries: dict[str, dict[str, Any]],
+) -> list[RecordSet]:
+    """The record sets the index holds that are again their snapshot's current one (after
+    find_reprocessed): a run of theirs that left the index comes back."""
+    pending_prefixes = {rs.prefix for rs in pending}
+    prefixes = [
+        layout.record_set_prefix(parser_version, digest)
+        for digest, parser_version in con.execute(
+            "SELECT snapshot_digest, parser_version FROM reprocessed ORDER BY 1"
+        ).fetchall()
+    ]
+    return [
+        RecordSet(prefix, summaries[prefix])
+        for prefix in prefixes
+        if prefix not in pending_prefixes and prefix in summaries
+    ]
 
 
 def split_run_files(paths: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -561,6 +615,7 @@ class RunChanges:
     and the late series' settled files; every other settled file stays as it is, unread."""
 
     new: int = 0
+    dropped: int = 0  # stored runs no current record set holds any more (find_stale)
     all_new: bool = False  # no pending run is stored already
     rewrite_live: bool = False
     settled_rewritten: list[str] = field(default_factory=list)
@@ -589,8 +644,9 @@ class RunChanges:
                 SELECT {columns} FROM ({pending_runs}) c
                 JOIN first_reads f USING (snapshot_digest) {first_only}"""
         )
+        changes.dropped = find_stale(con, settled_paths)
         # A late series: a pending run observed no later than the series' newest run (which
-        # is live: nothing observed later supersedes it).
+        # is live: nothing observed later supersedes it); or one that loses a stale run.
         con.execute(
             """CREATE TEMP TABLE candidate_series AS
                SELECT series_key, min(observed_at) AS first_at FROM candidate_runs
@@ -601,7 +657,8 @@ class RunChanges:
                SELECT c.series_key FROM candidate_series c
                JOIN (SELECT series_key, max(observed_at) AS last_at FROM old_live
                      GROUP BY series_key) l USING (series_key)
-               WHERE c.first_at <= l.last_at"""
+               WHERE c.first_at <= l.last_at
+               UNION SELECT series_key FROM dropped_runs"""
         )
         # Snapshots whose first read moved (a read older than the one their runs were stored
         # with): their runs are stored again with the new source key.
@@ -624,6 +681,13 @@ class RunChanges:
                        OR snapshot_digest IN (SELECT snapshot_digest FROM moved_snapshots)"""
             ).fetchall()
             changes.settled_rewritten = sorted(str(row[0]) for row in found)
+        # A stale run's settled file is found by its series (late), and named here too.
+        dropped_files = con.execute(
+            "SELECT DISTINCT filename FROM dropped_runs WHERE filename IS NOT NULL"
+        ).fetchall()
+        changes.settled_rewritten = sorted(
+            {*changes.settled_rewritten, *(str(row[0]) for row in dropped_files)}
+        )
         con.execute(
             "CREATE TEMP VIEW rewritten_settled AS "
             + parquet_select(changes.settled_rewritten, RUN_SEGMENT_SCHEMA)
@@ -642,22 +706,27 @@ class RunChanges:
         )
         con.execute(
             f"""CREATE TEMP TABLE known_state AS
-                SELECT {state}, true AS in_live FROM old_live
-                UNION ALL SELECT {state}, false FROM rewritten_settled
-                WHERE series_key IN (SELECT series_key FROM late_series)"""
+                SELECT * FROM (
+                    SELECT {state}, true AS in_live FROM old_live
+                    UNION ALL SELECT {state}, false FROM rewritten_settled
+                    WHERE series_key IN (SELECT series_key FROM late_series))
+                WHERE run_digest NOT IN (SELECT run_digest FROM stale_runs)"""
         )
         con.execute(
             """CREATE TEMP TABLE known_runs AS
                SELECT k.run_digest FROM known_state k
                SEMI JOIN candidate_runs c ON c.run_digest = k.run_digest"""
         )
-        if not scalar(con, "SELECT count(*) FROM known_runs"):
+        if not scalar(con, "SELECT count(*) FROM known_runs") and not scalar(
+            con, "SELECT count(*) FROM stale_runs"
+        ):
             changes.all_new = True
             con.execute("CREATE TEMP VIEW new_runs AS SELECT * FROM candidate_runs")
         else:
             con.execute(
                 """CREATE TEMP TABLE new_runs AS SELECT * FROM candidate_runs
-                   WHERE run_digest NOT IN (SELECT run_digest FROM known_runs)"""
+                   WHERE run_digest NOT IN (SELECT run_digest FROM known_runs)
+                     AND run_digest NOT IN (SELECT run_digest FROM stale_runs)"""
             )
         changes.new = scalar(con, "SELECT count(*) FROM new_runs")
         con.execute(
@@ -707,7 +776,8 @@ class RunChanges:
             scalar(
                 con,
                 "SELECT count(*) FROM old_live "
-                "WHERE snapshot_digest IN (SELECT snapshot_digest FROM moved_snapshots)",
+                "WHERE snapshot_digest IN (SELECT snapshot_digest FROM moved_snapshots) "
+                "OR run_digest IN (SELECT run_digest FROM stale_runs)",
             )
         )
         # Live files a publish only appended to (new series, nothing else changed) are merged
@@ -724,7 +794,11 @@ class RunChanges:
             sources.append(f"SELECT {', '.join(stored)} FROM old_live")
         if self.settled_rewritten:
             sources.append(f"SELECT {', '.join(stored)} FROM rewritten_settled")
-        pool = " UNION ALL ".join(sources)
+        # A stale run leaves the files it was stored in (find_stale).
+        pool = (
+            f"SELECT * FROM ({' UNION ALL '.join(sources)}) "
+            "WHERE run_digest NOT IN (SELECT run_digest FROM stale_runs)"
+        )
         con.execute(
             f"""CREATE TEMP VIEW written_runs AS
                 SELECT p.*, f.source_key,
@@ -756,6 +830,69 @@ class RunChanges:
         live, _ = split_run_files(list(keys))
         deleted = (live if self.rewrite_live else []) + self.settled_rewritten
         return [f"s3://{layout.bucket}/{keys[path]}" for path in deleted]
+
+
+def find_stale(con: duckdb.DuckDBPyConnection, settled_paths: Sequence[str]) -> int:
+    """stale_runs (run_digest): the runs of a reprocessed snapshot (find_reprocessed) that no
+    snapshot's current record set holds any more: its file was processed again into other runs
+    (an uncurated run turned curated, a parser fix that changed digests). A stale run leaves
+    run_segments, and so runs, latest_runs and every view; its record set, its lineage rows
+    and the versions before stay in the bucket (`--as-of`), and it comes back when its record
+    set is current again (returning_record_sets). dropped_runs: the stored rows of the stale
+    runs, with their series (recomputed without them: a late series) and their settled file
+    (rewritten). Returns how many are dropped. Nothing is scanned unless a snapshot was
+    processed again; then the settled files, for the rows of its runs only."""
+    in_reprocessed = "snapshot_digest IN (SELECT snapshot_digest FROM reprocessed)"
+    con.execute(
+        f"""CREATE TEMP TABLE touched_runs AS
+            SELECT run_digest FROM old_live WHERE {in_reprocessed}
+            UNION SELECT run_digest FROM old_lineage_files WHERE {in_reprocessed}
+            UNION SELECT run_digest FROM new_lineage WHERE {in_reprocessed}
+            UNION SELECT run_digest FROM candidate_runs WHERE {in_reprocessed}"""
+    )
+    stored = (
+        "run_digest, series_key, snapshot_digest, parser_version, superseded_by, "
+        "retracted_in_source"
+    )
+    settled = (
+        f"""SELECT {stored}, filename FROM read_parquet(
+                [{", ".join(sql_string(p) for p in settled_paths)}], filename = true)
+            WHERE {in_reprocessed}
+               OR run_digest IN (SELECT run_digest FROM touched_runs)"""
+        if settled_paths and scalar(con, "SELECT count(*) FROM touched_runs")
+        else f"SELECT {stored}, NULL::VARCHAR AS filename FROM old_live WHERE false"
+    )
+    con.execute(
+        f"""CREATE TEMP TABLE stored_touched AS
+            SELECT {stored}, NULL::VARCHAR AS filename FROM old_live
+            WHERE run_digest IN (SELECT run_digest FROM touched_runs)
+            UNION ALL {settled}"""
+    )
+    lineage = "run_digest, snapshot_digest, parser_version"
+    con.execute(
+        f"""CREATE TEMP TABLE stale_runs AS
+            WITH touched AS (
+                SELECT run_digest FROM touched_runs
+                UNION SELECT run_digest FROM stored_touched
+            ), held AS (
+                SELECT {lineage} FROM stored_touched
+                UNION ALL SELECT {lineage} FROM old_lineage_files
+                UNION ALL SELECT {lineage} FROM new_lineage
+                UNION ALL SELECT {lineage} FROM candidate_runs
+            )
+            SELECT run_digest FROM touched
+            EXCEPT SELECT h.run_digest FROM held h
+            SEMI JOIN touched t ON t.run_digest = h.run_digest
+            SEMI JOIN current_sets c
+              ON c.snapshot_digest = h.snapshot_digest
+             AND c.parser_version = h.parser_version"""
+    )
+    con.execute(
+        """CREATE TEMP TABLE dropped_runs AS
+           SELECT run_digest, series_key, superseded_by, retracted_in_source, filename
+           FROM stored_touched WHERE run_digest IN (SELECT run_digest FROM stale_runs)"""
+    )
+    return scalar(con, "SELECT count(*) FROM dropped_runs")
 
 
 def current_run_keys(layout: IndexLayout, local: dict[str, list[str]]) -> dict[str, str]:
@@ -1126,10 +1263,12 @@ def index_counts(
         + scalar(
             "SELECT count(*) FILTER (WHERE superseded_by IS NOT NULL)"
             " - count(*) FILTER (WHERE old_superseded_by IS NOT NULL) FROM final_state"
-        ),
+        )
+        - scalar("SELECT count(*) FROM dropped_runs WHERE superseded_by IS NOT NULL"),
         "retracted": int(old.get("retracted", 0))
         + scalar(
             "SELECT count(*) FILTER (WHERE retracted_in_source)"
             " - count(*) FILTER (WHERE old_retracted) FROM final_state"
-        ),
+        )
+        - scalar("SELECT count(*) FROM dropped_runs WHERE retracted_in_source"),
     }
