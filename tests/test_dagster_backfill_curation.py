@@ -53,6 +53,12 @@ def backfill(instance: DagsterInstance, window: str, how: str) -> None:
     assert run.success
 
 
+def rows_of(settings: Settings, view: str) -> list[tuple[Any, ...]]:
+    return query(
+        settings, f"select gpu, architecture, source_line from {view} order by source_line"
+    )
+
+
 @pytest.mark.parametrize("how", ["window", "reprocess_files"])
 def test_backfill_after_a_new_gpu_turns_uncurated_runs_into_curated_ones(
     s3_store: Any, instance: DagsterInstance, curation: Path, how: str
@@ -69,6 +75,7 @@ def test_backfill_after_a_new_gpu_turns_uncurated_runs_into_curated_ones(
     rows = query(settings, "select gpu, architecture, source_line from runs order by source_line")
     assert rows == [("NVIDIA B200", "sm_100", 2), (NEW_GPU, "unspecified", 3)]
     assert query(settings, "select state, runs, quarantined from files") == [("indexed", 2, 0)]
+    (uncurated,) = query(settings, f"select run_digest from runs where gpu = '{NEW_GPU}'")
 
     gpus = curation / "gpus.yaml"
     gpus.write_text(
@@ -84,6 +91,12 @@ def test_backfill_after_a_new_gpu_turns_uncurated_runs_into_curated_ones(
     current = """select r.gpu, r.architecture, l.source_line from lineage l
                  join runs r using (run_digest) order by l.source_line"""
     assert query(settings, current) == [("NVIDIA B200", "sm_100", 2), (NEW_GPU, "sm_75", 3)]
+    # The uncurated run left the index: runs and its views hold the curated run only.
+    assert rows_of(settings, "runs") == [("NVIDIA B200", "sm_100", 2), (NEW_GPU, "sm_75", 3)]
+    assert rows_of(settings, "latest_runs") == rows_of(settings, "runs")
+    for view in ("runs", "latest_runs", "speedups"):
+        digests = query(settings, f"select run_digest from {view}")
+        assert uncurated not in digests, view
     assert query(settings, "select state, runs, quarantined, attempts from files") == [
         ("indexed", 2, 0, 2)
     ]
