@@ -4,47 +4,30 @@ and come back when that record set is current again; `--as-of` still shows them 
 
 from __future__ import annotations
 
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import pytest
-from index_support import csv_bytes, drop_and_process, index_settings, liger_rows, query
+from index_support import (
+    NEW_GPU,
+    add_new_gpu,
+    csv_bytes,
+    curation,
+    drop_and_process,
+    index_settings,
+    liger_rows,
+    query,
+)
 
 from pipelines.cli import main
-from pipelines.curation import CURATION_DIR_VARIABLE, CURATION_FILES
 from pipelines.index.local import load_current
 from pipelines.index.publish import publish_index
 
-__all__ = ["index_settings"]  # the fixture, imported for pytest
+__all__ = ["curation", "index_settings"]  # the fixtures, imported for pytest
 
 KEY = "incoming/new-gpu.csv"
-NEW_GPU = "NVIDIA GeForce RTX 2080 Ti"  # a real GPU the packaged curation does not know
 T1, T2 = "2026-02-28 00:23:31", "2026-03-02 10:00:00"
 UNCURATED = "manifest->>'$.metadata.labels.curation' = 'uncurated'"
-
-
-@pytest.fixture
-def curation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A copy of the packaged curation, read from now on: a test grows it."""
-    folder = tmp_path / "curation"
-    folder.mkdir()
-    packaged = resources.files("pipelines.curation")
-    for name in CURATION_FILES:
-        (folder / name).write_text(packaged.joinpath(name).read_text(encoding="utf-8"))
-    monkeypatch.setenv(CURATION_DIR_VARIABLE, str(folder))
-    return folder
-
-
-def grow(curation: Path) -> str:
-    """Add NEW_GPU to the curation; returns the text before, to shrink it back."""
-    gpus = curation / "gpus.yaml"
-    before = gpus.read_text()
-    gpus.write_text(
-        before + f"  {NEW_GPU}: {{vendor: nvidia, product: {NEW_GPU}, architecture: sm_75,"
-        " title: RTX 2080 Ti}\n"
-    )
-    return before
 
 
 def file_bytes() -> bytes:
@@ -81,7 +64,7 @@ def test_a_backfill_after_the_curation_grew_leaves_only_the_curated_runs(
     old_runs = query(index_settings, runs_sql)
     assert query(index_settings, "SELECT count(*) FROM latest_runs") == [(4,)]
 
-    shrink = grow(curation)
+    shrink = add_new_gpu(curation)
     process_and_publish(s3_store, index_settings, data)  # the file processed again
 
     # The curated runs only: each GPU's case once per time, the T1 runs superseded by T2's.

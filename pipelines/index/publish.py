@@ -17,8 +17,9 @@ Every table but run_segments is only appended to, so a version costs a commit pe
 rows to. The manifests of a record set that are all new join their table as the record set's
 own Parquet files; other rows are written once, by DuckDB. Then the small files of each table are
 merged, and one row of `index_versions` names the snapshot of every table: that append is the
-commit. Nothing is ever deleted: a superseded run stays a row, and old versions stay readable
-for the retention (`--as-of`: a replaced run file stays in the bucket).
+commit. A superseded run stays a row; a run no snapshot's current record set holds any more (its
+file processed again into other runs) leaves run_segments (find_stale). Old versions stay
+readable for the retention (`--as-of`: a replaced run file stays in the bucket).
 """
 
 from __future__ import annotations
