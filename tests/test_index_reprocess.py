@@ -30,19 +30,18 @@ T1, T2 = "2026-02-28 00:23:31", "2026-03-02 10:00:00"
 UNCURATED = "manifest->>'$.metadata.labels.curation' = 'uncurated'"
 
 
-def file_bytes() -> bytes:
-    """A curated B200 run and an RTX 2080 Ti case measured twice (T1, then T2: the first is
-    superseded, a settled row), with a torch baseline of each so speedups has rows."""
-    header, rows = liger_rows(
-        [1836, 1843]
-    )  # group_norm backward at 2048 channels: liger, huggingface
+def file_bytes(times: tuple[str, ...] = (T1, T2), curated: bool = True) -> bytes:
+    """A curated B200 run (unless `curated` is false) and an RTX 2080 Ti case measured at each
+    of `times` (the earlier superseded: a settled row), each with its torch baseline."""
+    # group_norm backward at 2048 channels: liger, then huggingface
+    header, rows = liger_rows([1836, 1843])
     gpu, timestamp, median = (header.index(c) for c in ("gpu_name", "timestamp", "y_value_50"))
-    out = [list(r) for r in rows]
-    for when, bump in ((T1, 0.0), (T2, 0.5)):
+    out = [list(r) for r in rows] if curated else []
+    for when in times:
         for r in rows:
             moved = list(r)
             moved[gpu], moved[timestamp] = NEW_GPU, when
-            moved[median] = repr(float(moved[median]) + bump)
+            moved[median] = repr(float(moved[median]) + {T1: 0.0, T2: 0.5}[when])
             out.append(moved)
     return csv_bytes(header, out)
 
@@ -94,6 +93,19 @@ def test_a_backfill_after_the_curation_grew_leaves_only_the_curated_runs(
         "SELECT count(*) FROM runs r SEMI JOIN lineage l USING (run_digest)",
     ) == [(6,)]
 
+    # The same state as one processing with the grown curation, in a home of its own.
+    other_store = s3_store.with_bucket(s3_store.bucket + "-b")
+    other_store.ensure_bucket()
+    other = index_settings.replace(
+        home=Path(index_settings.home).parent / "at-once", bucket=other_store.bucket
+    )
+    process_and_publish(other_store, other, data)
+    assert query(index_settings, STATE) == query(other, STATE)
+    for view in ("latest_runs", "speedups", "version_changes", "cohorts"):
+        assert query(index_settings, f"SELECT count(*) FROM {view}") == query(
+            other, f"SELECT count(*) FROM {view}"
+        ), view
+
     # The version before still shows the uncurated runs.
     sql = f"SELECT count(*) FROM runs WHERE {UNCURATED}"
     assert main(["query", sql, "--format", "csv", "--as-of", before]) == 0
@@ -107,6 +119,45 @@ def test_a_backfill_after_the_curation_grew_leaves_only_the_curated_runs(
     assert sorted(
         query(index_settings, f"SELECT run_digest FROM runs WHERE {UNCURATED}")
     ) == sorted(uncurated)
+
+
+STATE = (
+    "SELECT run_digest, superseded_by, retracted_in_source, head_of_version, live "
+    "FROM run_segments ORDER BY ALL"
+)
+
+
+def test_a_run_superseded_by_a_stale_run_is_superseded_by_its_curated_form(
+    s3_store: Any, index_settings: Any, curation: Path
+) -> None:
+    """a.csv measured a case at T1, b.csv again at T2, both on the uncurated GPU: b's runs
+    superseded a's. Only b is processed again after the curation grew: its uncurated runs
+    leave, and its curated ones (the same series: the GPU as the file names it) supersede a's,
+    as in a home where b came after the curation grew."""
+    a, b = file_bytes((T1,), curated=False), file_bytes((T2,), curated=False)
+    process_and_publish(s3_store, index_settings, a, "incoming/a.csv")
+    process_and_publish(s3_store, index_settings, b, "incoming/b.csv")
+    superseded = "SELECT count(*) FROM runs WHERE superseded_by IS NOT NULL"
+    assert query(index_settings, superseded) == [(2,)]
+    shrink = add_new_gpu(curation)
+    process_and_publish(s3_store, index_settings, b, "incoming/b.csv")
+    rows = query(
+        index_settings,
+        """SELECT r.architecture, s.architecture, r.live FROM run_segments r
+           LEFT JOIN runs s ON s.run_digest = r.superseded_by ORDER BY ALL""",
+    )
+    assert rows == [("sm_75", None, True)] * 2 + [("unspecified", "sm_75", False)] * 2
+
+    other_store = s3_store.with_bucket(s3_store.bucket + "-c")
+    other_store.ensure_bucket()
+    other = index_settings.replace(
+        home=Path(index_settings.home).parent / "in-order", bucket=other_store.bucket
+    )
+    (curation / "gpus.yaml").write_text(shrink)
+    process_and_publish(other_store, other, a, "incoming/a.csv")
+    add_new_gpu(curation)
+    process_and_publish(other_store, other, b, "incoming/b.csv")
+    assert query(index_settings, STATE) == query(other, STATE)
 
 
 def test_processing_the_same_file_again_with_the_same_parser_changes_no_run(

@@ -843,6 +843,13 @@ def find_stale(con: duckdb.DuckDBPyConnection, settled_paths: Sequence[str]) -> 
     runs, with their series (recomputed without them: a late series) and their settled file
     (rewritten). Returns how many are dropped. Nothing is scanned unless a snapshot was
     processed again; then the settled files, for the rows of its runs only."""
+    if not scalar(con, "SELECT count(*) FROM reprocessed"):  # the common case: nothing read
+        con.execute("CREATE TEMP TABLE stale_runs (run_digest VARCHAR)")
+        con.execute(
+            """CREATE TEMP TABLE dropped_runs (run_digest VARCHAR, series_key BIGINT,
+               superseded_by VARCHAR, retracted_in_source BOOLEAN, filename VARCHAR)"""
+        )
+        return 0
     in_reprocessed = "snapshot_digest IN (SELECT snapshot_digest FROM reprocessed)"
     con.execute(
         f"""CREATE TEMP TABLE touched_runs AS
@@ -1071,7 +1078,8 @@ def recompute_run_state(con: duckdb.DuckDBPyConnection, new_snapshots: set[str])
         """CREATE TEMP TABLE old_series_runs AS
            SELECT run_digest, series_key, observed_at, liger_version, snapshot_digest
            FROM known_state
-           WHERE series_key IN (SELECT DISTINCT series_key FROM new_runs)"""
+           WHERE series_key IN (SELECT series_key FROM new_runs
+                                UNION SELECT series_key FROM dropped_runs)"""
     )
     con.execute(
         """CREATE TEMP VIEW series_runs AS SELECT * FROM old_series_runs
