@@ -160,6 +160,22 @@ def test_a_run_superseded_by_a_stale_run_is_superseded_by_its_curated_form(
     assert query(index_settings, STATE) == query(other, STATE)
 
 
+def test_a_rebuilt_index_holds_the_current_record_sets_runs_only(
+    s3_store: Any, index_settings: Any, curation: Path
+) -> None:
+    """A home whose catalog is lost rebuilds the index from every record set in one publish,
+    both of a re-processed file's among them: the runs are those of the index it replaces."""
+    data = file_bytes()
+    process_and_publish(s3_store, index_settings, data)
+    add_new_gpu(curation)
+    process_and_publish(s3_store, index_settings, data)
+    reprocessed = query(index_settings, STATE)
+    (Path(index_settings.home) / "catalog.db").unlink()
+    publish_index(s3_store, index_settings)
+    assert query(index_settings, STATE) == reprocessed
+    assert query(index_settings, f"SELECT count(*) FROM runs WHERE {UNCURATED}") == [(0,)]
+
+
 def test_processing_the_same_file_again_with_the_same_parser_changes_no_run(
     s3_store: Any, index_settings: Any, curation: Path
 ) -> None:

@@ -551,8 +551,9 @@ def build_version(
 
 def find_reprocessed(con: duckdb.DuckDBPyConnection) -> None:
     """current_sets: each snapshot's current record set (tables.CURRENT_RECORD_SET) once the new
-    reads are in; reprocessed: the snapshots whose current set the new reads change (a backfill
-    after the curation grew, a parser fix), with their new one."""
+    reads are in; reprocessed: the snapshots of the new reads whose current set they change (a
+    backfill after the curation grew, a parser fix), or that come with several record sets (an
+    index rebuilt from the bucket), with their current one."""
     con.execute(
         f"""CREATE TEMP TABLE current_sets AS
             SELECT snapshot_digest, {CURRENT_RECORD_SET} AS parser_version
@@ -560,12 +561,21 @@ def find_reprocessed(con: duckdb.DuckDBPyConnection) -> None:
     )
     con.execute(
         f"""CREATE TEMP TABLE reprocessed AS
-            SELECT n.snapshot_digest, n.parser_version FROM current_sets n
-            JOIN (SELECT snapshot_digest, {CURRENT_RECORD_SET} AS parser_version
-                  FROM old_snapshots
-                  WHERE snapshot_digest IN (SELECT snapshot_digest FROM new_reads_arrow)
-                  GROUP BY snapshot_digest) o USING (snapshot_digest)
-            WHERE n.parser_version IS DISTINCT FROM o.parser_version"""
+            WITH new AS (
+                SELECT snapshot_digest, count(DISTINCT parser_version) AS sets FROM reads
+                WHERE snapshot_digest IN (SELECT snapshot_digest FROM new_reads_arrow)
+                GROUP BY snapshot_digest
+            ), old AS (
+                SELECT snapshot_digest, {CURRENT_RECORD_SET} AS parser_version
+                FROM old_snapshots
+                WHERE snapshot_digest IN (SELECT snapshot_digest FROM new_reads_arrow)
+                GROUP BY snapshot_digest
+            )
+            SELECT c.snapshot_digest, c.parser_version FROM new n
+            JOIN current_sets c USING (snapshot_digest)
+            LEFT JOIN old o USING (snapshot_digest)
+            WHERE CASE WHEN o.snapshot_digest IS NULL THEN n.sets > 1
+                       ELSE c.parser_version <> o.parser_version END"""
     )
 
 
