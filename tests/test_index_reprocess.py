@@ -74,6 +74,8 @@ def test_a_backfill_after_the_curation_grew_leaves_only_the_curated_runs(
         (NEW_GPU, "sm_75"),
     }
     assert query(index_settings, f"SELECT count(*) FROM runs WHERE {UNCURATED}") == [(0,)]
+    counts = load_current(s3_store, index_settings).version.counts
+    assert (counts["runs"], counts["superseded"]) == (6, 2)
     gone = {digest for (digest,) in uncurated}
     for view in ("runs", "latest_runs", "speedups", "lineage"):
         digests = {d for (d,) in query(index_settings, f"SELECT run_digest FROM {view}")}
