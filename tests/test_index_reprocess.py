@@ -162,6 +162,30 @@ def test_a_run_superseded_by_a_stale_run_is_superseded_by_its_curated_form(
     assert query(index_settings, STATE) == query(other, STATE)
 
 
+def test_a_run_only_an_older_version_still_holds_is_retracted(
+    s3_store: Any, index_settings: Any, curation: Path
+) -> None:
+    """The key's first version and its newest hold the same uncurated runs. The backfill
+    processes the newest again only: the runs stay (the first version's current record set
+    holds them) but the newest no longer does: they are retracted_in_source."""
+    process_and_publish(s3_store, index_settings, file_bytes((T1,), curated=False))
+    process_and_publish(s3_store, index_settings, file_bytes((T1,)))
+    add_new_gpu(curation)
+    process_and_publish(s3_store, index_settings, file_bytes((T1,)))
+    rows = query(
+        index_settings,
+        "SELECT architecture, retracted_in_source, superseded_by IS NULL FROM runs ORDER BY ALL",
+    )
+    assert rows == [
+        ("sm_100", False, True),
+        ("sm_100", False, True),
+        ("sm_75", False, True),
+        ("sm_75", False, True),
+        ("unspecified", True, True),
+        ("unspecified", True, True),
+    ]
+
+
 def test_a_rebuilt_index_holds_the_current_record_sets_runs_only(
     s3_store: Any, index_settings: Any, curation: Path
 ) -> None:

@@ -710,6 +710,7 @@ class RunChanges:
                 "observed_at",
                 "liger_version",
                 "snapshot_digest",
+                "parser_version",
                 "superseded_by",
                 "retracted_in_source",
                 "head_of_version",
@@ -1081,19 +1082,21 @@ def recompute_run_state(con: duckdb.DuckDBPyConnection, new_snapshots: set[str])
 
     Supersession: within a series, a run is superseded by the earliest run (lowest digest on a
     tie) observed strictly later. Retraction: a run not superseded and held by no key's newest
-    read (newest as pipelines/index/reads.py orders reads: by commit time where a version
-    carries one, else by LastModified; then read time). A key that returns to bytes it held
-    before is read again, so its newest read is what it holds now."""
+    read's current record set (newest as pipelines/index/reads.py orders reads: by commit time
+    where a version carries one, else by LastModified; then read time). A key that returns to
+    bytes it held before is read again, so its newest read is what it holds now."""
     con.execute(
         """CREATE TEMP TABLE old_series_runs AS
-           SELECT run_digest, series_key, observed_at, liger_version, snapshot_digest
+           SELECT run_digest, series_key, observed_at, liger_version, snapshot_digest,
+                  parser_version
            FROM known_state
            WHERE series_key IN (SELECT series_key FROM new_runs
                                 UNION SELECT series_key FROM dropped_runs)"""
     )
     con.execute(
         """CREATE TEMP VIEW series_runs AS SELECT * FROM old_series_runs
-           UNION ALL SELECT run_digest, series_key, observed_at, liger_version, snapshot_digest
+           UNION ALL SELECT run_digest, series_key, observed_at, liger_version, snapshot_digest,
+                            parser_version
            FROM new_runs"""
     )
     # Each Liger version's newest run of a series (version_changes reads only those).
@@ -1132,6 +1135,12 @@ def recompute_run_state(con: duckdb.DuckDBPyConnection, new_snapshots: set[str])
         f"arg_max(snapshot_digest, {NEWEST_ORDER_SQL}) AS snapshot_digest "
         "FROM reads GROUP BY source_key"
     )
+    # What the newest reads hold: their snapshots' current record sets (a snapshot processed
+    # again no longer holds what only its older record set did).
+    con.execute(
+        """CREATE TEMP TABLE newest_sets AS SELECT DISTINCT snapshot_digest, parser_version
+           FROM newest JOIN current_sets USING (snapshot_digest)"""
+    )
     con.execute(
         "CREATE TEMP TABLE touched AS SELECT DISTINCT snapshot_digest FROM reads "
         "WHERE source_key IN (SELECT source_key FROM new_reads_arrow)"
@@ -1142,24 +1151,24 @@ def recompute_run_state(con: duckdb.DuckDBPyConnection, new_snapshots: set[str])
     # and stays so whatever holds it: it is left out.
     con.execute(
         """CREATE TEMP TABLE old_other_lineage AS
-           SELECT l.run_digest, l.snapshot_digest FROM old_lineage_files l
+           SELECT l.run_digest, l.snapshot_digest, l.parser_version FROM old_lineage_files l
            SEMI JOIN (SELECT run_digest FROM known_state
                       UNION ALL SELECT run_digest FROM new_runs) k
              ON k.run_digest = l.run_digest"""
     )
     con.execute(
         """CREATE TEMP VIEW all_lineage AS
-           SELECT run_digest, snapshot_digest FROM known_state
-           UNION ALL SELECT run_digest, snapshot_digest FROM old_other_lineage
-           UNION ALL SELECT n.run_digest, n.snapshot_digest FROM new_lineage n
+           SELECT run_digest, snapshot_digest, parser_version FROM known_state
+           UNION ALL SELECT run_digest, snapshot_digest, parser_version FROM old_other_lineage
+           UNION ALL SELECT n.run_digest, n.snapshot_digest, n.parser_version FROM new_lineage n
            SEMI JOIN (SELECT run_digest FROM known_state
                       UNION ALL SELECT run_digest FROM new_runs) k
              ON k.run_digest = n.run_digest"""
     )
     con.execute(
         """CREATE TEMP VIEW candidate_rows AS
-           SELECT run_digest, true AS in_series, snapshot_digest FROM series_runs
-           UNION ALL SELECT run_digest, false, snapshot_digest FROM all_lineage
+           SELECT run_digest, true AS in_series, snapshot_digest, parser_version FROM series_runs
+           UNION ALL SELECT run_digest, false, snapshot_digest, parser_version FROM all_lineage
            WHERE snapshot_digest IN (SELECT snapshot_digest FROM touched)"""
     )
     # The candidates whose state may change or be set: superseded in their series, held by
@@ -1172,7 +1181,9 @@ def recompute_run_state(con: duckdb.DuckDBPyConnection, new_snapshots: set[str])
            SELECT DISTINCT c.run_digest FROM candidate_rows c
            SEMI JOIN old_run_state o ON o.run_digest = c.run_digest"""
     )
-    if _all_held_and_stateless(con, [*touched, *new_snapshots]):
+    if not scalar(con, "SELECT count(*) FROM reprocessed") and _all_held_and_stateless(
+        con, [*touched, *new_snapshots]
+    ):
         con.execute(
             "CREATE TEMP TABLE candidates AS "
             "SELECT DISTINCT run_digest, true AS in_series, true AS held FROM successors"
@@ -1183,8 +1194,8 @@ def recompute_run_state(con: duckdb.DuckDBPyConnection, new_snapshots: set[str])
     # are looked up in the newest snapshots' lineage.
     unsure = con.execute("SELECT count(*) FROM candidates WHERE NOT held").fetchone()
     newest_lineage = (
-        "SELECT run_digest FROM all_lineage "
-        "WHERE snapshot_digest IN (SELECT snapshot_digest FROM newest)"
+        "SELECT run_digest FROM all_lineage l SEMI JOIN newest_sets n "
+        "ON n.snapshot_digest = l.snapshot_digest AND n.parser_version = l.parser_version"
         if unsure and unsure[0]
         else "SELECT NULL::VARCHAR AS run_digest WHERE false"
     )
@@ -1242,15 +1253,18 @@ def _create_candidates(con: duckdb.DuckDBPyConnection) -> None:
     """The candidates worth a look, once each, with whether one is in a series and held."""
     con.execute(
         """CREATE TEMP TABLE candidates AS
-           WITH worth AS (
+           WITH rows AS (
+               SELECT c.run_digest, c.in_series, n.snapshot_digest IS NOT NULL AS held
+               FROM candidate_rows c LEFT JOIN newest_sets n
+                 ON n.snapshot_digest = c.snapshot_digest
+                AND n.parser_version = c.parser_version
+           ), worth AS (
                SELECT run_digest FROM successors
-               UNION SELECT run_digest FROM candidate_rows
-                     WHERE snapshot_digest NOT IN (SELECT snapshot_digest FROM newest)
+               UNION SELECT run_digest FROM rows WHERE NOT held
                UNION SELECT run_digest FROM had_state
            )
-           SELECT run_digest, bool_or(in_series) AS in_series,
-                  bool_or(snapshot_digest IN (SELECT snapshot_digest FROM newest)) AS held
-           FROM candidate_rows c SEMI JOIN worth w ON w.run_digest = c.run_digest
+           SELECT run_digest, bool_or(in_series) AS in_series, bool_or(held) AS held
+           FROM rows c SEMI JOIN worth w ON w.run_digest = c.run_digest
            GROUP BY run_digest"""
     )
 
