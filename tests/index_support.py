@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
+from pipelines.curation import CURATION_DIR_VARIABLE, CURATION_FILES
 from pipelines.index.local import open_index
 from pipelines.index.publish import publish_index
 from pipelines.index.tables import table_fingerprints
@@ -28,6 +29,34 @@ def index_settings(s3_store: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("KINDEX_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("KINDEX_BUCKET", s3_store.bucket)
     return Settings.from_env()
+
+
+@pytest.fixture
+def curation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A copy of the packaged curation, which this process reads from now on: a test grows it."""
+    from importlib import resources
+
+    folder = tmp_path / "curation"
+    folder.mkdir()
+    packaged = resources.files("pipelines.curation")
+    for name in CURATION_FILES:
+        (folder / name).write_text(packaged.joinpath(name).read_text(encoding="utf-8"))
+    monkeypatch.setenv(CURATION_DIR_VARIABLE, str(folder))
+    return folder
+
+
+NEW_GPU = "NVIDIA GeForce RTX 2080 Ti"  # a real GPU the packaged curation does not know
+
+
+def add_new_gpu(curation: Path) -> str:
+    """Curate NEW_GPU in a copy of the curation; returns gpus.yaml as it was, to undo it."""
+    gpus = curation / "gpus.yaml"
+    before = gpus.read_text()
+    gpus.write_text(
+        before + f"  {NEW_GPU}: {{vendor: nvidia, product: {NEW_GPU}, architecture: sm_75,"
+        " title: RTX 2080 Ti}\n"
+    )
+    return before
 
 
 def liger_rows(lines: range | list[int]) -> tuple[list[str], list[list[str]]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import signal
@@ -16,9 +17,21 @@ from typing import Any
 
 import pytest
 from graphql import parse, validate
+from index_support import (
+    NEW_GPU,
+    add_new_gpu,
+    csv_bytes,
+    curation,
+    drop_and_process,
+    index_settings,
+    liger_rows,
+)
 from process_support import free_port
 
 from pipelines.commands import backfill
+from pipelines.index.publish import publish_index
+
+__all__ = ["curation", "index_settings"]  # the fixtures, imported for pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -156,3 +169,52 @@ def test_backfill_chooses_files_through_the_ledger_and_launches_the_job(
         run = instance.get_run_by_id(out.strip())
         assert run is not None and run.job_name == "reprocess_files"
         assert run.run_config == backfill.reprocess_config(["incoming/file-0*"], False)
+
+
+# -- choosing the files that hold uncurated runs -------------------------------------------------
+
+
+def test_uncurated_chooses_the_files_whose_runs_are_uncurated(
+    s3_store: Any,
+    index_settings: Any,
+    curation: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Two files ingested, one of them measured on a GPU the curation lacks (under a key that
+    is no glob of itself): --uncurated launches the job with that key alone; once the curation
+    grew and the file was processed again, no file is left to choose."""
+    from pipelines.cli import main
+    from pipelines.intake.ledger import Ledger
+
+    header, rows = liger_rows([1836, 1843])
+    moved = [list(r) for r in rows]
+    for r in moved:
+        r[header.index("gpu_name")] = NEW_GPU
+    known, new = tmp_path / "known.csv", tmp_path / "new gpu [1].csv"
+    known.write_bytes(csv_bytes(header, rows))
+    new.write_bytes(csv_bytes(header, moved))
+    assert main(["ingest", str(known), str(new)]) == 0
+    launched: list[list[str]] = []
+
+    def launch(url: str, patterns: list[str], quarantined: bool) -> str:
+        launched.append(patterns)
+        return "run-id"
+
+    monkeypatch.setattr(backfill, "launch_reprocess", launch)
+    url = ["--url", "http://127.0.0.1:1"]
+    assert main(["backfill", "--uncurated", *url]) == 0
+    assert "1 files" in capsys.readouterr().err
+    assert launched == [[glob.escape("incoming/new gpu [1].csv")]]
+    # The job chooses through the ledger by these globs: the one key.
+    chosen = Ledger.of(s3_store, index_settings).select(patterns=launched[0])
+    assert [e.key for e in chosen] == ["incoming/new gpu [1].csv"]
+    assert main(["backfill", "incoming/known*", "--uncurated", *url]) == 1
+
+    add_new_gpu(curation)
+    drop_and_process(s3_store, index_settings, "incoming/new gpu [1].csv", new.read_bytes())
+    publish_index(s3_store, index_settings)
+    assert main(["backfill", "--uncurated", *url]) == 1
+    assert "no file matches" in capsys.readouterr().err
+    assert len(launched) == 1

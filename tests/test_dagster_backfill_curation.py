@@ -6,39 +6,25 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Iterator
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import pytest
 from dagster import DagsterInstance
 from dagster_support import SensorDriver, backfill_request, execute, latest_metadata
-from index_support import query
+from index_support import NEW_GPU, add_new_gpu, curation, query
 from liger_support import HEADER, csv_lines
 
 import definitions
-from pipelines.curation import CURATION_DIR_VARIABLE, CURATION_FILES
 from pipelines.settings import Settings
 
-NEW_GPU = "NVIDIA GeForce RTX 2080 Ti"  # a real GPU the curation does not know (yet)
+__all__ = ["curation"]  # the fixture, imported for pytest
 
 
 @pytest.fixture
 def instance() -> Iterator[DagsterInstance]:
     with DagsterInstance.ephemeral() as ephemeral:
         yield ephemeral
-
-
-@pytest.fixture
-def curation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A maintainer's copy of the curation, which this process reads from now on."""
-    folder = tmp_path / "curation"
-    folder.mkdir()
-    packaged = resources.files("pipelines.curation")
-    for name in CURATION_FILES:
-        (folder / name).write_text(packaged.joinpath(name).read_text(encoding="utf-8"))
-    monkeypatch.setenv(CURATION_DIR_VARIABLE, str(folder))
-    return folder
 
 
 def backfill(instance: DagsterInstance, window: str, how: str) -> None:
@@ -51,6 +37,12 @@ def backfill(instance: DagsterInstance, window: str, how: str) -> None:
             run_config={"ops": {"reprocess": {"config": {"files": ["incoming/*"]}}}},
         )
     assert run.success
+
+
+def rows_of(settings: Settings, view: str) -> list[tuple[Any, ...]]:
+    return query(
+        settings, f"select gpu, architecture, source_line from {view} order by source_line"
+    )
 
 
 @pytest.mark.parametrize("how", ["window", "reprocess_files"])
@@ -69,13 +61,9 @@ def test_backfill_after_a_new_gpu_turns_uncurated_runs_into_curated_ones(
     rows = query(settings, "select gpu, architecture, source_line from runs order by source_line")
     assert rows == [("NVIDIA B200", "sm_100", 2), (NEW_GPU, "unspecified", 3)]
     assert query(settings, "select state, runs, quarantined from files") == [("indexed", 2, 0)]
+    (uncurated,) = query(settings, f"select run_digest from runs where gpu = '{NEW_GPU}'")
 
-    gpus = curation / "gpus.yaml"
-    gpus.write_text(
-        gpus.read_text()
-        + f"  {NEW_GPU}: {{vendor: nvidia, product: {NEW_GPU}, architecture: sm_75,"
-        + " title: RTX 2080 Ti}\n"
-    )
+    add_new_gpu(curation)
     backfill(instance, str(request.partition_key), how)
 
     # The backfill published the index: nothing else to run. The file's current record set
@@ -84,6 +72,12 @@ def test_backfill_after_a_new_gpu_turns_uncurated_runs_into_curated_ones(
     current = """select r.gpu, r.architecture, l.source_line from lineage l
                  join runs r using (run_digest) order by l.source_line"""
     assert query(settings, current) == [("NVIDIA B200", "sm_100", 2), (NEW_GPU, "sm_75", 3)]
+    # The uncurated run left the index: runs and its views hold the curated run only.
+    assert rows_of(settings, "runs") == [("NVIDIA B200", "sm_100", 2), (NEW_GPU, "sm_75", 3)]
+    assert rows_of(settings, "latest_runs") == rows_of(settings, "runs")
+    for view in ("runs", "latest_runs", "speedups"):
+        digests = query(settings, f"select run_digest from {view}")
+        assert uncurated not in digests, view
     assert query(settings, "select state, runs, quarantined, attempts from files") == [
         ("indexed", 2, 0, 2)
     ]

@@ -5,19 +5,21 @@ the run into its curated form."""
 
 from __future__ import annotations
 
-from importlib import resources
 from pathlib import Path
 
 import pytest
+from index_support import curation
 from liger_oracle import row_outcomes
 from liger_support import HEADER
 from test_liger_bad_inputs import GOOD, GOOD_FIELDS, row_with
 
-from pipelines.curation import CURATION_DIR_VARIABLE, CURATION_FILES, load
+from pipelines.curation import load
 from pipelines.records import RowOutcome
 from pipelines.records.manifests import first_schema_error
 from pipelines.sources.liger.model import Normalizer, parser_version
 from pipelines.sources.liger.normalize import normalize_bytes
+
+__all__ = ["curation"]  # the fixture, imported for pytest
 
 KINDS = ("BenchmarkRun", "OperationSpec", "SoftwareProject", "ImplementationRevision",
          "WorkloadCase", "BenchmarkProtocol", "ExecutionEnvironment")  # fmt: skip
@@ -163,17 +165,6 @@ def test_an_uncurated_workload_has_the_swept_value_and_the_config_keys_as_axes()
     again = row_with(x_name="B", x_value="3", extra_benchmark_config_str='{"b": 2}')
     (one,), (two,) = normalize_text(clash), normalize_text(again)
     assert one.records[4].digest != two.records[4].digest
-
-
-@pytest.fixture
-def curation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    folder = tmp_path / "curation"
-    folder.mkdir()
-    packaged = resources.files("pipelines.curation")
-    for name in CURATION_FILES:
-        (folder / name).write_text(packaged.joinpath(name).read_text(encoding="utf-8"))
-    monkeypatch.setenv(CURATION_DIR_VARIABLE, str(folder))
-    return folder
 
 
 def test_a_grown_curation_turns_an_uncurated_run_into_the_curated_one(curation: Path) -> None:

@@ -1,9 +1,11 @@
 """`kindex backfill`: re-process chosen files with the current parser on a running Dagster.
 
 Files are chosen through the file ledger: by a glob over object keys (`incoming/liger*`, each
-key's newest version), by having had quarantined rows (e.g. after the curation learned a new GPU
-name), or all of them. It launches the `reprocess_files` job with the same choice in its config
-(the launchpad takes it too), through Dagster's GraphQL `launchRun`, and prints the run's id.
+key's newest version), by having had quarantined rows, by holding uncurated runs in the index
+(`--uncurated`: after the curation learned a new GPU, provider or kernel, the files it turns into
+curated runs), or all of them. It launches the `reprocess_files` job with the same choice in its
+config (the launchpad takes it too; `--uncurated` passes the chosen keys), through Dagster's
+GraphQL `launchRun`, and prints the run's id.
 `--window HOUR` instead backfills arrival windows of `records`, as the UI's Launch backfill does
 (`launchPartitionBackfill`): every file that arrived in them.
 """
@@ -11,15 +13,20 @@ name), or all of them. It launches the `reprocess_files` job with the same choic
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import sys
 import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipelines.forked import pid_alive
+
+if TYPE_CHECKING:
+    from pipelines.settings import Settings
+    from pipelines.storage.base import ObjectStore
 
 UP_FILE = "up.json"  # where `kindex up` says it serves: {"url": ..., "pid": ...}
 REPROCESS_JOB = "reprocess_files"
@@ -211,15 +218,41 @@ def wait_for_backfill(url: str, backfill_id: str, timeout: float) -> str:
     return wait_until_done(lambda: backfill_status(url, backfill_id), BACKFILL_DONE, timeout)
 
 
-def chosen_files(patterns: list[str], quarantined: bool) -> int:
-    """How many files the ledger holds that the choice takes."""
+def chosen_files(patterns: list[str], quarantined: bool, uncurated: bool = False) -> list[str]:
+    """The keys of the files the ledger holds that the choice takes (each key's newest
+    version); `uncurated`: only those whose content holds uncurated runs in the index."""
     from pipelines.intake.ledger import Ledger
     from pipelines.settings import Settings
     from pipelines.storage.s3 import store_session
 
     settings = Settings.from_env()
     with store_session(settings) as store:
-        return len(Ledger.of(store, settings).select(patterns=patterns, quarantined=quarantined))
+        entries = Ledger.of(store, settings).select(patterns=patterns, quarantined=quarantined)
+        if uncurated:
+            held = uncurated_snapshots(store, settings)
+            entries = [e for e in entries if e.snapshot_digest in held]
+    return [e.key for e in entries]
+
+
+def uncurated_snapshots(store: ObjectStore, settings: Settings) -> set[str]:
+    """The snapshots whose current record set holds uncurated runs (the labels of
+    pipelines/curation/gaps.py), in the index's current version."""
+    from pipelines.curation.gaps import CURATION_LABEL, UNCURATED
+    from pipelines.index.local import open_index, sync_local
+
+    sync_local(store, settings)
+    con = open_index(settings)
+    try:
+        rows = con.execute(
+            """SELECT DISTINCT l.snapshot_digest FROM lineage l
+               SEMI JOIN (SELECT run_digest FROM runs
+                          WHERE json_extract_string(manifest, '$.metadata.labels.' || ?) = ?) u
+               USING (run_digest)""",
+            [CURATION_LABEL, UNCURATED],
+        ).fetchall()
+    finally:
+        con.close()
+    return {str(row[0]) for row in rows}
 
 
 def backfill_windows(url: str, windows: list[str], wait: bool, timeout: float) -> int:
@@ -243,10 +276,16 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "glob", nargs="?", default="incoming/*", help="object key glob, e.g. 'incoming/liger*'"
     )
-    parser.add_argument(
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument(
         "--quarantined",
         action="store_true",
         help="only files whose last processing quarantined rows",
+    )
+    which.add_argument(
+        "--uncurated",
+        action="store_true",
+        help="only files whose runs in the index are uncurated (after the curation grew)",
     )
     parser.add_argument(
         "--url",
@@ -273,13 +312,17 @@ def run(args: argparse.Namespace) -> int:
         url = graphql_url(args.url or running_instance_url(Settings.from_env().home))
         if args.window:
             return backfill_windows(url, args.window, args.wait, args.timeout)
-        files = chosen_files(patterns, args.quarantined)
+        files = chosen_files(patterns, args.quarantined, args.uncurated)
         if not files:
             print("kindex backfill: no file matches; nothing launched", file=sys.stderr)
             return 1
+        if args.uncurated:  # the job chooses by glob: each chosen key, matching itself only
+            patterns = [glob.escape(key) for key in files]
         run_id = launch_reprocess(url, patterns, args.quarantined)
         print(run_id, flush=True)
-        print(f"{files} files; see {url.removesuffix('/graphql')}/runs/{run_id}", file=sys.stderr)
+        print(
+            f"{len(files)} files; see {url.removesuffix('/graphql')}/runs/{run_id}", file=sys.stderr
+        )
         if not args.wait:
             return 0
         status = wait_for(url, run_id, args.timeout)

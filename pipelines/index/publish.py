@@ -17,8 +17,9 @@ Every table but run_segments is only appended to, so a version costs a commit pe
 rows to. The manifests of a record set that are all new join their table as the record set's
 own Parquet files; other rows are written once, by DuckDB. Then the small files of each table are
 merged, and one row of `index_versions` names the snapshot of every table: that append is the
-commit. Nothing is ever deleted: a superseded run stays a row, and old versions stay readable
-for the retention (`--as-of`: a replaced run file stays in the bucket).
+commit. A superseded run stays a row; a run no snapshot's current record set holds any more (its
+file processed again into other runs) leaves run_segments (find_stale). Old versions stay
+readable for the retention (`--as-of`: a replaced run file stays in the bucket).
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ from pipelines.index.record_objects import (
     record_object_key,
 )
 from pipelines.index.tables import (
+    CURRENT_RECORD_SET,
     DUCKDB_TYPES,
     MANIFEST_SEGMENT_SCHEMA,
     RUN_SEGMENT_SCHEMA,
@@ -474,17 +476,28 @@ def build_version(
         "arg_min(source_key, {'at': taken_at, 'id': read_id}) AS source_key, "
         "min({'at': taken_at, 'id': read_id}) AS first_seen FROM reads GROUP BY snapshot_digest"
     )
+    find_reprocessed(con)
     several = len(pending) > 1
-    runs = RunChanges.find(con, objects.select("runs", RUN_SCHEMA), settled_paths, several)
-    new_manifests, whole_manifests = add_new_records(
-        con, "manifests", "digest", objects, MANIFEST_SEGMENT_SCHEMA, several
+    # A snapshot whose current record set is one the index holds already (processed again by
+    # a parser it had before) brings that set's runs back: they are looked at as pending runs.
+    returning = returning_record_sets(con, layout, pending, summaries)
+    run_objects = (
+        RecordObjects.fetch(store, layout, [*pending, *returning], ["runs"])
+        if returning
+        else objects
     )
+    several_runs = several or bool(returning)
     for name in ("lineage", "quarantine"):
         select = objects.select(name, STORED_TABLES[f"{name}_files"])
         con.execute(f"CREATE TEMP VIEW new_{name} AS {select}")
+    runs = RunChanges.find(con, run_objects.select("runs", RUN_SCHEMA), settled_paths, several_runs)
+    new_manifests, whole_manifests = add_new_records(
+        con, "manifests", "digest", objects, MANIFEST_SEGMENT_SCHEMA, several
+    )
     # One record set whose lineage is its runs' rows, all new: no lineage row of its own.
     add_new_lineage(
-        con, not several and runs.all_new and objects.paths["lineage"] == objects.paths["runs"]
+        con,
+        not several_runs and runs.all_new and objects.paths["lineage"] == objects.paths["runs"],
     )
     recompute_run_state(con, {rs.snapshot_digest for rs in pending})
     # Every data file written carries its table's field IDs (catalog.data_file_of checks).
@@ -525,7 +538,7 @@ def build_version(
                 commits.append(pool.submit(commit_data_file, catalog, layout, name, path))
         for commit in commits:
             commit.result()
-    counts = index_counts(con, current.version, runs.new, new_manifests, pending)
+    counts = index_counts(con, current.version, runs.new - runs.dropped, new_manifests, pending)
     con.close()
     pause_point(INDEX_FILES_WRITTEN)
     version = Version(
@@ -541,6 +554,58 @@ def build_version(
     if seq % EXPIRE_EVERY_VERSIONS == 0:
         catalog.expire()
     return version, runs.new
+
+
+def find_reprocessed(con: duckdb.DuckDBPyConnection) -> None:
+    """current_sets: each snapshot's current record set (tables.CURRENT_RECORD_SET) once the new
+    reads are in; reprocessed: the snapshots of the new reads whose current set they change (a
+    backfill after the curation grew, a parser fix), or that come with several record sets (an
+    index rebuilt from the bucket), with their current one."""
+    con.execute(
+        f"""CREATE TEMP TABLE current_sets AS
+            SELECT snapshot_digest, {CURRENT_RECORD_SET} AS parser_version
+            FROM reads GROUP BY snapshot_digest"""
+    )
+    con.execute(
+        f"""CREATE TEMP TABLE reprocessed AS
+            WITH new AS (
+                SELECT snapshot_digest, count(DISTINCT parser_version) AS sets FROM reads
+                WHERE snapshot_digest IN (SELECT snapshot_digest FROM new_reads_arrow)
+                GROUP BY snapshot_digest
+            ), old AS (
+                SELECT snapshot_digest, {CURRENT_RECORD_SET} AS parser_version
+                FROM old_snapshots
+                WHERE snapshot_digest IN (SELECT snapshot_digest FROM new_reads_arrow)
+                GROUP BY snapshot_digest
+            )
+            SELECT c.snapshot_digest, c.parser_version FROM new n
+            JOIN current_sets c USING (snapshot_digest)
+            LEFT JOIN old o USING (snapshot_digest)
+            WHERE CASE WHEN o.snapshot_digest IS NULL THEN n.sets > 1
+                       ELSE c.parser_version <> o.parser_version END"""
+    )
+
+
+def returning_record_sets(
+    con: duckdb.DuckDBPyConnection,
+    layout: IndexLayout,
+    pending: Sequence[RecordSet],
+    summaries: dict[str, dict[str, Any]],
+) -> list[RecordSet]:
+    """The record sets the index holds that are again their snapshot's current one (after
+    find_reprocessed): a run of theirs that left the index comes back."""
+    pending_prefixes = {rs.prefix for rs in pending}
+    prefixes = [
+        layout.record_set_prefix(parser_version, digest)
+        for digest, parser_version in con.execute(
+            "SELECT snapshot_digest, parser_version FROM reprocessed ORDER BY 1"
+        ).fetchall()
+    ]
+    return [
+        RecordSet(prefix, summaries[prefix])
+        for prefix in prefixes
+        if prefix not in pending_prefixes and prefix in summaries
+    ]
 
 
 def split_run_files(paths: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -568,6 +633,7 @@ class RunChanges:
     and the late series' settled files; every other settled file stays as it is, unread."""
 
     new: int = 0
+    dropped: int = 0  # stored runs no current record set holds any more (find_stale)
     all_new: bool = False  # no pending run is stored already
     rewrite_live: bool = False
     settled_rewritten: list[str] = field(default_factory=list)
@@ -596,8 +662,9 @@ class RunChanges:
                 SELECT {columns} FROM ({pending_runs}) c
                 JOIN first_reads f USING (snapshot_digest) {first_only}"""
         )
+        changes.dropped = find_stale(con, settled_paths)
         # A late series: a pending run observed no later than the series' newest run (which
-        # is live: nothing observed later supersedes it).
+        # is live: nothing observed later supersedes it); or one that loses a stale run.
         con.execute(
             """CREATE TEMP TABLE candidate_series AS
                SELECT series_key, min(observed_at) AS first_at FROM candidate_runs
@@ -608,7 +675,8 @@ class RunChanges:
                SELECT c.series_key FROM candidate_series c
                JOIN (SELECT series_key, max(observed_at) AS last_at FROM old_live
                      GROUP BY series_key) l USING (series_key)
-               WHERE c.first_at <= l.last_at"""
+               WHERE c.first_at <= l.last_at
+               UNION SELECT series_key FROM dropped_runs"""
         )
         # Snapshots whose first read moved (a read older than the one their runs were stored
         # with): their runs are stored again with the new source key.
@@ -631,6 +699,13 @@ class RunChanges:
                        OR snapshot_digest IN (SELECT snapshot_digest FROM moved_snapshots)"""
             ).fetchall()
             changes.settled_rewritten = sorted(str(row[0]) for row in found)
+        # A stale run's settled file is found by its series (late), and named here too.
+        dropped_files = con.execute(
+            "SELECT DISTINCT filename FROM dropped_runs WHERE filename IS NOT NULL"
+        ).fetchall()
+        changes.settled_rewritten = sorted(
+            {*changes.settled_rewritten, *(str(row[0]) for row in dropped_files)}
+        )
         con.execute(
             "CREATE TEMP VIEW rewritten_settled AS "
             + parquet_select(changes.settled_rewritten, RUN_SEGMENT_SCHEMA)
@@ -642,6 +717,7 @@ class RunChanges:
                 "observed_at",
                 "liger_version",
                 "snapshot_digest",
+                "parser_version",
                 "superseded_by",
                 "retracted_in_source",
                 "head_of_version",
@@ -649,22 +725,27 @@ class RunChanges:
         )
         con.execute(
             f"""CREATE TEMP TABLE known_state AS
-                SELECT {state}, true AS in_live FROM old_live
-                UNION ALL SELECT {state}, false FROM rewritten_settled
-                WHERE series_key IN (SELECT series_key FROM late_series)"""
+                SELECT * FROM (
+                    SELECT {state}, true AS in_live FROM old_live
+                    UNION ALL SELECT {state}, false FROM rewritten_settled
+                    WHERE series_key IN (SELECT series_key FROM late_series))
+                WHERE run_digest NOT IN (SELECT run_digest FROM stale_runs)"""
         )
         con.execute(
             """CREATE TEMP TABLE known_runs AS
                SELECT k.run_digest FROM known_state k
                SEMI JOIN candidate_runs c ON c.run_digest = k.run_digest"""
         )
-        if not scalar(con, "SELECT count(*) FROM known_runs"):
+        if not scalar(con, "SELECT count(*) FROM known_runs") and not scalar(
+            con, "SELECT count(*) FROM stale_runs"
+        ):
             changes.all_new = True
             con.execute("CREATE TEMP VIEW new_runs AS SELECT * FROM candidate_runs")
         else:
             con.execute(
                 """CREATE TEMP TABLE new_runs AS SELECT * FROM candidate_runs
-                   WHERE run_digest NOT IN (SELECT run_digest FROM known_runs)"""
+                   WHERE run_digest NOT IN (SELECT run_digest FROM known_runs)
+                     AND run_digest NOT IN (SELECT run_digest FROM stale_runs)"""
             )
         changes.new = scalar(con, "SELECT count(*) FROM new_runs")
         con.execute(
@@ -719,7 +800,8 @@ class RunChanges:
             scalar(
                 con,
                 "SELECT count(*) FROM old_live "
-                "WHERE snapshot_digest IN (SELECT snapshot_digest FROM moved_snapshots)",
+                "WHERE snapshot_digest IN (SELECT snapshot_digest FROM moved_snapshots) "
+                "OR run_digest IN (SELECT run_digest FROM stale_runs)",
             )
         )
         # Live files a publish only appended to (new series, nothing else changed) are merged
@@ -736,7 +818,11 @@ class RunChanges:
             sources.append(f"SELECT {', '.join(stored)} FROM old_live")
         if self.settled_rewritten:
             sources.append(f"SELECT {', '.join(stored)} FROM rewritten_settled")
-        pool = " UNION ALL ".join(sources)
+        # A stale run leaves the files it was stored in (find_stale).
+        pool = (
+            f"SELECT * FROM ({' UNION ALL '.join(sources)}) "
+            "WHERE run_digest NOT IN (SELECT run_digest FROM stale_runs)"
+        )
         con.execute(
             f"""CREATE TEMP VIEW written_runs AS
                 SELECT p.*, f.source_key,
@@ -768,6 +854,76 @@ class RunChanges:
         live, _ = split_run_files(list(keys))
         deleted = (live if self.rewrite_live else []) + self.settled_rewritten
         return [f"s3://{layout.bucket}/{keys[path]}" for path in deleted]
+
+
+def find_stale(con: duckdb.DuckDBPyConnection, settled_paths: Sequence[str]) -> int:
+    """stale_runs (run_digest): the runs of a reprocessed snapshot (find_reprocessed) that no
+    snapshot's current record set holds any more: its file was processed again into other runs
+    (an uncurated run turned curated, a parser fix that changed digests). A stale run leaves
+    run_segments, and so runs, latest_runs and every view; its record set, its lineage rows
+    and the versions before stay in the bucket (`--as-of`), and it comes back when its record
+    set is current again (returning_record_sets). dropped_runs: the stored rows of the stale
+    runs, with their series (recomputed without them: a late series) and their settled file
+    (rewritten). Returns how many are dropped. Nothing is scanned unless a snapshot was
+    processed again; then the settled files, for the rows of its runs only."""
+    if not scalar(con, "SELECT count(*) FROM reprocessed"):  # the common case: nothing read
+        con.execute("CREATE TEMP TABLE stale_runs (run_digest VARCHAR)")
+        con.execute(
+            """CREATE TEMP TABLE dropped_runs (run_digest VARCHAR, series_key BIGINT,
+               superseded_by VARCHAR, retracted_in_source BOOLEAN, filename VARCHAR)"""
+        )
+        return 0
+    in_reprocessed = "snapshot_digest IN (SELECT snapshot_digest FROM reprocessed)"
+    con.execute(
+        f"""CREATE TEMP TABLE touched_runs AS
+            SELECT run_digest FROM old_live WHERE {in_reprocessed}
+            UNION SELECT run_digest FROM old_lineage_files WHERE {in_reprocessed}
+            UNION SELECT run_digest FROM new_lineage WHERE {in_reprocessed}
+            UNION SELECT run_digest FROM candidate_runs WHERE {in_reprocessed}"""
+    )
+    stored = (
+        "run_digest, series_key, snapshot_digest, parser_version, superseded_by, "
+        "retracted_in_source"
+    )
+    settled = (
+        f"""SELECT {stored}, filename FROM read_parquet(
+                [{", ".join(sql_string(p) for p in settled_paths)}], filename = true)
+            WHERE {in_reprocessed}
+               OR run_digest IN (SELECT run_digest FROM touched_runs)"""
+        if settled_paths and scalar(con, "SELECT count(*) FROM touched_runs")
+        else f"SELECT {stored}, NULL::VARCHAR AS filename FROM old_live WHERE false"
+    )
+    con.execute(
+        f"""CREATE TEMP TABLE stored_touched AS
+            SELECT {stored}, NULL::VARCHAR AS filename FROM old_live
+            WHERE run_digest IN (SELECT run_digest FROM touched_runs)
+            UNION ALL {settled}"""
+    )
+    lineage = "run_digest, snapshot_digest, parser_version"
+    con.execute(
+        f"""CREATE TEMP TABLE stale_runs AS
+            WITH touched AS (
+                SELECT run_digest FROM touched_runs
+                UNION SELECT run_digest FROM stored_touched
+            ), held AS (
+                SELECT {lineage} FROM stored_touched
+                UNION ALL SELECT {lineage} FROM old_lineage_files
+                UNION ALL SELECT {lineage} FROM new_lineage
+                UNION ALL SELECT {lineage} FROM candidate_runs
+            )
+            SELECT run_digest FROM touched
+            EXCEPT SELECT h.run_digest FROM held h
+            SEMI JOIN touched t ON t.run_digest = h.run_digest
+            SEMI JOIN current_sets c
+              ON c.snapshot_digest = h.snapshot_digest
+             AND c.parser_version = h.parser_version"""
+    )
+    con.execute(
+        """CREATE TEMP TABLE dropped_runs AS
+           SELECT run_digest, series_key, superseded_by, retracted_in_source, filename
+           FROM stored_touched WHERE run_digest IN (SELECT run_digest FROM stale_runs)"""
+    )
+    return scalar(con, "SELECT count(*) FROM dropped_runs")
 
 
 def current_run_keys(layout: IndexLayout, local: dict[str, list[str]]) -> dict[str, str]:
@@ -954,18 +1110,21 @@ def recompute_run_state(con: duckdb.DuckDBPyConnection, new_snapshots: set[str])
 
     Supersession: within a series, a run is superseded by the earliest run (lowest digest on a
     tie) observed strictly later. Retraction: a run not superseded and held by no key's newest
-    read (newest as pipelines/index/reads.py orders reads: by commit time where a version
-    carries one, else by LastModified; then read time). A key that returns to bytes it held
-    before is read again, so its newest read is what it holds now."""
+    read's current record set (newest as pipelines/index/reads.py orders reads: by commit time
+    where a version carries one, else by LastModified; then read time). A key that returns to
+    bytes it held before is read again, so its newest read is what it holds now."""
     con.execute(
         """CREATE TEMP TABLE old_series_runs AS
-           SELECT run_digest, series_key, observed_at, liger_version, snapshot_digest
+           SELECT run_digest, series_key, observed_at, liger_version, snapshot_digest,
+                  parser_version
            FROM known_state
-           WHERE series_key IN (SELECT DISTINCT series_key FROM new_runs)"""
+           WHERE series_key IN (SELECT series_key FROM new_runs
+                                UNION SELECT series_key FROM dropped_runs)"""
     )
     con.execute(
         """CREATE TEMP VIEW series_runs AS SELECT * FROM old_series_runs
-           UNION ALL SELECT run_digest, series_key, observed_at, liger_version, snapshot_digest
+           UNION ALL SELECT run_digest, series_key, observed_at, liger_version, snapshot_digest,
+                            parser_version
            FROM new_runs"""
     )
     # Each Liger version's newest run of a series (version_changes reads only those).
@@ -1004,6 +1163,12 @@ def recompute_run_state(con: duckdb.DuckDBPyConnection, new_snapshots: set[str])
         f"arg_max(snapshot_digest, {NEWEST_ORDER_SQL}) AS snapshot_digest "
         "FROM reads GROUP BY source_key"
     )
+    # What the newest reads hold: their snapshots' current record sets (a snapshot processed
+    # again no longer holds what only its older record set did).
+    con.execute(
+        """CREATE TEMP TABLE newest_sets AS SELECT DISTINCT snapshot_digest, parser_version
+           FROM newest JOIN current_sets USING (snapshot_digest)"""
+    )
     con.execute(
         "CREATE TEMP TABLE touched AS SELECT DISTINCT snapshot_digest FROM reads "
         "WHERE source_key IN (SELECT source_key FROM new_reads_arrow)"
@@ -1014,24 +1179,24 @@ def recompute_run_state(con: duckdb.DuckDBPyConnection, new_snapshots: set[str])
     # and stays so whatever holds it: it is left out.
     con.execute(
         """CREATE TEMP TABLE old_other_lineage AS
-           SELECT l.run_digest, l.snapshot_digest FROM old_lineage_files l
+           SELECT l.run_digest, l.snapshot_digest, l.parser_version FROM old_lineage_files l
            SEMI JOIN (SELECT run_digest FROM known_state
                       UNION ALL SELECT run_digest FROM new_runs) k
              ON k.run_digest = l.run_digest"""
     )
     con.execute(
         """CREATE TEMP VIEW all_lineage AS
-           SELECT run_digest, snapshot_digest FROM known_state
-           UNION ALL SELECT run_digest, snapshot_digest FROM old_other_lineage
-           UNION ALL SELECT n.run_digest, n.snapshot_digest FROM new_lineage n
+           SELECT run_digest, snapshot_digest, parser_version FROM known_state
+           UNION ALL SELECT run_digest, snapshot_digest, parser_version FROM old_other_lineage
+           UNION ALL SELECT n.run_digest, n.snapshot_digest, n.parser_version FROM new_lineage n
            SEMI JOIN (SELECT run_digest FROM known_state
                       UNION ALL SELECT run_digest FROM new_runs) k
              ON k.run_digest = n.run_digest"""
     )
     con.execute(
         """CREATE TEMP VIEW candidate_rows AS
-           SELECT run_digest, true AS in_series, snapshot_digest FROM series_runs
-           UNION ALL SELECT run_digest, false, snapshot_digest FROM all_lineage
+           SELECT run_digest, true AS in_series, snapshot_digest, parser_version FROM series_runs
+           UNION ALL SELECT run_digest, false, snapshot_digest, parser_version FROM all_lineage
            WHERE snapshot_digest IN (SELECT snapshot_digest FROM touched)"""
     )
     # The candidates whose state may change or be set: superseded in their series, held by
@@ -1044,7 +1209,9 @@ def recompute_run_state(con: duckdb.DuckDBPyConnection, new_snapshots: set[str])
            SELECT DISTINCT c.run_digest FROM candidate_rows c
            SEMI JOIN old_run_state o ON o.run_digest = c.run_digest"""
     )
-    if _all_held_and_stateless(con, [*touched, *new_snapshots]):
+    if not scalar(con, "SELECT count(*) FROM reprocessed") and _all_held_and_stateless(
+        con, [*touched, *new_snapshots]
+    ):
         con.execute(
             "CREATE TEMP TABLE candidates AS "
             "SELECT DISTINCT run_digest, true AS in_series, true AS held FROM successors"
@@ -1055,8 +1222,8 @@ def recompute_run_state(con: duckdb.DuckDBPyConnection, new_snapshots: set[str])
     # are looked up in the newest snapshots' lineage.
     unsure = con.execute("SELECT count(*) FROM candidates WHERE NOT held").fetchone()
     newest_lineage = (
-        "SELECT run_digest FROM all_lineage "
-        "WHERE snapshot_digest IN (SELECT snapshot_digest FROM newest)"
+        "SELECT run_digest FROM all_lineage l SEMI JOIN newest_sets n "
+        "ON n.snapshot_digest = l.snapshot_digest AND n.parser_version = l.parser_version"
         if unsure and unsure[0]
         else "SELECT NULL::VARCHAR AS run_digest WHERE false"
     )
@@ -1114,15 +1281,18 @@ def _create_candidates(con: duckdb.DuckDBPyConnection) -> None:
     """The candidates worth a look, once each, with whether one is in a series and held."""
     con.execute(
         """CREATE TEMP TABLE candidates AS
-           WITH worth AS (
+           WITH rows AS (
+               SELECT c.run_digest, c.in_series, n.snapshot_digest IS NOT NULL AS held
+               FROM candidate_rows c LEFT JOIN newest_sets n
+                 ON n.snapshot_digest = c.snapshot_digest
+                AND n.parser_version = c.parser_version
+           ), worth AS (
                SELECT run_digest FROM successors
-               UNION SELECT run_digest FROM candidate_rows
-                     WHERE snapshot_digest NOT IN (SELECT snapshot_digest FROM newest)
+               UNION SELECT run_digest FROM rows WHERE NOT held
                UNION SELECT run_digest FROM had_state
            )
-           SELECT run_digest, bool_or(in_series) AS in_series,
-                  bool_or(snapshot_digest IN (SELECT snapshot_digest FROM newest)) AS held
-           FROM candidate_rows c SEMI JOIN worth w ON w.run_digest = c.run_digest
+           SELECT run_digest, bool_or(in_series) AS in_series, bool_or(held) AS held
+           FROM rows c SEMI JOIN worth w ON w.run_digest = c.run_digest
            GROUP BY run_digest"""
     )
 
@@ -1154,10 +1324,12 @@ def index_counts(
         + scalar(
             "SELECT count(*) FILTER (WHERE superseded_by IS NOT NULL)"
             " - count(*) FILTER (WHERE old_superseded_by IS NOT NULL) FROM final_state"
-        ),
+        )
+        - scalar("SELECT count(*) FROM dropped_runs WHERE superseded_by IS NOT NULL"),
         "retracted": int(old.get("retracted", 0))
         + scalar(
             "SELECT count(*) FILTER (WHERE retracted_in_source)"
             " - count(*) FILTER (WHERE old_retracted) FROM final_state"
-        ),
+        )
+        - scalar("SELECT count(*) FROM dropped_runs WHERE retracted_in_source"),
     }
