@@ -508,7 +508,8 @@ COLUMNS = [*SPEEDUP_COLUMNS, "external_id", "manifest"]
 
 def series_speedups(tables: Sequence["pa.Table"]) -> dict[str, list[float]]:
     """Speedups per kernel, pass, GPU and provider (pipelines/charts.py), over the latency runs
-    only: never averaged across GPUs or passes."""
+    only: never averaged across GPUs or passes. A cohort is of one kernel, pass and GPU already,
+    so naming the series by all three splits nothing else."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -516,7 +517,9 @@ def series_speedups(tables: Sequence["pa.Table"]) -> dict[str, list[float]]:
         return {}
     runs = pa.concat_tables([t.select(SPEEDUP_COLUMNS) for t in tables])
     latency = runs.filter(pc.equal(runs.column("metric"), "latency")).to_pylist()
-    return speedups(latency, per_gpu_and_pass=True)
+    for run in latency:
+        run["kernel"] = f"{run['kernel']} {run['mode']} on {run['gpu']}"
+    return speedups(latency)
 
 
 def speedup_table(by_series: dict[str, list[float]]) -> MetadataValue:

@@ -22,15 +22,10 @@ if TYPE_CHECKING:
 
 
 def speedups(
-    runs: Iterable[Mapping[str, Any]],
-    baseline_ranks: Mapping[str, int] | None = None,
-    *,
-    per_gpu_and_pass: bool = False,
+    runs: Iterable[Mapping[str, Any]], baseline_ranks: Mapping[str, int] | None = None
 ) -> dict[str, list[float]]:
-    """Per kernel/provider (with `per_gpu_and_pass`, per kernel, pass, GPU and provider: a
-    series never averaged across them), the speedups over the cohort's baseline provider (same
-    kernel, mode, GPU and case; latency only). The baseline is the lowest-ranked curated one
-    present."""
+    """Per kernel/provider, the speedups over the cohort's baseline provider (same kernel,
+    mode, GPU and case; latency only). The baseline is the lowest-ranked curated one present."""
     ranks = curation.load().baseline_ranks() if baseline_ranks is None else baseline_ranks
     cohorts: dict[tuple[str, str, str, str], dict[str, int]] = defaultdict(dict)
     newest: dict[tuple[str, str, str, str, str], tuple[Any, Any]] = {}
@@ -44,15 +39,14 @@ def speedups(
                 newest[(*cohort, r["provider"])] = when
                 cohorts[cohort][r["provider"]] = r["median"]
     result: dict[str, list[float]] = defaultdict(list)
-    for (kernel, mode, gpu, _case), medians in cohorts.items():
+    for (kernel, *_), medians in cohorts.items():
         present = [p for p in medians if p in ranks]
         if not present:
             continue
         baseline = min(present, key=lambda p: ranks[p])
-        series = f"{kernel} {mode} on {gpu}" if per_gpu_and_pass else kernel
         for provider, median in medians.items():
             if provider != baseline:
-                result[f"{series}: {provider} vs {baseline}"].append(medians[baseline] / median)
+                result[f"{kernel}: {provider} vs {baseline}"].append(medians[baseline] / median)
     return dict(result)
 
 
