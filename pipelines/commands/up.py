@@ -368,7 +368,10 @@ def run(args: argparse.Namespace) -> int:
                 [_bin("dagster-webserver"), "-h", HOST, "-p", str(args.port), *module],
                 env,
             )
-            supervisor.start("dagster-daemon", [_bin("dagster-daemon"), "run", *module], env)
+            # Warnings up: at info the daemon logs every sensor tick, a line a second at rest
+            # (the ticks are in the UI's sensor history).
+            daemon = [_bin("dagster-daemon"), "run", "--log-level", "warning", *module]
+            supervisor.start("dagster-daemon", daemon, env)
             wait_until_ready(
                 f"http://{HOST}:{args.port}/server_info", supervisor, READY_TIMEOUT_SECONDS
             )
