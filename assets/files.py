@@ -108,7 +108,8 @@ WINDOW_KEYS = {
     "index_version": "The index version this run published.",
     "speedups": "Per kernel, pass, GPU and provider: the geometric-mean speedup over the "
     "cohort's baseline provider, over the window's runs.",
-    "speedup_chart": "The same as bars (drawn from 500 runs).",
+    "speedup_chart": "The same as bars, the extremes where there are many (drawn by a run "
+    "whose files bring 500 runs).",
     "warnings": "What could not be reported (never a failure of a file).",
 }
 
@@ -364,6 +365,10 @@ class BatchReport:
         """This run's files of a window (of every window: None)."""
         return [f for f in self.result.files if window in (None, f.entry.arrival_window)]
 
+    def run_runs(self, window: str) -> int:
+        """Runs this run's files of a window yielded."""
+        return sum(f.entry.runs for f in self.files(window))
+
     def window_metadata(self, window: str) -> dict[str, object]:
         entries = self.ledger.get(window, [])
         states = Counter(e.state for e in entries)
@@ -383,9 +388,9 @@ class BatchReport:
             by_series = self.cosmetic("speedups", lambda: series_speedups([runs]))
             if by_series:
                 meta["speedups"] = speedup_table(by_series)
-                if runs.num_rows >= CHART_MIN_RUNS:
-                    title = f"Speedups of the files of {window}, per GPU and pass"
-                    png = self.cosmetic("speedup chart", lambda: speedup_bars_png(by_series, title))
+                if self.run_runs(window) >= CHART_MIN_RUNS:
+                    shown, title = chart_series(by_series, window)
+                    png = self.cosmetic("speedup chart", lambda: speedup_bars_png(shown, title))
                     if png is not None:
                         meta["speedup_chart"] = MetadataValue.md(
                             md.png_markdown(png, "speedups over baseline")
@@ -499,9 +504,12 @@ def window_runs(
     return found
 
 
-# Drawing the chart costs more CPU than processing a small file: a window gets it from this many
-# runs, the speedups as a table below.
+# Drawing the chart costs more CPU than processing a small file: a run whose files of a window
+# bring this many runs draws it (over all the window's runs); the speedups are a table anyway.
 CHART_MIN_RUNS = 500
+# Bars in a chart: its cost grows with them (a bar a series of a kernel, pass, GPU and provider,
+# hundreds in a big window); the chart shows the extremes, the table has every series.
+CHART_MAX_BARS = 30
 SPEEDUP_COLUMNS = ["kernel", "provider", "mode", "gpu", "case_key", "metric", "median"]
 COLUMNS = [*SPEEDUP_COLUMNS, "external_id", "manifest"]
 
@@ -520,6 +528,19 @@ def series_speedups(tables: Sequence["pa.Table"]) -> dict[str, list[float]]:
     for run in latency:
         run["kernel"] = f"{run['kernel']} {run['mode']} on {run['gpu']}"
     return speedups(latency)
+
+
+def chart_series(
+    by_series: dict[str, list[float]], window: str
+) -> tuple[dict[str, list[float]], str]:
+    """The series a window's chart shows, and its title: all, or the slowest and the fastest."""
+    title = f"Speedups of the files of {window}, per kernel, pass and GPU"
+    if len(by_series) <= CHART_MAX_BARS:
+        return by_series, title
+    ranked = sorted(by_series, key=lambda name: geometric_mean(by_series[name]))
+    half = CHART_MAX_BARS // 2
+    shown = {name: by_series[name] for name in [*ranked[:half], *ranked[-half:]]}
+    return shown, f"{title}: the {half} lowest and highest of {len(by_series)} series"
 
 
 def speedup_table(by_series: dict[str, list[float]]) -> MetadataValue:
