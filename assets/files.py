@@ -108,8 +108,7 @@ WINDOW_KEYS = {
     "index_version": "The index version this run published.",
     "speedups": "Per kernel, pass, GPU and provider: the geometric-mean speedup over the "
     "cohort's baseline provider, over the window's runs.",
-    "speedup_chart": "The same as bars, the extremes where there are many (drawn by a run "
-    "whose files bring 500 runs).",
+    "speedup_chart": "The same as bars, the extremes where there are many (from 500 runs).",
     "warnings": "What could not be reported (never a failure of a file).",
 }
 
@@ -365,10 +364,6 @@ class BatchReport:
         """This run's files of a window (of every window: None)."""
         return [f for f in self.result.files if window in (None, f.entry.arrival_window)]
 
-    def run_runs(self, window: str) -> int:
-        """Runs this run's files of a window yielded."""
-        return sum(f.entry.runs for f in self.files(window))
-
     def window_metadata(self, window: str) -> dict[str, object]:
         entries = self.ledger.get(window, [])
         states = Counter(e.state for e in entries)
@@ -388,7 +383,7 @@ class BatchReport:
             by_series = self.cosmetic("speedups", lambda: series_speedups([runs]))
             if by_series:
                 meta["speedups"] = speedup_table(by_series)
-                if self.run_runs(window) >= CHART_MIN_RUNS:
+                if runs.num_rows >= CHART_MIN_RUNS:
                     shown, title = chart_series(by_series, window)
                     png = self.cosmetic("speedup chart", lambda: speedup_bars_png(shown, title))
                     if png is not None:
@@ -504,8 +499,8 @@ def window_runs(
     return found
 
 
-# Drawing the chart costs more CPU than processing a small file: a run whose files of a window
-# bring this many runs draws it (over all the window's runs); the speedups are a table anyway.
+# Drawing the chart costs more CPU than processing a small file: a window gets it from this many
+# runs (so its latest materialization has it, whatever batch came last); a table below.
 CHART_MIN_RUNS = 500
 # Bars in a chart: its cost grows with them (a bar a series of a kernel, pass, GPU and provider,
 # hundreds in a big window); the chart shows the extremes, the table has every series.

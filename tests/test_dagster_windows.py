@@ -149,3 +149,20 @@ def test_the_reprocess_job_runs_the_checks_of_each_window_and_reports_the_index(
     meta = latest_metadata(instance, "records", window)
     assert meta["files"] == 1 and meta["this_run_files"] == 1
     assert latest_metadata(instance, "index")["published_by"] == "reprocess_files"
+
+
+def test_a_windows_chart_shows_the_extremes_of_many_series() -> None:
+    """Per kernel, pass and GPU a window holds hundreds of series: the chart draws the slowest
+    and the fastest (the `speedups` table keeps them all)."""
+    from assets.files import CHART_MAX_BARS, chart_series
+
+    by_series = {f"k{n} forward on G: p vs b": [0.5 + n / 10] for n in range(CHART_MAX_BARS + 10)}
+
+    shown, title = chart_series(by_series, "2026-12-07-10:00")
+
+    half = CHART_MAX_BARS // 2
+    names = sorted(by_series, key=lambda s: by_series[s][0])
+    assert set(shown) == {*names[:half], *names[-half:]}
+    assert f"of {len(by_series)} series" in title
+    few = dict(list(by_series.items())[:3])
+    assert chart_series(few, "w")[0] == few
