@@ -1,44 +1,57 @@
 """The file asset: batches of dropped object versions into record sets and the index.
 
-`records` is partitioned by arrival window (assets/partitions.py). A run processes one batch of
-files (pipelines/ingest.py `process_batch`): each file's snapshot and record set, then the index,
-then one append to the file ledger. Whatever its size, a batch costs Dagster a materialization
-and three check results: each file's state, reason and attempts are ledger rows (the `files`
-view) and a table on the batch's materialization. One file's failure is its own: a `failed`
-row, retried with backoff by the ledger sensor, never a failed run for its neighbours.
+`records` is partitioned by arrival window (assets/partitions.py: the hours that hold files). A
+run processes one batch of files (pipelines/ingest.py `process_batch`): each file's snapshot and
+record set, then one append to the file ledger, then the index. Whatever its size, a batch costs
+Dagster a materialization per window and four check results: each file's state, reason and
+attempts are ledger rows (the `files` view). A window's materialization says what the ledger
+holds for the whole window, every batch of it counted, not only the batch that ran last.
+One file's failure is its own: a `failed` row, retried with backoff by the ledger sensor, never a
+failed run for its neighbours.
 
 Which files a run takes: the sensors name a batch (`batch` in the run's config), written to the
 ledger as pending before the run was requested; a backfill of windows (from the UI) takes every
 file that arrived in them. `reprocess_files` is the launchpad's job for a glob or a list of keys
-(`kindex backfill GLOB` launches it).
+(`kindex backfill GLOB` launches it); it reports the same materializations and checks.
 """
 
+import warnings
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TypeVar
 
 from dagster import (
+    AssetCheckEvaluation,
     AssetCheckResult,
     AssetCheckSeverity,
     AssetCheckSpec,
     AssetExecutionContext,
-    AssetKey,
     AssetMaterialization,
+    AssetSelection,
     BackfillPolicy,
-    Backoff,
+    BetaWarning,
     Config,
-    Jitter,
     MaterializeResult,
     MetadataValue,
     OpExecutionContext,
-    RetryPolicy,
+    PreviewWarning,
     asset,
+    define_asset_job,
     job,
     op,
 )
 
 from assets import metadata as md
+from assets.conventions import (
+    FILE_RETRY_POLICY,
+    GROUP,
+    OWNERS,
+    RECORDS_KEY,
+    records_code_version,
+)
 from assets.partitions import ARRIVAL_WINDOWS
+from assets.published import file_records, publish_report, records_table
 from assets.resources import KindexResource
 from pipelines.charts import geometric_mean, speedup_bars_png, speedups
 from pipelines.ingest import (
@@ -51,21 +64,14 @@ from pipelines.ingest import (
     schema_sample,
     schema_verdict,
 )
-from pipelines.intake.ledger import FileEntry, FileState
+from pipelines.intake.ledger import FileEntry, FileState, Ledger
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
 T = TypeVar("T")
 
-GROUP = "kindex"
-RECORDS_KEY = AssetKey("records")
 FILE_TABLE_ROWS = 200  # files listed on a materialization (all are in the `files` view)
-# A transient fault of the batch as a whole (the index's publish, the ledger's commit) gets the
-# step again: files already written find their record sets and add nothing twice.
-FILE_RETRY_POLICY = RetryPolicy(
-    max_retries=3, delay=1, backoff=Backoff.EXPONENTIAL, jitter=Jitter.PLUS_MINUS
-)
 
 
 class BatchConfig(Config):
@@ -84,90 +90,175 @@ class ReprocessConfig(Config):
     quarantined: bool = False  # only files that had quarantined rows
 
 
-CHECKS = [
-    AssetCheckSpec(
-        "every_file_processed",
-        asset=RECORDS_KEY,
-        description="No file of the batch failed (a failed file is retried with backoff; the "
-        "`files` view has its reason and attempts).",
-    ),
-    AssetCheckSpec(
-        "no_quarantined_rows",
-        asset=RECORDS_KEY,
-        description="Rows kept aside per file, with the top reasons.",
-    ),
-    AssetCheckSpec(
-        "unique_external_ids",
-        asset=RECORDS_KEY,
-        description="No externalId appears twice among a file's runs.",
-    ),
-    AssetCheckSpec(
-        "records_match_schemas",
-        asset=RECORDS_KEY,
-        description="Run records validate against their kernelindex JSON Schema (a sample of "
-        f"up to {SCHEMA_CHECKED_RUNS:,} per file, evenly spread).",
-    ),
-]
+# Every key of a window's materialization, with what it means (shown in the asset's description).
+WINDOW_KEYS = {
+    "files": "Object versions that arrived in the window, every batch of it counted.",
+    **{
+        f"files_{state}": f"Of those, the ones now {state}."
+        for state in FileState
+        if state is not FileState.PENDING
+    },
+    "files_pending": "Of those, the ones not processed yet (or being processed).",
+    "runs": "Runs the window's files yielded (as the ledger counts them).",
+    "quarantined_rows": "Rows of the window's files kept aside, with a reason.",
+    "batches": "Batches that processed the window's files.",
+    "per_file": "Each file of the window: its state, runs, quarantined rows, attempts, reason.",
+    "this_run_files": "Files of the window this run processed.",
+    "batch": "The batch this run processed (the sensors' id, or the run's).",
+    "index_version": "The index version this run published.",
+    "speedups": "Per kernel, pass, GPU and provider: the geometric-mean speedup over the "
+    "cohort's baseline provider, over the window's runs.",
+    "speedup_chart": "The same as bars, the extremes where there are many (from 500 runs).",
+    "warnings": "What could not be reported (never a failure of a file).",
+}
+
+CHECK_DESCRIPTIONS = {
+    "every_file_processed": "No file of the batch failed (a failed file is retried with backoff; "
+    "the `files` view has its reason and attempts).",
+    "no_quarantined_rows": "Rows kept aside per file, with the top reasons.",
+    "unique_external_ids": "No externalId appears twice among a file's runs.",
+    "records_match_schemas": "Run records validate against their kernelindex JSON Schema (a "
+    f"sample of up to {SCHEMA_CHECKED_RUNS:,} per file, evenly spread).",
+}
+
+# Partitioned checks (a preview of Dagster's): each result names its window. Said here once, not
+# in every process that loads the definitions.
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", PreviewWarning)
+    CHECKS = [
+        AssetCheckSpec(name, asset=RECORDS_KEY, description=text, partitions_def=ARRIVAL_WINDOWS)
+        for name, text in CHECK_DESCRIPTIONS.items()
+    ]
 
 
-@asset(
-    key=RECORDS_KEY,
-    group_name=GROUP,
-    partitions_def=ARRIVAL_WINDOWS,
-    backfill_policy=BackfillPolicy.single_run(),
-    retry_policy=FILE_RETRY_POLICY,
-    check_specs=CHECKS,
-    description="kernelindex.dev/v1alpha1 records and quarantine rows of the files that arrived "
-    "in a window, normalized by the current parser, and the index over them (backfill a "
-    "window to re-process its files).",
-    kinds={"parquet", "s3"},
-)
-def records(
-    context: AssetExecutionContext, config: BatchConfig, kindex: KindexResource
-) -> Iterator[MaterializeResult | AssetCheckResult]:
-    ledger = kindex.ledger
-    if config.batch:
-        entries = ledger.of_batch(config.batch)
-    else:
-        window = context.partition_key_range
-        entries = ledger.select(
-            patterns=config.files,
-            quarantined=config.quarantined,
-            windows=(window.start, window.end),
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """One check's result over some files (a window's, of one run)."""
+
+    name: str
+    passed: bool
+    severity: AssetCheckSeverity
+    metadata: dict[str, object]
+
+    def result(self) -> AssetCheckResult:
+        return AssetCheckResult(
+            check_name=self.name,
+            passed=self.passed,
+            severity=self.severity,
+            metadata=self.metadata,  # type: ignore[arg-type]
         )
-    batch = config.batch or context.run.run_id
-    context.log.info(f"batch {batch}: {len(entries)} files")
-    results = list(process_batches(kindex.store, kindex.settings, entries, batch))
-    result = BatchResult.merged(batch, results)
-    log_failures(context, result)
-    checks = BatchChecks.of(kindex, result)
-    yield MaterializeResult(metadata=batch_metadata(result, checks))
-    yield from checks.results()
+
+    def evaluation(self, window: str) -> AssetCheckEvaluation:
+        return AssetCheckEvaluation(
+            asset_key=RECORDS_KEY,
+            check_name=self.name,
+            passed=self.passed,
+            severity=self.severity,
+            metadata=self.metadata,  # type: ignore[arg-type]
+            partition=window,
+        )
+
+
+with warnings.catch_warnings():  # BackfillPolicy is beta: said here once, not at every load
+    warnings.simplefilter("ignore", BetaWarning)
+
+    @asset(
+        key=RECORDS_KEY,
+        group_name=GROUP,
+        owners=OWNERS,
+        partitions_def=ARRIVAL_WINDOWS,
+        backfill_policy=BackfillPolicy.single_run(),
+        retry_policy=FILE_RETRY_POLICY,
+        check_specs=CHECKS,
+        code_version=records_code_version(),
+        description="kernelindex.dev/v1alpha1 records and quarantine rows of the files that "
+        "arrived in a window (an hour that holds files), normalized by the current parser, in "
+        "Parquet record sets in the bucket; each run publishes the index over them too "
+        "(backfill a window to re-process its files).\n\nMetadata:\n\n"
+        + "\n".join(f"- `{key}`: {meaning}" for key, meaning in WINDOW_KEYS.items()),
+        kinds={"s3", "parquet"},
+    )
+    def records(
+        context: AssetExecutionContext, config: BatchConfig, kindex: KindexResource
+    ) -> Iterator[MaterializeResult | AssetCheckResult]:
+        ledger = kindex.ledger
+        windows = list(context.partition_keys)
+        if config.batch:
+            entries = ledger.of_batch(config.batch)
+        else:
+            wanted = set(windows)
+            entries = [
+                e
+                for e in ledger.select(
+                    patterns=config.files,
+                    quarantined=config.quarantined,
+                    windows=(min(windows), max(windows)),
+                )
+                if e.arrival_window in wanted
+            ]
+        batch = config.batch or context.run.run_id
+        context.log.info(f"batch {batch}: {len(entries)} files in {len(windows)} windows")
+        results = list(process_batches(kindex.store, kindex.settings, entries, batch))
+        result = BatchResult.merged(batch, results)
+        log_failures(context, result)
+        report = BatchReport.of(kindex, result, windows)
+        for window in windows:
+            context.add_asset_metadata(report.window_metadata(window), partition_key=window)
+        yield MaterializeResult(metadata={"batch": batch})
+        if len(windows) == 1:
+            for verdict in report.verdicts(windows[0]):
+                yield verdict.result()
+        else:
+            # A check has one result a run: the run's, then each window's own.
+            for verdict in report.verdicts(None):
+                yield verdict.result()
+            for window in windows:
+                for verdict in report.verdicts(window):
+                    log_event(context, verdict.evaluation(window))
+        log_publish(context, kindex, result)
 
 
 @op(description="Process again, with the current parser, the files whose keys match.")
 def reprocess(context: OpExecutionContext, config: ReprocessConfig, kindex: KindexResource) -> None:
     entries = kindex.ledger.select(patterns=config.files, quarantined=config.quarantined)
     context.log.info(f"{len(entries)} files match {config.files}")
+    windows = sorted({e.arrival_window for e in entries})
+    # Windows of a home older than the arrival partitions are partitions from now on.
+    missing = [
+        w
+        for w in windows
+        if not context.instance.has_dynamic_partition(str(ARRIVAL_WINDOWS.name), w)
+    ]
+    if missing:
+        context.instance.add_dynamic_partitions(str(ARRIVAL_WINDOWS.name), missing)
     for result in process_batches(kindex.store, kindex.settings, entries, context.run_id):
         log_failures(context, result)
-        checks = BatchChecks.of(kindex, result)
-        by_window: dict[str, list[FileResult]] = {}
-        for file in result.files:
-            by_window.setdefault(file.entry.arrival_window, []).append(file)
-        for window, files in sorted(by_window.items()):
+        touched = sorted({f.entry.arrival_window for f in result.files})
+        report = BatchReport.of(kindex, result, touched)
+        for window in touched:
             context.log_event(
                 AssetMaterialization(
                     RECORDS_KEY,
                     partition=window,
-                    metadata=batch_metadata(BatchResult(result.batch, files, result.index), checks),
+                    metadata=report.window_metadata(window),  # type: ignore[arg-type]
                 )
             )
+            for verdict in report.verdicts(window):
+                log_event(context, verdict.evaluation(window))
+        log_publish(context, kindex, result)
 
 
 @job(description="Re-process files chosen by glob or key (`kindex backfill GLOB` launches it).")
 def reprocess_files() -> None:
     reprocess()
+
+
+# The sensors' batch runs: a named job, not Dagster's anonymous asset job.
+ingest_batch = define_asset_job(
+    "ingest_batch",
+    selection=AssetSelection.assets(RECORDS_KEY),
+    description="One batch of dropped files: their record sets, the ledger, then the index.",
+)
 
 
 def log_failures(context: AssetExecutionContext | OpExecutionContext, result: BatchResult) -> None:
@@ -178,68 +269,55 @@ def log_failures(context: AssetExecutionContext | OpExecutionContext, result: Ba
             context.log.warning(f"{file.entry.key}: {file.entry.reason}")
 
 
-def batch_metadata(result: BatchResult, checks: "BatchChecks") -> dict[str, Any]:
-    runs = sum(f.entry.runs for f in result.files)
-    quarantined = sum(f.entry.quarantined for f in result.files)
-    meta: dict[str, Any] = {
-        "batch": result.batch,
-        "files": MetadataValue.int(len(result.files)),
-        **{
-            f"files_{state}": MetadataValue.int(result.count(state))
-            for state in FileState
-            if state is not FileState.PENDING
-        },
-        "runs": MetadataValue.int(runs),
-        "quarantined_rows": MetadataValue.int(quarantined),
-        "per_file": MetadataValue.md(file_table(result.files)),
-    }
-    if result.index is not None:
-        meta["index_version"] = str(result.index.version)
-        meta["index_new_runs"] = MetadataValue.int(result.index.new_runs)
-    if checks.speedups:
-        meta["speedups"] = MetadataValue.md(checks.speedups)
-    if checks.chart:
-        meta["speedup_chart"] = MetadataValue.md(checks.chart)
-    if checks.warnings:
-        meta["warnings"] = MetadataValue.md("\n".join(f"- {w}" for w in checks.warnings))
-    return meta
+def log_publish(
+    context: AssetExecutionContext | OpExecutionContext, kindex: KindexResource, result: BatchResult
+) -> None:
+    """The index this run published, as a materialization of `index` (and of the tables people
+    query) with the index's checks: the batch run is what publishes it."""
+    if result.index is None:
+        return
+    report = publish_report(kindex, result.index, result.resolved, context.job_name)
+    for event in report.events():
+        log_event(context, event)
 
 
-def file_table(files: Sequence[FileResult]) -> str:
-    rows = [
-        {
-            "file": f.entry.key,
-            "state": str(f.entry.state),
-            "runs": f.entry.runs,
-            "quarantined": f.entry.quarantined,
-            "attempts": f.entry.attempts,
-            "reason": f.entry.reason or "",
-        }
-        for f in files[:FILE_TABLE_ROWS]
-    ]
-    table = md.markdown_table(rows, ["file", "state", "runs", "quarantined", "attempts", "reason"])
-    more = len(files) - FILE_TABLE_ROWS
-    return table + (f"\n\n_and {more} more in the `files` view_" if more > 0 else "")
+def log_event(
+    context: AssetExecutionContext | OpExecutionContext,
+    event: AssetMaterialization | AssetCheckEvaluation,
+) -> None:
+    # log_event records check evaluations too (its body handles them); its annotation omits them.
+    context.log_event(event)  # type: ignore[arg-type]
 
 
-class BatchChecks:
-    """The data checks of a batch, each a cosmetic step: what breaks is a warning."""
+@dataclass(slots=True)
+class FileChecks:
+    """What the checks found in one file's runs."""
 
-    def __init__(self, result: BatchResult) -> None:
+    duplicates: int = 0
+    schema_failures: list[str] = field(default_factory=list)
+    schema_checked: int = 0
+
+
+class BatchReport:
+    """What a run reports per window: the ledger's count of the whole window (every batch),
+    this run's files, the checks over them, the window's speedups. Each part is cosmetic: what
+    breaks is a warning, never a failed file."""
+
+    def __init__(self, result: BatchResult, windows: Sequence[str]) -> None:
         self.result = result
+        self.windows = list(windows)
         self.warnings: list[str] = []
-        self.duplicates = 0
-        self.schema_failures: list[str] = []
-        self.schema_checked = 0
-        self.speedups = ""
-        self.chart = ""
+        self.checked: dict[tuple[str, str], FileChecks] = {}
+        self.ledger: dict[str, list[FileEntry]] = {}
+        self.window_runs: dict[str, pa.Table] = {}
 
     @classmethod
-    def of(cls, kindex: KindexResource, result: BatchResult) -> "BatchChecks":
-        checks = cls(result)
-        latency: list[pa.Table] = []
+    def of(
+        cls, kindex: KindexResource, result: BatchResult, windows: Sequence[str]
+    ) -> "BatchReport":
+        report = cls(result, windows)
         with_runs = [(f.entry, f.records) for f in result.files if f.records and f.records.runs]
-        runs = checks.cosmetic(
+        runs = report.cosmetic(
             "reading the batch's runs",
             lambda: runs_by_snapshot(
                 kindex.store, kindex.settings, [records for _, records in with_runs], COLUMNS
@@ -248,17 +326,17 @@ class BatchChecks:
         for entry, records in with_runs:
             own = runs.get(records.snapshot_digest) if runs is not None else None
             if own is not None:
-                checks.check(entry, own)
-                latency.append(own)
-        by_series = checks.cosmetic("speedups", lambda: series_speedups(latency))
-        if by_series:
-            checks.speedups = speedup_table(by_series)
-            if sum(t.num_rows for t in latency) >= CHART_MIN_RUNS:
-                title = f"Speedups in batch {result.batch}"
-                png = checks.cosmetic("speedup chart", lambda: speedup_bars_png(by_series, title))
-                if png is not None:
-                    checks.chart = md.png_markdown(png, "speedups over baseline")
-        return checks
+                report.checked[(entry.key, entry.etag)] = report.check(entry, own)
+        ledger = report.cosmetic(
+            "reading the ledger", lambda: window_entries(kindex.ledger, windows)
+        )
+        report.ledger = ledger or {}
+        if result.index is not None:
+            found = report.cosmetic(
+                "reading the windows' runs", lambda: window_runs(kindex, report.ledger)
+            )
+            report.window_runs = found or {}
+        return report
 
     def cosmetic(self, what: str, work: Callable[[], T]) -> T | None:
         try:
@@ -267,37 +345,63 @@ class BatchChecks:
             self.warnings.append(f"{what} failed: {describe(error)}")
             return None
 
-    def check(self, entry: FileEntry, runs: "pa.Table") -> None:
+    def check(self, entry: FileEntry, runs: "pa.Table") -> FileChecks:
         import pyarrow.compute as pc
 
+        found = FileChecks()
         counts = pc.value_counts(runs.column("external_id")).field("counts")
-        self.duplicates += int(pc.sum(pc.subtract(counts, 1)).as_py() or 0)
+        found.duplicates = int(pc.sum(pc.subtract(counts, 1)).as_py() or 0)
         verdict = self.cosmetic(
             f"{entry.key}: schema check",
             lambda: schema_verdict(schema_sample(runs.column("manifest"))),
         )
         if verdict is not None:
-            self.schema_failures += verdict.failures
-            self.schema_checked += verdict.checked
+            found.schema_failures = list(verdict.failures)
+            found.schema_checked = verdict.checked
+        return found
 
-    def results(self) -> Iterator[AssetCheckResult]:
-        files = self.result.files
+    def files(self, window: str | None) -> list[FileResult]:
+        """This run's files of a window (of every window: None)."""
+        return [f for f in self.result.files if window in (None, f.entry.arrival_window)]
+
+    def window_metadata(self, window: str) -> dict[str, object]:
+        entries = self.ledger.get(window, [])
+        states = Counter(e.state for e in entries)
+        meta: dict[str, object] = {
+            "files": MetadataValue.int(len(entries)),
+            **{f"files_{s}": MetadataValue.int(states[s]) for s in FileState},
+            "runs": MetadataValue.int(sum(e.runs for e in entries)),
+            "quarantined_rows": MetadataValue.int(sum(e.quarantined for e in entries)),
+            "batches": MetadataValue.int(len({e.batch for e in entries if e.batch})),
+            "per_file": file_records(entries[:FILE_TABLE_ROWS]),
+            "this_run_files": MetadataValue.int(len(self.files(window))),
+        }
+        if self.result.index is not None:
+            meta["index_version"] = str(self.result.index.version)
+        runs = self.window_runs.get(window)
+        if runs is not None and runs.num_rows:
+            by_series = self.cosmetic("speedups", lambda: series_speedups([runs]))
+            if by_series:
+                meta["speedups"] = speedup_table(by_series)
+                if runs.num_rows >= CHART_MIN_RUNS:
+                    shown, title = chart_series(by_series, window)
+                    png = self.cosmetic("speedup chart", lambda: speedup_bars_png(shown, title))
+                    if png is not None:
+                        meta["speedup_chart"] = MetadataValue.md(
+                            md.png_markdown(png, "speedups over baseline")
+                        )
+        if self.warnings:
+            meta["warnings"] = MetadataValue.md("\n".join(f"- {w}" for w in self.warnings))
+        return meta
+
+    def verdicts(self, window: str | None) -> list[Verdict]:
+        """The checks over this run's files of a window (of all windows: None)."""
+        files = self.files(window)
+        found = [
+            self.checked[k] for f in files if (k := (f.entry.key, f.entry.etag)) in self.checked
+        ]
+        where = {"window": window or ", ".join(self.windows)}
         failed = [f for f in files if f.entry.state is FileState.FAILED]
-        yield AssetCheckResult(
-            check_name="every_file_processed",
-            passed=not failed,
-            severity=AssetCheckSeverity.WARN,
-            metadata={
-                "failed_files": MetadataValue.int(len(failed)),
-                "gone_files": MetadataValue.int(self.result.count(FileState.GONE)),
-                "failures": MetadataValue.md(
-                    md.markdown_table(
-                        [{"file": f.entry.key, "reason": f.entry.reason} for f in failed[:50]],
-                        ["file", "reason"],
-                    )
-                ),
-            },
-        )
         without_runs = [
             f for f in files if f.entry.state in (FileState.QUARANTINED, FileState.FAILED)
         ]
@@ -306,63 +410,142 @@ class BatchChecks:
         for f in files:
             if f.records is not None:
                 reasons.update(f.records.quarantined_by_reason)
-        yield AssetCheckResult(
-            check_name="no_quarantined_rows",
-            passed=quarantined == 0 and not without_runs,
-            # Quarantine of a few rows is expected until the curation knows them; a file with
-            # no usable row at all (garbage, unknown format) or one that failed is an error.
-            severity=AssetCheckSeverity.ERROR if without_runs else AssetCheckSeverity.WARN,
-            metadata={
-                "quarantined_rows": MetadataValue.int(quarantined),
-                "files_without_runs": MetadataValue.int(len(without_runs)),
-                "top_reasons": MetadataValue.md(md.reasons_markdown(reasons.most_common(5))),
-                "per_file": MetadataValue.md(file_table(files)),
-            },
-        )
-        yield AssetCheckResult(
-            check_name="unique_external_ids",
-            passed=self.duplicates == 0,
-            metadata={"duplicate_external_ids": MetadataValue.int(self.duplicates)},
-        )
-        yield AssetCheckResult(
-            check_name="records_match_schemas",
-            passed=not self.schema_failures,
-            metadata={
-                "failing_records": MetadataValue.int(len(self.schema_failures)),
-                "runs_checked": MetadataValue.int(self.schema_checked),
-                "examples": MetadataValue.md(
-                    "\n".join(f"- {f}" for f in self.schema_failures[:10]) or "none"
-                ),
-            },
-        )
+        duplicates = sum(c.duplicates for c in found)
+        schema_failures = [failure for c in found for failure in c.schema_failures]
+        return [
+            Verdict(
+                "every_file_processed",
+                not failed,
+                AssetCheckSeverity.WARN,
+                {
+                    **where,
+                    "failed_files": MetadataValue.int(len(failed)),
+                    "gone_files": MetadataValue.int(
+                        sum(1 for f in files if f.entry.state is FileState.GONE)
+                    ),
+                    "failures": file_records([f.entry for f in failed[:50]]),
+                },
+            ),
+            Verdict(
+                "no_quarantined_rows",
+                quarantined == 0 and not without_runs,
+                # Quarantine of a few rows is expected until the curation knows them; a file
+                # with no usable row at all (garbage, unknown format) or one that failed is an
+                # error.
+                AssetCheckSeverity.ERROR if without_runs else AssetCheckSeverity.WARN,
+                {
+                    **where,
+                    "quarantined_rows": MetadataValue.int(quarantined),
+                    "files_without_runs": MetadataValue.int(len(without_runs)),
+                    "top_reasons": records_table(
+                        [{"reason": r, "rows": n} for r, n in reasons.most_common(5)]
+                    ),
+                    "per_file": file_records([f.entry for f in files[:FILE_TABLE_ROWS]]),
+                },
+            ),
+            Verdict(
+                "unique_external_ids",
+                duplicates == 0,
+                AssetCheckSeverity.ERROR,
+                {**where, "duplicate_external_ids": MetadataValue.int(duplicates)},
+            ),
+            Verdict(
+                "records_match_schemas",
+                not schema_failures,
+                AssetCheckSeverity.ERROR,
+                {
+                    **where,
+                    "failing_records": MetadataValue.int(len(schema_failures)),
+                    "runs_checked": MetadataValue.int(sum(c.schema_checked for c in found)),
+                    "examples": MetadataValue.md(
+                        "\n".join(f"- {f}" for f in schema_failures[:10]) or "none"
+                    ),
+                },
+            ),
+        ]
 
 
-# Drawing the chart costs more CPU than processing a small file: a batch gets it from this many
-# runs, the speedups as a table below.
+def window_entries(ledger: Ledger, windows: Sequence[str]) -> dict[str, list[FileEntry]]:
+    """The ledger's current row of each version that arrived in these windows."""
+    if not windows:
+        return {}
+    marks = ", ".join("?" for _ in windows)
+    found: dict[str, list[FileEntry]] = {w: [] for w in windows}
+    for entry in ledger.current(f"arrival_window IN ({marks})", list(windows)):
+        found.setdefault(entry.arrival_window, []).append(entry)
+    return found
+
+
+def window_runs(
+    kindex: KindexResource, entries: Mapping[str, Sequence[FileEntry]]
+) -> dict[str, "pa.Table"]:
+    """The runs in the index of each window's files (by their snapshots), every batch's."""
+    from pipelines.index.local import open_index
+
+    con = open_index(kindex.settings)
+    try:
+        found = {}
+        for window, files in entries.items():
+            digests = sorted({f.snapshot_digest for f in files if f.snapshot_digest})
+            if not digests:
+                continue
+            marks = ", ".join("?" for _ in digests)
+            found[window] = con.execute(
+                f"select {', '.join(SPEEDUP_COLUMNS)} from runs where snapshot_digest in ({marks})",
+                digests,
+            ).to_arrow_table()
+    finally:
+        con.close()
+    return found
+
+
+# Drawing the chart costs more CPU than processing a small file: a window gets it from this many
+# runs (so its latest materialization has it, whatever batch came last); a table below.
 CHART_MIN_RUNS = 500
+# Bars in a chart: its cost grows with them (a bar a series of a kernel, pass, GPU and provider,
+# hundreds in a big window); the chart shows the extremes, the table has every series.
+CHART_MAX_BARS = 30
 SPEEDUP_COLUMNS = ["kernel", "provider", "mode", "gpu", "case_key", "metric", "median"]
 COLUMNS = [*SPEEDUP_COLUMNS, "external_id", "manifest"]
 
 
 def series_speedups(tables: Sequence["pa.Table"]) -> dict[str, list[float]]:
-    """Speedups per kernel and provider (pipelines/charts.py), over the latency runs only."""
+    """Speedups per kernel, pass, GPU and provider (pipelines/charts.py), over the latency runs
+    only: never averaged across GPUs or passes. A cohort is of one kernel, pass and GPU already,
+    so naming the series by all three splits nothing else."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     if not tables:
         return {}
     runs = pa.concat_tables([t.select(SPEEDUP_COLUMNS) for t in tables])
-    return speedups(runs.filter(pc.equal(runs.column("metric"), "latency")).to_pylist())
+    latency = runs.filter(pc.equal(runs.column("metric"), "latency")).to_pylist()
+    for run in latency:
+        run["kernel"] = f"{run['kernel']} {run['mode']} on {run['gpu']}"
+    return speedups(latency)
 
 
-def speedup_table(by_series: dict[str, list[float]]) -> str:
-    """Geometric-mean speedups over the cohort's baseline provider, per kernel and provider."""
-    rows = [
-        {"series": name, "cohorts": len(values), "speedup": f"{geometric_mean(values):.3g}x"}
-        for name, values in sorted(by_series.items())
-    ]
-    return md.markdown_table(rows, ["series", "cohorts", "speedup"])
+def chart_series(
+    by_series: dict[str, list[float]], window: str
+) -> tuple[dict[str, list[float]], str]:
+    """The series a window's chart shows, and its title: all, or the slowest and the fastest."""
+    title = f"Speedups of the files of {window}, per kernel, pass and GPU"
+    if len(by_series) <= CHART_MAX_BARS:
+        return by_series, title
+    ranked = sorted(by_series, key=lambda name: geometric_mean(by_series[name]))
+    half = CHART_MAX_BARS // 2
+    shown = {name: by_series[name] for name in [*ranked[:half], *ranked[-half:]]}
+    return shown, f"{title}: the {half} lowest and highest of {len(by_series)} series"
+
+
+def speedup_table(by_series: dict[str, list[float]]) -> MetadataValue:
+    """Geometric-mean speedups over the cohort's baseline provider, per series, as a table."""
+    return records_table(
+        [
+            {"series": name, "cohorts": len(values), "speedup": round(geometric_mean(values), 3)}
+            for name, values in sorted(by_series.items())
+        ]
+    )
 
 
 FILE_ASSETS = [records]
-FILE_JOBS = [reprocess_files]

@@ -14,7 +14,6 @@ import json
 
 from dagster import (
     AssetObservation,
-    AssetSelection,
     DefaultSensorStatus,
     MetadataValue,
     SensorEvaluationContext,
@@ -23,9 +22,11 @@ from dagster import (
     sensor,
 )
 
-from assets.files import RECORDS_KEY
+from assets.conventions import RECORDS_KEY
+from assets.files import ingest_batch
+from assets.partitions import ARRIVAL_WINDOWS
 from assets.resources import KindexResource
-from assets.sensors import RECONCILE_EVERY, batch_requests, runs_in_flight
+from assets.sensors import RECONCILE_EVERY, batch_requests, batch_result, runs_in_flight
 from pipelines.intake.ledger import FileEntry, FileState, new_versions, rebuild
 from pipelines.sources import current_parser_versions
 
@@ -38,7 +39,7 @@ RECONCILE_INTERVAL_SECONDS = int(RECONCILE_EVERY.total_seconds())
     "lacks (a lost notification); rebuilds a missing ledger from the bucket.",
     minimum_interval_seconds=RECONCILE_INTERVAL_SECONDS,
     default_status=DefaultSensorStatus.RUNNING,
-    asset_selection=AssetSelection.assets(RECORDS_KEY),
+    job=ingest_batch,
 )
 def reconcile_sensor(
     context: SensorEvaluationContext, kindex: KindexResource
@@ -57,9 +58,13 @@ def reconcile_sensor(
             f"the ledger was rebuilt from the bucket: {len(entries) - len(missing)} versions "
             f"processed, {len(missing)} to process"
         )
+        windows = {e.arrival_window for e in entries}
     else:
         known = ledger.known_versions()
         missing = [FileEntry.pending(store.bucket, o) for o in new_versions(listing, known)]
+        windows = {e.arrival_window for e in known.values()}
+    # Windows the ledger holds that are no partition yet: a home of a kindex before them.
+    windows -= set(context.instance.get_dynamic_partitions(str(ARRIVAL_WINDOWS.name)))
     requests = batch_requests(ledger, missing, "reconcile") if missing else []
     context.log.info(f"{len(missing)} of {len(listing)} object versions missing from the ledger")
     last = json.loads(context.cursor) if context.cursor else None
@@ -74,4 +79,4 @@ def reconcile_sensor(
                 },
             )
         )
-    return SensorResult(run_requests=requests, asset_events=events, cursor=json.dumps(len(missing)))
+    return batch_result(requests, json.dumps(len(missing)), windows, asset_events=events)

@@ -24,7 +24,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from dagster import (
-    AssetSelection,
     DagsterInstance,
     DagsterRunStatus,
     DefaultSensorStatus,
@@ -36,8 +35,9 @@ from dagster import (
     sensor,
 )
 
-from assets.files import RECORDS_KEY
-from assets.index import INDEX_KEY
+from assets.files import ingest_batch
+from assets.index import publish_index
+from assets.partitions import windows_request
 from assets.resources import KindexResource
 from pipelines.ingest import bounded_batches
 from pipelines.intake.ledger import FileEntry, FileState, Ledger, new_versions, version_of
@@ -97,13 +97,27 @@ def batch_requests(ledger: Ledger, entries: Sequence[FileEntry], why: str) -> li
                 RunRequest(
                     run_key=batch,
                     partition_key=window,
-                    asset_selection=[RECORDS_KEY],
                     run_config=batch_run_config(batch),
                     tags={"kindex/files": str(len(chunk)), "kindex/why": why},
                 )
             )
     ledger.append(pending)
     return requests
+
+
+def batch_result(
+    requests: Sequence[RunRequest], cursor: str, windows: Iterable[str] = (), **more: Any
+) -> SensorResult:
+    """The sensor's result: the runs, and the windows they need as partitions (added first),
+    with `windows` besides."""
+    return SensorResult(
+        run_requests=list(requests),
+        dynamic_partitions_requests=windows_request(
+            [*windows, *(r.partition_key for r in requests if r.partition_key)]
+        ),
+        cursor=cursor,
+        **more,
+    )
 
 
 def batch_run_config(batch: str) -> dict[str, Any]:
@@ -169,7 +183,7 @@ class DiscoveryCursor:
     "per batch.",
     minimum_interval_seconds=TICK_INTERVAL_SECONDS,
     default_status=DefaultSensorStatus.RUNNING,
-    asset_selection=AssetSelection.assets(RECORDS_KEY),
+    job=ingest_batch,
 )
 def incoming_files_sensor(
     context: SensorEvaluationContext, kindex: KindexResource
@@ -202,7 +216,7 @@ def notified_files(
         context.log.info(
             f"{len(page.changes)} notifications, {len(versions)} versions, {len(requests)} batches"
         )
-    return SensorResult(run_requests=requests, cursor=replace(cursor, feed=page.cursor).to_json())
+    return batch_result(requests, replace(cursor, feed=page.cursor).to_json())
 
 
 def listed_files(
@@ -216,10 +230,7 @@ def listed_files(
         context.log.info(
             f"{len(listing)} objects listed, {len(step.new_objects)} new, {step.deferred} deferred"
         )
-    return SensorResult(
-        run_requests=requests,
-        cursor=replace(cursor, listing=step.cursor.to_json()).to_json(),
-    )
+    return batch_result(requests, replace(cursor, listing=step.cursor.to_json()).to_json())
 
 
 def new_file_requests(kindex: KindexResource, versions: Sequence[ObjectInfo]) -> list[RunRequest]:
@@ -254,7 +265,7 @@ class LedgerCursor:
     "has passed, and pending ones whose run never reported.",
     minimum_interval_seconds=LEDGER_INTERVAL_SECONDS,
     default_status=DefaultSensorStatus.RUNNING,
-    asset_selection=AssetSelection.assets(RECORDS_KEY),
+    job=ingest_batch,
 )
 def ledger_sensor(
     context: SensorEvaluationContext, kindex: KindexResource
@@ -272,9 +283,7 @@ def ledger_sensor(
     if due:
         context.log.info(f"requesting {len(due)} files again in {len(requests)} batches")
     waiting = bool(ledger.current("state IN ('failed', 'pending')"))
-    return SensorResult(
-        run_requests=requests, cursor=LedgerCursor(ledger.head(), waiting).to_json()
-    )
+    return batch_result(requests, LedgerCursor(ledger.head(), waiting).to_json())
 
 
 @sensor(
@@ -284,7 +293,7 @@ def ledger_sensor(
     "publish. Looks only after the ledger moved.",
     minimum_interval_seconds=CATCHUP_INTERVAL_SECONDS,
     default_status=DefaultSensorStatus.RUNNING,
-    asset_selection=AssetSelection.assets(INDEX_KEY),
+    job=publish_index,
 )
 def index_catchup_sensor(
     context: SensorEvaluationContext, kindex: KindexResource
@@ -303,5 +312,5 @@ def index_catchup_sensor(
         # The same pending state gives the same run key: a slow index run is not asked twice.
         run_key = hashlib.sha256("\n".join(pending).encode()).hexdigest()[:16]
         context.log.info(f"{len(pending)} record sets not in the index yet")
-        requests = [RunRequest(run_key=run_key, asset_selection=[INDEX_KEY])]
+        requests = [RunRequest(run_key=run_key)]
     return SensorResult(run_requests=requests, cursor=LedgerCursor(head, bool(pending)).to_json())

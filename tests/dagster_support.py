@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from dagster import (
+    AddDynamicPartitionsRequest,
     AssetKey,
     DagsterInstance,
     ExecuteInProcessResult,
@@ -16,16 +17,17 @@ from dagster import (
 )
 
 import definitions
+from assets.partitions import ARRIVAL_WINDOWS
 from assets.resources import KindexResource
 from assets.sensors import incoming_files_sensor
 
 INDEX = AssetKey("index")
+WINDOWS = str(ARRIVAL_WINDOWS.name)
 
 
 def backfill_request(window: str, last: str | None = None) -> RunRequest:
     """What a backfill of arrival windows from the UI launches: one run of `records` over them."""
     return RunRequest(
-        asset_selection=[AssetKey("records")],
         tags={
             "dagster/asset_partition_range_start": window,
             "dagster/asset_partition_range_end": last or window,
@@ -33,9 +35,18 @@ def backfill_request(window: str, last: str | None = None) -> RunRequest:
     )
 
 
+def add_partitions(instance: DagsterInstance, result: SensorResult) -> None:
+    """What the daemon does with a sensor's partition requests, before its run requests."""
+    for request in result.dynamic_partitions_requests or []:
+        if isinstance(request, AddDynamicPartitionsRequest):
+            instance.add_dynamic_partitions(
+                request.partitions_def_name, list(request.partition_keys)
+            )
+
+
 class SensorDriver:
     """Ticks of the incoming-files sensor with the cursor carried between them, as the daemon
-    does."""
+    does (the windows it asks for become partitions)."""
 
     def __init__(self, instance: DagsterInstance) -> None:
         self.instance = instance
@@ -49,16 +60,22 @@ class SensorDriver:
         )
         result = incoming_files_sensor(context)
         assert isinstance(result, SensorResult)
+        add_partitions(self.instance, result)
         self.cursor = result.cursor
         return result
 
 
-def execute(instance: DagsterInstance, request: RunRequest) -> ExecuteInProcessResult:
-    """What the daemon launches for one run request, in this process."""
-    job = definitions.defs.resolve_implicit_global_asset_job_def()
+def execute(
+    instance: DagsterInstance, request: RunRequest, job_name: str = "ingest_batch"
+) -> ExecuteInProcessResult:
+    """What the daemon launches for one run request of a job, in this process. The request's
+    window is a partition already, as the daemon adds it from the sensor's result before the
+    run (tests that call a sensor themselves rely on this)."""
+    job = definitions.defs.resolve_job_def(job_name)
+    if request.partition_key and not instance.has_dynamic_partition(WINDOWS, request.partition_key):
+        instance.add_dynamic_partitions(WINDOWS, [request.partition_key])
     return job.execute_in_process(
         instance=instance,
-        asset_selection=list(request.asset_selection or []),
         partition_key=request.partition_key,
         run_config=request.run_config or None,
         tags=dict(request.tags),
@@ -73,8 +90,8 @@ def execute_all(instance: DagsterInstance, requests: Sequence[RunRequest]) -> No
 
 
 def materialize_index(instance: DagsterInstance) -> ExecuteInProcessResult:
-    job = definitions.defs.resolve_implicit_global_asset_job_def()
-    result = job.execute_in_process(instance=instance, asset_selection=[INDEX])
+    job = definitions.defs.resolve_job_def("publish_index")
+    result = job.execute_in_process(instance=instance)
     assert result.success
     return result
 

@@ -18,6 +18,7 @@ from dagster_support import (
 )
 from index_support import LIGER_CSV, query, s3_requests
 
+import assets.published
 from pipelines.cli import main as kindex
 from pipelines.intake.ledger import window_of
 from pipelines.settings import Settings
@@ -50,16 +51,22 @@ def test_liger_csv_and_garbage_are_one_batch_run_the_index_and_the_ledger(
     meta = latest_metadata(instance, "records", request.partition_key)
     assert meta["files"] == 2 and meta["files_indexed"] == 1 and meta["files_quarantined"] == 1
     assert meta["runs"] == LIGER_RUNS and meta["quarantined_rows"] == 1
-    assert "| series | cohorts | speedup |" in str(meta["speedups"])
+    # Speedups per kernel, pass, GPU and provider: B200's forward jsd is slower than torch's,
+    # which an average over GPUs and passes hid.
+    speedup = {r.data["series"]: r.data["speedup"] for r in meta["speedups"].records}
+    assert speedup["jsd forward on NVIDIA B200: liger vs torch"] < 1
+    assert speedup["jsd backward on NVIDIA B200: liger vs torch"] > 1
     assert "](data:image/png;base64," in str(meta["speedup_chart"])
     assert "warnings" not in meta
-    garbage_line = next(line for line in str(meta["per_file"]).splitlines() if "garbage" in line)
-    assert "quarantined" in garbage_line and "unrecognized" in garbage_line
+    files = {r.data["file"]: r.data for r in meta["per_file"].records}
+    garbage = files["incoming/garbage.bin"]
+    assert garbage["state"] == "quarantined" and "unrecognized" in garbage["reason"]
     checks = check_evaluations(run)
     assert not checks["no_quarantined_rows"].passed
     assert checks["every_file_processed"].passed
     assert checks["unique_external_ids"].passed
     assert checks["records_match_schemas"].passed
+    assert checks["records_match_schemas"].partition == request.partition_key
     # The batch run published the index: nothing else to run for the file to be queryable.
     settings = Settings.from_env()
     assert query(settings, "select count(*) from runs") == [(LIGER_RUNS,)]
@@ -71,9 +78,60 @@ def test_liger_csv_and_garbage_are_one_batch_run_the_index_and_the_ledger(
     index_run = materialize_index(instance)
     assert check_evaluations(index_run)["row_counts_match_snapshots"].passed
     assert check_evaluations(index_run)["every_version_processed"].passed
+    # The garbage file keeps the ledger's check failing after any later publish.
+    assert not check_evaluations(index_run)["no_failing_files"].passed
     capsys.readouterr()
     assert kindex(["query", "select count(*) as n from runs", "--format", "csv"]) == 0
     assert capsys.readouterr().out.split() == ["n", str(LIGER_RUNS)]
+
+
+def test_the_index_is_materialized_by_the_batch_run_that_published_it(
+    s3_store: Any, instance: DagsterInstance, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch run publishes the index inside `records`: it records the materialization of
+    `index`, of each table people query (schema, row count, Iceberg tables, a query line) and
+    the index's checks, so the index never reads "never materialized" while it answers."""
+    asked: list[int] = []
+
+    def movers(con: Any, limit: int) -> list[dict[str, object]]:
+        """What the regressions module's top_movers gives: rows read from the index."""
+        asked.append(limit)
+        sql = "select kernel, count(*) as runs from runs group by 1 order by 2 desc, 1 limit ?"
+        return [{"kernel": k, "runs": n} for k, n in con.execute(sql, [limit]).fetchall()]
+
+    monkeypatch.setattr(assets.published, "TOP_MOVERS", movers)
+    s3_store.put_bytes("incoming/liger.csv", LIGER_CSV.read_bytes())
+    s3_store.put_bytes("incoming/garbage.bin", b"\0\xff" * 64)
+    run = execute(instance, (SensorDriver(instance).tick().run_requests or [])[0])
+    assert run.success
+
+    index = latest_metadata(instance, "index")
+    assert index["published"] is True and index["published_by"] == "ingest_batch"
+    assert index["runs"] == LIGER_RUNS and index["new_runs"] == LIGER_RUNS
+    assert index["index_version"] not in ("", "None")
+    top = index["top_movers"].records
+    assert asked == [assets.published.TOP_MOVERS_LIMIT] and len(top) == asked[0]
+    assert top[0].data["runs"] >= top[-1].data["runs"] > 0
+    runs = latest_metadata(instance, "runs")
+    assert runs["dagster/row_count"] == LIGER_RUNS
+    columns = {c.name for c in runs["dagster/column_schema"].columns}
+    assert {"kernel", "provider", "mode", "gpu", "median", "source_key"} <= columns
+    assert "`run_segments`: s3://" in runs["iceberg_tables"]
+    assert runs["query"].startswith('kindex query "select ')
+    assert runs["index_version"] == index["index_version"]
+    files = latest_metadata(instance, "files")
+    assert files["dagster/row_count"] == 2 and "`file_ledger`" in files["iceberg_tables"]
+    assert latest_metadata(instance, "quarantine")["dagster/row_count"] == 1
+    speedups = latest_metadata(instance, "speedups")
+    assert speedups["dagster/row_count"] > 0 and "`run_segments`" in speedups["iceberg_tables"]
+    checks = check_evaluations(run)
+    assert checks["row_counts_match_snapshots"].passed
+    assert checks["every_version_processed"].passed
+    assert checks["incoming_drained"].passed
+    failing = checks["no_failing_files"]
+    assert not failing.passed
+    by_reason = failing.metadata["by_reason"].value.records
+    assert [(r.data["state"], r.data["files"]) for r in by_reason] == [("quarantined", 1)]
 
 
 def test_a_second_tick_without_new_objects_requests_nothing(
@@ -131,4 +189,6 @@ def test_new_bytes_are_processed_without_looking_up_what_cannot_exist_yet(
     written = [key for action, key in sent if action == "put" and key.startswith("records/")]
     assert len(written) == 1 and written[0].endswith("/sets.json")
     second = latest_metadata(instance, "records", request.partition_key)
-    assert second["runs"] == LIGER_RUNS and second["files"] == 1
+    # The window's metadata counts both batches of it; this run took one file.
+    assert second["files"] == 2 and second["batches"] == 2 and second["this_run_files"] == 1
+    assert second["runs"] == 2 * LIGER_RUNS

@@ -332,10 +332,40 @@ def test_only_the_s3_api_answers_and_only_with_credentials(embedded_s3: Embedded
     assert not [p for p in embedded_s3.data_dir.rglob("*.dat") if evil in p.read_bytes()]
     assert stat.S_IMODE(embedded_s3.security_path.stat().st_mode) == 0o600
     security = embedded_s3.security_path.read_text()
-    assert security.count('key = "') == 4 + 9 and 'key = ""' not in security
+    # JWT keys, then the certificate's key for each gRPC component, the client, each HTTPS
+    # component and the HTTPS client.
+    assert security.count('key = "') == 4 + 9 + 2 + 1 and 'key = ""' not in security
     for line in security.splitlines():
         if line.startswith("key = ") and "/" not in line:  # a JWT key, not a key file's path
             assert line.split('"')[1] not in embedded_s3.log_tail(10_000)
+
+
+def test_the_master_and_volume_status_pages_are_closed_to_anonymous_callers(
+    embedded_s3: EmbeddedS3,
+) -> None:
+    """The master's status page (cluster topology, volume ids, uptime) and the volume server's
+    (its disks) answered anyone on the host; now both speak HTTPS to a caller with the client
+    certificate only: plain HTTP gets an error with nothing in it, HTTPS without the
+    certificate no answer, and with it they answer (what the gateway does)."""
+    import ssl
+
+    plan = PortPlan(embedded_s3.port)
+    master, volume = plan.ports()[2], plan.ports()[4]
+    tls = embedded_s3.s3_dir / "tls"
+    for port, path in ((master, "/cluster/status"), (master, "/"), (volume, "/status")):
+        status, body = anonymous("GET", f"http://127.0.0.1:{port}{path}")
+        assert status == 400 and b"Leader" not in body and b"Disk" not in body, (port, body)
+        anyone = ssl.create_default_context(cafile=str(tls / "ca.crt"))
+        with pytest.raises((ssl.SSLError, ConnectionError, urllib.error.URLError)):
+            urllib.request.urlopen(
+                f"https://127.0.0.1:{port}{path}", context=anyone, timeout=5
+            ).read()
+    holder = ssl.create_default_context(cafile=str(tls / "ca.crt"))
+    holder.load_cert_chain(str(tls / "node.crt"), str(tls / "node.key"))
+    page = urllib.request.urlopen(
+        f"https://127.0.0.1:{master}/cluster/status", context=holder, timeout=5
+    ).read()
+    assert b"Leader" in page
 
 
 # -- one server per home, shared -----------------------------------------------------------------

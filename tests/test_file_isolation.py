@@ -171,7 +171,9 @@ def test_a_transient_fault_of_the_batch_is_retried_by_the_step(
     materialized = instance.get_records_for_run(
         run.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION
     ).records
-    assert len(materialized) == 1  # the failed attempt materialized nothing
+    # The failed attempt materialized nothing: one of the window (the others are the index it
+    # published and the tables people query).
+    assert [r.asset_key for r in materialized].count(AssetKey("records")) == 1
     meta = latest_metadata(instance, "records", request.partition_key)
     assert meta["files"] == meta["files_indexed"] == 3
     assert {e.state for e in files(s3_store).values()} == {FileState.INDEXED}
@@ -223,6 +225,6 @@ def test_a_broken_chart_is_a_warning_and_the_table_stays(
     meta = latest_metadata(instance, "records", request.partition_key)
     assert meta["runs"] == 2448
     assert "speedup chart failed: ValueError: ParseException" in str(meta["warnings"])
-    assert "| series | cohorts | speedup |" in str(meta["speedups"])
+    assert meta["speedups"].records  # a typed table
     assert "speedup_chart" not in meta
     assert check_evaluations(run)["records_match_schemas"].passed

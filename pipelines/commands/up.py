@@ -332,6 +332,43 @@ def remove_up_file(home: Path) -> None:
             path.unlink()
 
 
+def free_port() -> int:
+    """A port free on the loopback now (the code server binds it a moment later)."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind((HOST, 0))
+        return int(probe.getsockname()[1])
+
+
+def wait_for_port(port: int, supervisor: Supervisor, timeout: float) -> None:
+    """Until something accepts connections on the loopback port (the code server's)."""
+    import socket
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if dead := supervisor.exited():
+            raise RuntimeError(f"{', '.join(dead)} exited while starting; see the logs")
+        with socket.socket() as probe:
+            probe.settimeout(1)
+            if probe.connect_ex((HOST, port)) == 0:
+                return
+        time.sleep(0.2)
+    raise TimeoutError(f"nothing answered on {HOST}:{port} within {timeout:.0f} s")
+
+
+def workspace_yaml(port: int) -> str:
+    """The workspace of the webserver and the daemon: the one code server `kindex up` runs."""
+    return f"""\
+# Written by `kindex up`; rewritten on every start.
+load_from:
+  - grpc_server:
+      host: {HOST}
+      port: {port}
+      location_name: definitions
+"""
+
+
 def prepare_instance(env: Mapping[str, str], log_dir: Path) -> None:
     """Create the instance's SQLite storages once, before the webserver, the daemon and their code
     servers open them together: concurrent first opens can stamp a schema twice, after which
@@ -362,13 +399,29 @@ def run(args: argparse.Namespace) -> int:
             store = stack.enter_context(_object_store(settings, log_dir))
             env = dagster_env(os.environ, dagster_home, store.env)
             prepare_instance(env, log_dir)
-            module = ["-m", "definitions"]
+            # One code server for the webserver and the daemon, which both reach it through the
+            # workspace: given the module itself, the daemon starts a code server of its own
+            # and replaces it every minute (Dagster reloads a daemon's local code that often).
+            code_port = free_port()
+            supervisor.start(
+                "dagster-code-server",
+                [_bin("dagster"), "code-server", "start", "-m", "definitions", "-h", HOST]
+                + ["-p", str(code_port), "--location-name", "definitions"],
+                env,
+            )
+            wait_for_port(code_port, supervisor, READY_TIMEOUT_SECONDS)
+            workspace = dagster_home / "workspace.yaml"
+            workspace.write_text(workspace_yaml(code_port), encoding="utf-8")
+            module = ["-w", str(workspace)]
             supervisor.start(
                 "dagster-webserver",
                 [_bin("dagster-webserver"), "-h", HOST, "-p", str(args.port), *module],
                 env,
             )
-            supervisor.start("dagster-daemon", [_bin("dagster-daemon"), "run", *module], env)
+            # Warnings up: at info the daemon logs every sensor tick, a line a second at rest
+            # (the ticks are in the UI's sensor history).
+            daemon = [_bin("dagster-daemon"), "run", "--log-level", "warning", *module]
+            supervisor.start("dagster-daemon", daemon, env)
             wait_until_ready(
                 f"http://{HOST}:{args.port}/server_info", supervisor, READY_TIMEOUT_SECONDS
             )

@@ -429,6 +429,8 @@ def s3_accepts(endpoint_url: str, credentials: S3Credentials, timeout: float = 1
 
 # weed's components with a gRPC server; each needs the certificate, and `client` dials the others.
 GRPC_COMPONENTS = ("master", "volume", "filer", "s3", "admin", "worker", "msg_broker", "mq")
+# weed's components that keep an HTTP port open (the filer's is off: -disableHttp).
+HTTPS_COMPONENTS = ("master", "volume")
 
 
 def seaweedfs_security_config(certificates: GrpcCertificates) -> bytes:
@@ -447,6 +449,17 @@ def seaweedfs_security_config(certificates: GrpcCertificates) -> bytes:
         lines += ["", f"[grpc.{component}]"]
         lines += [f"cert = {_toml_string(certificates.cert)}"]
         lines += [f"key = {_toml_string(certificates.key)}"]
+    # The master's and the volume server's HTTP ports (status pages, cluster topology, volume
+    # ids) speak HTTPS to a caller with the client certificate only; the gateway presents it.
+    for component in HTTPS_COMPONENTS:
+        lines += ["", f"[https.{component}]"]
+        lines += [f"cert = {_toml_string(certificates.cert)}"]
+        lines += [f"key = {_toml_string(certificates.key)}"]
+        lines += [f"ca = {_toml_string(certificates.ca)}"]
+    lines += ["", "[https.client]", "enabled = true"]
+    lines += [f"cert = {_toml_string(certificates.cert)}"]
+    lines += [f"key = {_toml_string(certificates.key)}"]
+    lines += [f"ca = {_toml_string(certificates.ca)}"]
     return ("\n".join(lines) + "\n").encode()
 
 
