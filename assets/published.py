@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
 from dagster import (
     AssetCheckEvaluation,
     AssetCheckSeverity,
@@ -33,18 +34,14 @@ from dagster import (
 from assets.conventions import GROUP, INDEX_KEY, OWNERS, RECORDS_KEY
 from assets.resources import KindexResource
 from pipelines.intake.ledger import FileState
+from pipelines.regressions import top_movers
 
 if TYPE_CHECKING:
     import duckdb
 
     from pipelines.index.publish import IndexVersion
 
-# The regressions module's `top_movers(connection, limit)`: the rows of the biggest changes
-# between versions, each a mapping of column to value. Left unset until that module lands; the
-# index's materialization shows its table once it is set (`TOP_MOVERS = top_movers`).
-TopMovers = Callable[["duckdb.DuckDBPyConnection", int], Sequence[Mapping[str, object]]]
-TOP_MOVERS: TopMovers | None = None
-TOP_MOVERS_LIMIT = 10
+TOP_MOVERS_LIMIT = 10  # rows of the regressions' top movers on the index's materialization
 
 # A file left pending or failed longer than this fails the index's freshness check: incoming/
 # drains within it (a batch takes seconds; a failed file is retried from 30 s, doubling).
@@ -195,7 +192,7 @@ def publish_report(
     of the run (the publish is done)."""
     warnings: list[str] = []
     tables: list[AssetMaterialization] = []
-    movers: list[Mapping[str, object]] | None = None
+    movers: pa.Table | None = None
     try:
         tables, movers = table_events(kindex, version)
     except Exception as error:  # a reader of the local index raced a newer publish
@@ -209,7 +206,7 @@ def publish_report(
         "published_by": job,
     }
     if movers is not None:
-        metadata["top_movers"] = records_table(movers)
+        metadata["top_movers"] = arrow_table(movers)
     if warnings:
         metadata["warnings"] = MetadataValue.md("\n".join(f"- {w}" for w in warnings))
     return PublishReport(metadata, tables, index_checks(kindex))
@@ -221,6 +218,21 @@ def records_table(rows: Sequence[Mapping[str, object]]) -> MetadataValue:
     schema = TableSchema(columns=[TableColumn(c, column_type(rows, c)) for c in columns])
     records = [TableRecord({c: cell(row.get(c)) for c in columns}) for row in rows]
     return MetadataValue.table(records, schema)
+
+
+def arrow_table(table: pa.Table) -> MetadataValue:
+    """An Arrow table as a typed table: its columns show even when it has no rows."""
+    schema = TableSchema(columns=[TableColumn(f.name, arrow_type(f.type)) for f in table.schema])
+    records = [TableRecord({k: cell(v) for k, v in row.items()}) for row in table.to_pylist()]
+    return MetadataValue.table(records, schema)
+
+
+def arrow_type(kind: pa.DataType) -> str:
+    if pa.types.is_integer(kind):
+        return "int"
+    if pa.types.is_floating(kind) or pa.types.is_decimal(kind):
+        return "float"
+    return "bool" if pa.types.is_boolean(kind) else "string"
 
 
 def cell(value: object) -> str | int | float | bool | None:
@@ -236,7 +248,7 @@ def column_type(rows: Sequence[Mapping[str, object]], column: str) -> str:
 
 def table_events(
     kindex: KindexResource, version: IndexVersion
-) -> tuple[list[AssetMaterialization], list[Mapping[str, object]] | None]:
+) -> tuple[list[AssetMaterialization], pa.Table]:
     """Each queried table's schema and row count, from the local index this publish left."""
     from pipelines.index.catalog import IndexCatalog
     from pipelines.index.local import open_index
@@ -270,7 +282,7 @@ def table_events(
                     },
                 )
             )
-        movers = list(TOP_MOVERS(con, TOP_MOVERS_LIMIT)) if TOP_MOVERS is not None else None
+        movers = top_movers(con, TOP_MOVERS_LIMIT)
     finally:
         con.close()
     return events, movers
