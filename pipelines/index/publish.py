@@ -77,10 +77,12 @@ from pipelines.index.tables import (
     SEQ_COLUMN,
     SNAPSHOT_SCHEMA,
     STORED_TABLES,
+    baseline_providers_statement,
     empty_select,
     parquet_select,
     sql_string,
 )
+from pipelines.regressions import VERSION_COLUMNS, point_axis_sql
 from pipelines.settings import Settings
 from pipelines.storage.base import ObjectStore
 from pipelines.storage.errors import StorageUnreachable
@@ -100,6 +102,7 @@ ROW_ORDER = {
     "manifest_segments": "kind, digest",
     "quarantine_files": "snapshot_digest, source_line",
     "snapshots": "taken_at, read_id",
+    "series_points": "kernel, gpu, provider, mode, point_at",
 }
 
 
@@ -475,7 +478,9 @@ def build_version(
         "min({'at': taken_at, 'id': read_id}) AS first_seen FROM reads GROUP BY snapshot_digest"
     )
     several = len(pending) > 1
-    runs = RunChanges.find(con, objects.select("runs", RUN_SCHEMA), settled_paths, several)
+    pending_runs = objects.select("runs", RUN_SCHEMA)
+    runs = RunChanges.find(con, pending_runs, settled_paths, several)
+    add_new_points(con, pending_runs)
     new_manifests, whole_manifests = add_new_records(
         con, "manifests", "digest", objects, MANIFEST_SEGMENT_SCHEMA, several
     )
@@ -497,6 +502,7 @@ def build_version(
         "lineage_files": "new_lineage_files",
         "quarantine_files": "new_quarantine",
         "snapshots": "new_reads_arrow",
+        "series_points": "new_points",
     }
     # A record set whose manifests are all new holds them as the table does: its Parquet files
     # join the table as they are. Any other new rows become one Parquet file that DuckDB writes
@@ -928,6 +934,70 @@ def add_new_records(
         )
     row = con.execute(f"SELECT count(*) FROM new_{name}").fetchone()
     return (int(row[0]) if row else 0), not several and not (known and known[0])
+
+
+def add_new_points(con: duckdb.DuckDBPyConnection, pending_runs: str) -> None:
+    """new_points: the series_points rows (tables.SERIES_POINT_SCHEMA) of the runs the pending
+    record sets measured: their new runs, and the stored runs a set holds of its own snapshot
+    (first seen there: a file processed again, whose points the newer record set replaces).
+    A run seen again in another file (an unchanged row of a later commit) is no new
+    measurement, and no point. Each point's time is relative to its cohort's baseline in the
+    same file: the lowest baseline rank (baseline_providers) among the file's runs of the
+    cohort, whether new or not. After RunChanges.find (new_runs, known_state)."""
+    con.execute(baseline_providers_statement())
+    axis = point_axis_sql("r", "f")
+    cohort = (
+        "snapshot_digest, parser_version, operation_digest, workload_digest, protocol_digest, "
+        "environment_digest, metric, kernel"
+    )
+    columns = (
+        "run_digest, snapshot_digest, parser_version, operation_digest, workload_digest, "
+        "protocol_digest, environment_digest, metric, kernel, provider, mode, gpu, case_key, "
+        f"median, observed_at, {', '.join(VERSION_COLUMNS)}"
+    )
+    con.execute(
+        f"""CREATE TEMP TABLE new_points AS
+            WITH ranked AS (
+                SELECT p.*, b.rank AS baseline_rank, count(*) OVER (PARTITION BY {cohort}) AS runs
+                FROM (SELECT {columns} FROM ({pending_runs}) WHERE median > 0) p
+                LEFT JOIN baseline_providers b USING (provider)
+            ), baselines AS (
+                SELECT * FROM ranked WHERE baseline_rank IS NOT NULL
+                QUALIFY row_number() OVER (
+                    PARTITION BY {cohort} ORDER BY baseline_rank, observed_at DESC, run_digest
+                ) = 1
+            ), measured AS (
+                SELECT * FROM ranked SEMI JOIN (
+                    SELECT run_digest, snapshot_digest FROM new_runs
+                    UNION ALL SELECT run_digest, snapshot_digest FROM known_state
+                ) m USING (run_digest, snapshot_digest)
+            ), first_read AS (
+                SELECT snapshot_digest,
+                       arg_min(committed_at, {{'at': taken_at, 'id': read_id}}) AS committed_at,
+                       min(taken_at) AS taken_at
+                FROM reads GROUP BY snapshot_digest
+            )
+            SELECT r.kernel, r.provider, r.mode, r.metric, r.gpu, r.case_key,
+                   {axis["version"]} AS version, {axis["version_axis"]} AS version_axis,
+                   {axis["version_key"]} AS version_key, {axis["point_at"]} AS point_at,
+                   r.observed_at,
+                   -- A baseline is judged against itself only where nothing else ran beside it.
+                   coalesce(b.run_digest = r.run_digest AND r.runs > 1, false) AS is_baseline,
+                   CASE WHEN b.run_digest <> r.run_digest THEN b.provider END
+                       AS baseline_provider,
+                   r.median,
+                   CASE WHEN b.run_digest <> r.run_digest THEN b.median END AS baseline_median,
+                   ln(r.median) - CASE WHEN b.run_digest <> r.run_digest THEN ln(b.median)
+                                       ELSE 0 END AS log_time,
+                   ln(r.median) AS log_absolute,
+                   r.run_digest,
+                   CASE WHEN b.run_digest <> r.run_digest THEN b.run_digest END
+                       AS baseline_run_digest,
+                   r.snapshot_digest, r.parser_version
+            FROM measured r
+            LEFT JOIN baselines b USING ({cohort})
+            LEFT JOIN first_read f USING (snapshot_digest)"""
+    )
 
 
 def add_new_lineage(con: duckdb.DuckDBPyConnection, lineage_is_new_runs: bool) -> None:
