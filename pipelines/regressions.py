@@ -100,6 +100,11 @@ VERSION_DIGITS = 12
 _VERSION_NUMBER = r"^v?([0-9]+(\.[0-9]+)*)"
 
 
+# The time a point stands for: a run's median where it has one (Liger's CSVs, bundles,
+# nvbench), else its mean (KernelBench and FlashInfer-Trace report means).
+POINT_TIME_SQL = "coalesce({run}.median, {run}.mean)"
+
+
 def point_axis_sql(run: str, read: str) -> dict[str, str]:
     """The SQL expressions of a point's version axis (`version`, `version_axis`,
     `version_key`, `point_at`), over a run's columns (alias `run`) and its snapshot's first
@@ -109,7 +114,8 @@ def point_axis_sql(run: str, read: str) -> dict[str, str]:
     number = f"regexp_extract({version}, '{_VERSION_NUMBER}', 1)"
     key = (
         f"CASE WHEN {number} <> '' THEN array_to_string(list_transform("
-        f"string_split({number}, '.'), x -> lpad(x, greatest({VERSION_DIGITS}, length(x))::INTEGER, '0')"
+        f"string_split({number}, '.'), "
+        f"x -> lpad(x, greatest({VERSION_DIGITS}, length(x))::INTEGER, '0')"
         f"), '.') || regexp_replace({version}, '{_VERSION_NUMBER}', '') END"
     )
     return {

@@ -79,6 +79,28 @@ def test_a_a_pair_names_no_kernel(s3_store: Any, index_settings: Any) -> None:
     assert verdicts.get("improvement", 0) == 0
 
 
+def test_a_a_pair_within_one_version_are_two_points(s3_store: Any, index_settings: Any) -> None:
+    """The same-code pair as Liger's CI published them, both 0.6.4 a week apart: two points
+    of one version, ordered by their runs' time, the second judged against the first and named
+    nowhere."""
+    history, new = sample()
+    runs = sorted((read_run(p) for p in SAMPLE.glob("*.csv.gz")), key=LigerRun.first_time)
+    same = next(r for r in runs if r.name == AA_NEW)
+    assert same.version() == history[-1].version()
+    ingest_bytes(s3_store, index_settings, run_items(history))
+    ingest_bytes(s3_store, index_settings, run_items([same]))
+    rows = query(
+        index_settings,
+        "SELECT old_version, new_version, old_point < new_point, verdict, count(*) "
+        "FROM version_verdicts WHERE newest GROUP BY ALL ORDER BY ALL",
+    )
+    version = same.version()
+    assert {r[:3] for r in rows} == {(version, version, True)}, rows
+    verdicts = {r[3]: r[4] for r in rows}
+    assert verdicts.get("no change", 0) > 60
+    assert "regression" not in verdicts and "improvement" not in verdicts, verdicts
+
+
 def test_injected_slowdown_names_exactly_its_kernels(
     s3_store: Any, index_settings: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -149,10 +171,11 @@ def test_host_drift_names_nothing_and_shows_as_drift(s3_store: Any, index_settin
     assert sum(r[3] == "slower" for r in drifted) > 0.8 * len(drifted)
 
 
-def test_verdicts_read_only_the_live_files(s3_store: Any, index_settings: Any) -> None:
-    """Later runs of the same cases settle the first file's runs: the verdict views open only
-    the live file (each version's heads) through iceberg_scan, as version_changes does, so
-    their cost follows the heads, not the whole history."""
+def test_verdicts_read_points_not_runs(s3_store: Any, index_settings: Any) -> None:
+    """Later runs of the same cases supersede the first file's runs and settle them: each run is
+    still a point (a re-measurement of its case), and the verdict views read only the stored
+    points (series_points) and the snapshots through iceberg_scan, never a run file, so their
+    cost follows the points, not the runs and their manifests."""
     from index_support import csv_bytes, liger_rows
 
     from pipelines.index.remote import connect_remote
@@ -164,15 +187,72 @@ def test_verdicts_read_only_the_live_files(s3_store: Any, index_settings: Any) -
     ingest_bytes(s3_store, index_settings, [("incoming/b.csv", csv_bytes(header, later))])
     con = connect_remote(index_settings)
 
-    def files_read(sql: str) -> list[int]:
-        """The data files each iceberg_scan of the query opened."""
+    def tables_read(sql: str) -> set[str]:
+        """The tables whose data files the query's iceberg_scans opened."""
         plan = con.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}").fetchall()[0][1]
-        return [int(n) for n in re.findall(r'"Total Files Read": "?(\d+)', plan)]
+        return set(re.findall(r"/([a-z_]+)/data/[0-9a-f-]+\.parquet", plan))
 
     try:
-        assert files_read("SELECT count(*) FROM runs WHERE median > 0") == [2]
+        assert tables_read("SELECT count(*) FROM runs WHERE median > 0") == {"run_segments"}
         for view in ("regressions", "improvements", "drift", "regression_cases"):
-            counts = files_read(f"SELECT count(*) FROM {view}")
-            assert counts and set(counts) == {1}, (view, counts)
+            assert tables_read(f"SELECT count(*) FROM {view}") <= {"series_points", "snapshots"}
+        points = con.execute(
+            "SELECT count(*), count(DISTINCT run_digest), count(DISTINCT point) "
+            "FROM regression_points"
+        ).fetchone()
+        runs = con.execute("SELECT count(*) FROM runs WHERE median > 0").fetchone()
+        assert runs is not None and points == (runs[0], runs[0], 2)
+        changes = con.execute("SELECT count(*) FROM regression_cases").fetchone()
+        assert changes is not None and changes[0] == runs[0] // 2
     finally:
         con.close()
+
+
+KERNELBENCH = Path(__file__).parent / "data" / "formats" / "kernelbench" / "tk_baseline_time.json"
+# Small same-code wobbles of successive KernelBench files (the runs' own noise).
+WOBBLE = (1.0, 1.012, 0.993, 1.006, 0.989, 1.004)
+
+
+def kernelbench_file(factor: float, slower: str | None = None) -> bytes:
+    """tk_baseline_time.json with every mean times `factor`, and `slower`'s 1.3x besides."""
+    import json
+
+    data = json.loads(KERNELBENCH.read_text())
+    for problems in data.values():
+        for name, entry in problems.items():
+            scale = factor * (1.3 if name == slower else 1.0)
+            for stat in ("mean", "min", "max"):
+                entry[stat] = round(entry[stat] * scale, 6)
+    return json.dumps(data).encode()
+
+
+def test_a_source_without_baseline_is_judged_on_absolute_time_by_arrival(
+    s3_store: Any, index_settings: Any
+) -> None:
+    """KernelBench files carry no version and no baseline beside the timed kernel: their points
+    are ordered by arrival and judged on absolute time against each kernel's noise. Six files of
+    one GPU arrive one after another; the last times one problem 1.3x slower: that kernel is
+    named, and nothing else."""
+    slower = "38_L1Norm_.py"
+    for n, factor in enumerate(WOBBLE):
+        data = kernelbench_file(factor, slower if n == len(WOBBLE) - 1 else None)
+        ingest_bytes(s3_store, index_settings, [(f"incoming/kernelbench/run-{n}.json", data)])
+    axes = query(index_settings, "SELECT DISTINCT version, version_axis FROM regression_points")
+    assert axes == [(None, "arrival")]
+    verdicts = query(
+        index_settings,
+        "SELECT kernel, verdict, ratio, baseline_provider, history FROM version_verdicts "
+        "WHERE newest ORDER BY kernel",
+    )
+    assert len(verdicts) == 6, verdicts
+    named = [v for v in verdicts if v[1] in ("regression", "improvement")]
+    assert len(named) == 1 and named[0][1] == "regression", verdicts
+    assert "l1" in named[0][0].lower() and 1.25 < named[0][2] < 1.35
+    assert all(v[3] is None and v[4] == len(WOBBLE) - 2 for v in verdicts)
+    assert {v[1] for v in verdicts if v not in named} == {"no change"}
+    # Every file before the last is a point of its own, in the order the files arrived.
+    history = query(
+        index_settings,
+        "SELECT count(DISTINCT point_rank), count(DISTINCT snapshot_digest) FROM regression_points",
+    )
+    assert history == [(len(WOBBLE), len(WOBBLE))]

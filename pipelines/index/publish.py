@@ -82,7 +82,7 @@ from pipelines.index.tables import (
     parquet_select,
     sql_string,
 )
-from pipelines.regressions import VERSION_COLUMNS, point_axis_sql
+from pipelines.regressions import POINT_TIME_SQL, VERSION_COLUMNS, point_axis_sql
 from pipelines.settings import Settings
 from pipelines.storage.base import ObjectStore
 from pipelines.storage.errors import StorageUnreachable
@@ -940,6 +940,7 @@ def add_new_points(con: duckdb.DuckDBPyConnection, pending_runs: str) -> None:
     """new_points: the series_points rows (tables.SERIES_POINT_SCHEMA) of the runs the pending
     record sets measured: their new runs, and the stored runs a set holds of its own snapshot
     (first seen there: a file processed again, whose points the newer record set replaces).
+    A point's time is regressions.POINT_TIME_SQL's (the median, else the mean).
     A run seen again in another file (an unchanged row of a later commit) is no new
     measurement, and no point. Each point's time is relative to its cohort's baseline in the
     same file: the lowest baseline rank (baseline_providers) among the file's runs of the
@@ -953,13 +954,15 @@ def add_new_points(con: duckdb.DuckDBPyConnection, pending_runs: str) -> None:
     columns = (
         "run_digest, snapshot_digest, parser_version, operation_digest, workload_digest, "
         "protocol_digest, environment_digest, metric, kernel, provider, mode, gpu, case_key, "
-        f"median, observed_at, {', '.join(VERSION_COLUMNS)}"
+        f"{POINT_TIME_SQL.format(run='r')} AS median, observed_at, "
+        f"{', '.join(VERSION_COLUMNS)}"
     )
     con.execute(
         f"""CREATE TEMP TABLE new_points AS
             WITH ranked AS (
                 SELECT p.*, b.rank AS baseline_rank, count(*) OVER (PARTITION BY {cohort}) AS runs
-                FROM (SELECT {columns} FROM ({pending_runs}) WHERE median > 0) p
+                FROM (SELECT {columns} FROM ({pending_runs}) r
+                      WHERE {POINT_TIME_SQL.format(run="r")} > 0) p
                 LEFT JOIN baseline_providers b USING (provider)
             ), baselines AS (
                 SELECT * FROM ranked WHERE baseline_rank IS NOT NULL

@@ -88,7 +88,8 @@ SNAPSHOT_SCHEMA = pa.schema(
 # that adds it and only appended to, so the verdicts read every re-measurement of a series (the
 # weekly runs of one version, the git history) without reading the runs' settled files. Its time
 # is relative to the baseline provider measured in the same file and cohort (log_time; the
-# run's own: log_absolute); its place on the series' version axis is regressions.point_axis_sql's.
+# run's own: log_absolute; `median` is the run's time, regressions.POINT_TIME_SQL); its place on
+# the series' version axis is regressions.point_axis_sql's.
 SERIES_POINT_SCHEMA = pa.schema(
     [
         ("kernel", pa.string()),

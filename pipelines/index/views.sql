@@ -117,6 +117,13 @@ CREATE OR REPLACE VIEW regression_points AS
 WITH stored AS (
     SELECT p.* FROM series_points p
     SEMI JOIN current_record_sets c USING (snapshot_digest, parser_version)
+    -- A file that measures a case twice (rope's two sweeps share a shape) gives it one point:
+    -- its first run.
+    QUALIFY row_number() OVER (
+        PARTITION BY kernel, provider, mode, metric, gpu, case_key, snapshot_digest, version,
+            is_baseline, baseline_provider
+        ORDER BY observed_at, run_digest
+    ) = 1
 ), placed AS (
     SELECT *,
         min(point_at) OVER (PARTITION BY kernel, provider, mode, metric, gpu, snapshot_digest,
