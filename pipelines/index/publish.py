@@ -980,6 +980,11 @@ def add_new_points(con: duckdb.DuckDBPyConnection, pending_runs: str) -> None:
                        min(taken_at) AS taken_at
                 FROM reads GROUP BY snapshot_digest
             )
+            SELECT * EXCLUDE (point_at),
+                -- A kernel-level point's time: its file's earliest run of the version.
+                min(point_at) OVER (PARTITION BY kernel, provider, mode, metric, gpu,
+                                    snapshot_digest, parser_version, version) AS point_at
+            FROM (
             SELECT r.kernel, r.provider, r.mode, r.metric, r.gpu, r.case_key,
                    {axis["version"]} AS version, {axis["version_axis"]} AS version_axis,
                    {axis["version_key"]} AS version_key, {axis["point_at"]} AS point_at,
@@ -999,7 +1004,15 @@ def add_new_points(con: duckdb.DuckDBPyConnection, pending_runs: str) -> None:
                    r.snapshot_digest, r.parser_version
             FROM measured r
             LEFT JOIN baselines b USING ({cohort})
-            LEFT JOIN first_read f USING (snapshot_digest)"""
+            LEFT JOIN first_read f USING (snapshot_digest)
+            -- A file that measures a case twice (rope's two sweeps share a shape) gives it
+            -- one point: its first run.
+            QUALIFY row_number() OVER (
+                PARTITION BY r.kernel, r.provider, r.mode, r.metric, r.gpu, r.case_key,
+                    r.snapshot_digest, r.parser_version, version, is_baseline, baseline_provider
+                ORDER BY r.observed_at, r.run_digest
+            ) = 1
+            )"""
     )
 
 

@@ -109,40 +109,45 @@ FROM ordered o JOIN ordered n
 -- rank of baseline_providers) measured in the same file and cohort, so a slower host or torch
 -- moves every provider and the baseline alike; a case whose cohort has no baseline in that file
 -- is judged on its absolute time. log_time is that ratio's (or time's) logarithm. A point of a
--- kernel-level series (kernel, provider, mode, metric, GPU) is one file's runs of one version;
--- points are ordered along the version axis (pipelines/regressions.py point_axis_sql: versions
+-- kernel-level series (kernel, provider, mode, metric, GPU) is one file's runs of one version
+-- (a file that measures a case twice gives it one point, its first run: publish.py); points
+-- are ordered along the version axis (pipelines/regressions.py point_axis_sql: versions
 -- numerically, else by when each was first measured; within a version by commit time where
 -- the file carries one, else observed time; without a version, by arrival), as point_rank.
 CREATE OR REPLACE VIEW regression_points AS
 WITH stored AS (
     SELECT p.* FROM series_points p
     SEMI JOIN current_record_sets c USING (snapshot_digest, parser_version)
-    -- A file that measures a case twice (rope's two sweeps share a shape) gives it one point:
-    -- its first run.
-    QUALIFY row_number() OVER (
-        PARTITION BY kernel, provider, mode, metric, gpu, case_key, snapshot_digest, version,
-            is_baseline, baseline_provider
-        ORDER BY observed_at, run_digest
-    ) = 1
+), points AS (
+    -- The kernel-level points (few: a file's runs of one version), placed on the axis.
+    SELECT kernel, provider, mode, metric, gpu, snapshot_digest, version,
+        any_value(version_axis) AS version_axis, any_value(version_key) AS version_key,
+        min(point_at) AS point_at
+    FROM stored
+    GROUP BY kernel, provider, mode, metric, gpu, snapshot_digest, version
 ), placed AS (
     SELECT *,
-        min(point_at) OVER (PARTITION BY kernel, provider, mode, metric, gpu, snapshot_digest,
-                                version) AS file_at,
-        min(point_at) OVER (PARTITION BY kernel, provider, mode, metric, gpu, version)
+        coalesce(version, version_axis) || ' @ ' || strftime(point_at, '%Y-%m-%d %H:%M') AS point,
+        dense_rank() OVER (
+            PARTITION BY kernel, provider, mode, metric, gpu
+            ORDER BY version_key NULLS LAST, version_first_at, point_at, snapshot_digest
+        ) AS point_rank
+    FROM (
+        SELECT *, min(point_at) OVER (PARTITION BY kernel, provider, mode, metric, gpu, version)
             AS version_first_at
-    FROM stored
+        FROM points
+    )
 )
 SELECT
-    kernel, provider, mode, metric, gpu, case_key, version, version_axis,
-    coalesce(version, version_axis) || ' @ ' || strftime(file_at, '%Y-%m-%d %H:%M') AS point,
-    file_at AS point_at,
-    dense_rank() OVER (
-        PARTITION BY kernel, provider, mode, metric, gpu
-        ORDER BY version_key NULLS LAST, version_first_at, file_at, snapshot_digest
-    ) AS point_rank,
-    observed_at, is_baseline, baseline_provider, median, baseline_median, log_time, log_absolute,
-    run_digest, baseline_run_digest, snapshot_digest
-FROM placed
+    s.kernel, s.provider, s.mode, s.metric, s.gpu, s.case_key, s.version, p.version_axis,
+    p.point, p.point_at, p.point_rank,
+    s.observed_at, s.is_baseline, s.baseline_provider, s.median, s.baseline_median,
+    s.log_time, s.log_absolute, s.run_digest, s.baseline_run_digest, s.snapshot_digest
+FROM stored s
+JOIN placed p
+  ON p.kernel = s.kernel AND p.provider = s.provider AND p.mode = s.mode
+ AND p.metric = s.metric AND p.gpu = s.gpu AND p.snapshot_digest = s.snapshot_digest
+ AND p.version IS NOT DISTINCT FROM s.version
 ;
 -- Each case's change from its point before (not every pair of points): per case, compared
 -- against the same baseline provider (or both on absolute time). change = the difference of
