@@ -944,7 +944,8 @@ def add_new_points(con: duckdb.DuckDBPyConnection, pending_runs: str) -> None:
     A run seen again in another file (an unchanged row of a later commit) is no new
     measurement, and no point. Each point's time is relative to its cohort's baseline in the
     same file: the lowest baseline rank (baseline_providers) among the file's runs of the
-    cohort, whether new or not. After RunChanges.find (new_runs, known_state)."""
+    cohort, whether new or not (its first run, as a point is the case's first run in a file).
+    After RunChanges.find (new_runs, known_state)."""
     con.execute(baseline_providers_statement())
     axis = point_axis_sql("r", "f")
     cohort = (
@@ -967,7 +968,7 @@ def add_new_points(con: duckdb.DuckDBPyConnection, pending_runs: str) -> None:
             ), baselines AS (
                 SELECT * FROM ranked WHERE baseline_rank IS NOT NULL
                 QUALIFY row_number() OVER (
-                    PARTITION BY {cohort} ORDER BY baseline_rank, observed_at DESC, run_digest
+                    PARTITION BY {cohort} ORDER BY baseline_rank, observed_at, run_digest
                 ) = 1
             ), measured AS (
                 SELECT * FROM ranked SEMI JOIN (
