@@ -304,19 +304,19 @@ ORDER BY gpu, kernel, provider, mode, metric, new_point
 COUNTS_SQL = "SELECT verdict, count(*) FROM version_verdicts GROUP BY 1 ORDER BY 1"
 # The README's examples, run through `kindex query` on the real history.
 README_QUERIES = (
-    "SELECT kernel, provider, mode, old_version, new_version, cases, ratio, own_ratio, noise, "
+    "SELECT kernel, provider, mode, old_point, new_point, cases, ratio, own_ratio, noise, "
     "evidence, threshold FROM regressions WHERE gpu = 'NVIDIA H100 80GB HBM3' "
     "AND metric = 'latency' ORDER BY ratio DESC LIMIT 6",
-    "SELECT kernel, provider, mode, old_version, new_version, ratio, own_ratio, evidence, "
-    "threshold, verdict FROM version_verdicts WHERE kernel = 'embedding' AND provider = 'liger' "
+    "SELECT old_point, new_point, ratio, own_ratio, evidence, threshold, verdict "
+    "FROM version_verdicts WHERE kernel = 'embedding' AND provider = 'liger' "
     "AND mode = 'forward' AND gpu = 'NVIDIA H100 80GB HBM3' AND metric = 'latency' "
-    "ORDER BY new_version",
-    "SELECT case_key, old_version, new_version, old_median, new_median, "
+    "AND new_version IN ('0.6.1', '0.6.2') ORDER BY new_point",
+    "SELECT case_key, old_point, new_point, old_median, new_median, "
     "old_baseline_median, new_baseline_median, ratio FROM regression_cases "
     "WHERE kernel = 'embedding' AND provider = 'liger' AND mode = 'forward' "
-    "AND gpu = 'NVIDIA H100 80GB HBM3' AND metric = 'latency' AND new_version = '0.6.2' "
-    "ORDER BY ratio DESC LIMIT 3",
-    "SELECT kernel, mode, gpu, old_version, new_version, providers, ratio, min_ratio, "
+    "AND gpu = 'NVIDIA H100 80GB HBM3' AND metric = 'latency' AND old_version = '0.6.1' "
+    "AND new_version = '0.6.2' ORDER BY ratio DESC LIMIT 3",
+    "SELECT kernel, mode, gpu, old_version, new_point, providers, ratio, min_ratio, "
     "max_ratio FROM drift WHERE metric = 'latency' ORDER BY abs(ln(ratio)) DESC LIMIT 5",
 )
 # The chart docs/regressions.md shows: a change that came and went within the history.
