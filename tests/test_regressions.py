@@ -257,3 +257,55 @@ def test_a_source_without_baseline_is_judged_on_absolute_time_by_arrival(
         "SELECT count(DISTINCT point_rank), count(DISTINCT snapshot_digest) FROM regression_points",
     )
     assert history == [(len(WOBBLE), len(WOBBLE))]
+
+
+def test_the_version_axis_is_stated_once_for_every_source() -> None:
+    """point_axis_sql: Liger's version first, else a bundle's or harness's implementation
+    version, else the framework version, else arrival; versions sort numerically; within a
+    version, commit time where the file carries one, else observed time; on the arrival axis,
+    commit time, else the file's first read."""
+    import duckdb
+
+    from pipelines.regressions import point_axis_sql
+
+    axis = point_axis_sql("r", "f")
+    rows = [
+        # liger_version, implementation_version, framework_version, observed, committed, read
+        ("0.6.10", None, "2.5.1", "2025-01-03", None, "2025-02-01"),
+        ("0.6.9", "1.0", None, "2025-01-05", None, "2025-02-02"),
+        (None, "v2.1.0+cu124", None, "2025-01-01", "2025-01-20", "2025-02-03"),
+        (None, None, "2.5.1", "2025-01-02", None, "2025-02-04"),
+        (None, None, None, "2025-01-09", None, "2025-02-05"),
+        (None, None, None, "2025-01-09", "2024-12-30", "2025-02-06"),
+    ]
+    con = duckdb.connect()
+    try:
+        values = ", ".join(
+            "(" + ", ".join([str(n), *("NULL" if v is None else f"'{v}'" for v in row)]) + ")"
+            for n, row in enumerate(rows)
+        )
+        con.execute(
+            "CREATE TABLE t AS SELECT id, liger_version, implementation_version, "
+            "framework_version, observed::TIMESTAMP AS observed_at, "
+            "committed::TIMESTAMP AS committed_at, read::TIMESTAMP AS taken_at "
+            f"FROM (VALUES {values}) AS v(id, liger_version, implementation_version, "
+            "framework_version, observed, committed, read)"
+        )
+        result = con.execute(
+            f"""SELECT {axis["version"]}, {axis["version_axis"]}, {axis["version_key"]},
+                       strftime({axis["point_at"]}, '%Y-%m-%d')
+                FROM t r JOIN t f USING (id) ORDER BY id"""
+        ).fetchall()
+    finally:
+        con.close()
+    assert [(v, a, t) for v, a, _, t in result] == [
+        ("0.6.10", "liger_version", "2025-01-03"),
+        ("0.6.9", "liger_version", "2025-01-05"),
+        ("v2.1.0+cu124", "implementation_version", "2025-01-20"),
+        ("2.5.1", "framework_version", "2025-01-02"),
+        (None, "arrival", "2025-02-05"),
+        (None, "arrival", "2024-12-30"),
+    ]
+    keys = [k for _, _, k, _ in result]
+    assert keys[1] < keys[0]  # 0.6.9 before 0.6.10
+    assert keys[4] is None and keys[2] is not None and keys[2].endswith("+cu124")
