@@ -309,3 +309,42 @@ def test_the_version_axis_is_stated_once_for_every_source() -> None:
     keys = [k for _, _, k, _ in result]
     assert keys[1] < keys[0]  # 0.6.9 before 0.6.10
     assert keys[4] is None and keys[2] is not None and keys[2].endswith("+cu124")
+
+
+def test_a_file_processed_again_keeps_one_point_per_run(
+    s3_store: Any, index_settings: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A backfill after the curation changed processes a file again under a new parser version:
+    its runs (the same digests) are stored already, and their points move to the new record set,
+    once each; the points of the file's older record set leave the views."""
+    from importlib import resources
+
+    from index_support import csv_bytes, drop_and_process, liger_rows
+
+    from pipelines.curation import CURATION_DIR_VARIABLE, CURATION_FILES
+    from pipelines.index.publish import publish_index
+
+    folder = tmp_path / "curation"
+    folder.mkdir()
+    for name in CURATION_FILES:
+        text = resources.files("pipelines.curation").joinpath(name).read_text(encoding="utf-8")
+        (folder / name).write_text(text)
+    monkeypatch.setenv(CURATION_DIR_VARIABLE, str(folder))
+    header, rows = liger_rows(range(2, 42))
+    at = header.index("timestamp")
+    later = [[*row[:at], "2030-01-01 00:00:00", *row[at + 1 :]] for row in rows]
+    first, second = csv_bytes(header, rows), csv_bytes(header, later)
+    ingest_bytes(s3_store, index_settings, [("incoming/a.csv", first)])
+    ingest_bytes(s3_store, index_settings, [("incoming/b.csv", second)])
+    counts = "SELECT count(*), count(DISTINCT run_digest) FROM regression_points"
+    before = query(index_settings, counts)
+    cases = query(index_settings, "SELECT count(*) FROM regression_cases")
+    (folder / "gpus.yaml").write_text((folder / "gpus.yaml").read_text() + "# grown\n")
+    drop_and_process(s3_store, index_settings, "incoming/a.csv", first)
+    publish_index(s3_store, index_settings)
+    assert query(index_settings, counts) == before
+    runs = query(index_settings, "SELECT count(*), count(*) FROM runs WHERE median > 0")
+    assert before == runs and runs[0][0] == 2 * len(rows)
+    assert query(index_settings, "SELECT count(*) FROM regression_cases") == cases
+    stored = query(index_settings, "SELECT count(*) FROM series_points")
+    assert stored[0][0] > before[0][0]  # the older record set's points stay in the table
