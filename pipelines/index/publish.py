@@ -940,11 +940,11 @@ def add_new_points(con: duckdb.DuckDBPyConnection, pending_runs: str) -> None:
     """new_points: the series_points rows (tables.SERIES_POINT_SCHEMA) of the runs the pending
     record sets measured: their new runs, and the stored runs a set holds of its own snapshot
     (first seen there: a file processed again, whose points the newer record set replaces).
-    A point's time is regressions.POINT_TIME_SQL's (the median, else the mean).
     A run seen again in another file (an unchanged row of a later commit) is no new
-    measurement, and no point. Each point's time is relative to its cohort's baseline in the
-    same file: the lowest baseline rank (baseline_providers) among the file's runs of the
-    cohort, whether new or not (its first run, as a point is the case's first run in a file).
+    measurement, and no point. A point's time (regressions.POINT_TIME_SQL: the median, else
+    the mean) is relative to its cohort's baseline in the same file: the lowest baseline rank
+    (baseline_providers) among the file's runs of the cohort, whether new or not (its first
+    run, as a point is the case's first run in a file).
     After RunChanges.find (new_runs, known_state)."""
     con.execute(baseline_providers_statement())
     axis = point_axis_sql("r", "f")
