@@ -296,27 +296,27 @@ def scenarios(running: Any, home: Path, runs: list[LigerRun]) -> list[Outcome]:
 
 
 HISTORY_SQL = """
-SELECT kernel, provider, mode, metric, gpu, old_version, new_version, cases, ratio, own_ratio,
+SELECT kernel, provider, mode, metric, gpu, old_point, new_point, cases, ratio, own_ratio,
        noise, evidence, threshold, agreement, history, verdict
 FROM version_verdicts WHERE verdict IN ('regression', 'improvement', 'baseline changed')
-ORDER BY gpu, kernel, provider, mode, metric, new_version
+ORDER BY gpu, kernel, provider, mode, metric, new_point
 """
 COUNTS_SQL = "SELECT verdict, count(*) FROM version_verdicts GROUP BY 1 ORDER BY 1"
 # The README's examples, run through `kindex query` on the real history.
 README_QUERIES = (
-    "SELECT kernel, provider, mode, old_version, new_version, cases, ratio, own_ratio, noise, "
+    "SELECT kernel, provider, mode, old_point, new_point, cases, ratio, own_ratio, noise, "
     "evidence, threshold FROM regressions WHERE gpu = 'NVIDIA H100 80GB HBM3' "
     "AND metric = 'latency' ORDER BY ratio DESC LIMIT 6",
-    "SELECT kernel, provider, mode, old_version, new_version, ratio, own_ratio, evidence, "
-    "threshold, verdict FROM version_verdicts WHERE kernel = 'embedding' AND provider = 'liger' "
+    "SELECT old_point, new_point, ratio, own_ratio, evidence, threshold, verdict "
+    "FROM version_verdicts WHERE kernel = 'embedding' AND provider = 'liger' "
     "AND mode = 'forward' AND gpu = 'NVIDIA H100 80GB HBM3' AND metric = 'latency' "
-    "ORDER BY new_version",
-    "SELECT case_key, old_version, new_version, old_median, new_median, "
+    "AND new_version IN ('0.6.1', '0.6.2') ORDER BY new_point",
+    "SELECT case_key, old_point, new_point, old_median, new_median, "
     "old_baseline_median, new_baseline_median, ratio FROM regression_cases "
     "WHERE kernel = 'embedding' AND provider = 'liger' AND mode = 'forward' "
-    "AND gpu = 'NVIDIA H100 80GB HBM3' AND metric = 'latency' AND new_version = '0.6.2' "
-    "ORDER BY ratio DESC LIMIT 3",
-    "SELECT kernel, mode, gpu, old_version, new_version, providers, ratio, min_ratio, "
+    "AND gpu = 'NVIDIA H100 80GB HBM3' AND metric = 'latency' AND old_version = '0.6.1' "
+    "AND new_version = '0.6.2' ORDER BY ratio DESC LIMIT 3",
+    "SELECT kernel, mode, gpu, old_version, new_point, providers, ratio, min_ratio, "
     "max_ratio FROM drift WHERE metric = 'latency' ORDER BY abs(ln(ratio)) DESC LIMIT 5",
 )
 # The chart docs/regressions.md shows: a change that came and went within the history.
@@ -355,58 +355,66 @@ def history_files(corpus: Path, runs: list[LigerRun]) -> list[LigerRun]:
 
 
 def raw_ratio(files: list[LigerRun], ranks: dict[str, int], named: tuple[Any, ...]) -> float | None:
-    """A named change recomputed from the CSV rows themselves, not the index: each version's
-    newest row of each case (the first file that holds it), over the lowest-ranked baseline of
-    that file, and the geometric mean of the ratio of ratios over the cases both versions hold.
-    None when the rows do not give it (a kernel the curation renames)."""
-    kernel, provider, mode, metric, gpu, old, new = named[:7]
+    """A named change recomputed from the CSV rows themselves, not the index. Each file's rows
+    of a case that no earlier file held (a new measurement) are the case's point there; its
+    time is over the lowest-ranked baseline row of the same file (any row). A series' points in
+    a file are labelled by their version and earliest time (as regression_points labels them)
+    and sorted by version (numerically) and time; each case of the new point is compared with
+    its own point before, and the change is the geometric mean of the ratios of ratios. None
+    when the rows do not give it (a kernel the curation renames)."""
+    kernel, provider, mode, metric, gpu, _old_point, new_point = named[:7]
     raw_metric = "speed" if metric == "latency" else metric
-    newest: dict[tuple[str, tuple[str, ...], str], tuple[str, int]] = {}
-    values: dict[tuple[int, str, tuple[str, ...], str], float] = {}
+    seen: set[tuple[str, ...]] = set()
+    # case -> [(version order, point time, file, relative time)]
+    points: dict[tuple[str, ...], list[tuple[tuple[int, ...], str, int, float]]] = {}
+    labels: dict[tuple[int, str], str] = {}  # (file, version) -> the point's time
     for i, f in enumerate(files):
         c = {name: f.column(name) for name in f.header}
+        values: dict[tuple[str, tuple[str, ...], str], float] = {}
+        fresh: dict[tuple[tuple[str, ...], str], tuple[str, float]] = {}
         for r in f.rows:
             if (
                 r[c["kernel_name"]] != kernel
                 or r[c["kernel_operation_mode"]] != mode
                 or r[c["gpu_name"]] != gpu
                 or r[c["metric_name"]] != raw_metric
-                or r[c["liger_version"]] not in (old, new)
             ):
                 continue
             case = (r[c["x_name"]], r[c["x_value"]], r[c["extra_benchmark_config_str"]])
-            key = (r[c["kernel_provider"]], case, r[c["liger_version"]])
-            when = r[c["timestamp"]]
-            if key not in newest or when > newest[key][0]:
-                newest[key] = (when, i)
-            values.setdefault((i, *key), float(r[c["y_value_50"]]))
+            version, when = r[c["liger_version"]], r[c["timestamp"]]
+            value = float(r[c["y_value_50"]])
+            values.setdefault((r[c["kernel_provider"]], case, version), value)
+            identity = (r[c["kernel_provider"]], *case, version, when, r[c["y_value_50"]])
+            if identity in seen:
+                continue
+            seen.add(identity)
+            if r[c["kernel_provider"]] == provider:
+                if (case, version) not in fresh or when < fresh[(case, version)][0]:
+                    fresh[(case, version)] = (when, value)
+                labels[(i, version)] = min(labels.get((i, version), when), when)
+        for (case, version), (_when, own) in fresh.items():
+            present = [(rank, p) for p, rank in ranks.items() if (p, case, version) in values]
+            relative = own
+            if provider not in ranks and present:
+                relative = own / values[(min(present)[1], case, version)]
+            order = tuple(int(x) for x in version.split("."))
+            points.setdefault(case, []).append((order, version, i, relative))
 
-    def relative(case: tuple[str, ...], version: str) -> float | None:
-        head = newest.get((provider, case, version))
-        if head is None:
-            return None
-        file = head[1]
-        own = values[(file, provider, case, version)]
-        present = [
-            (rank, p)
-            for p, rank in ranks.items()
-            if (file, p, case, version) in values and p != provider
-        ]
-        if provider in ranks or not present:
-            return own
-        return own / values[(file, min(present)[1], case, version)]
+    def label(i: int, version: str) -> str:
+        return f"{version} @ {labels[(i, version)][:16]}"
 
     logs = []
-    for case in {k[1] for k in newest if k[0] == provider}:
-        a, b = relative(case, old), relative(case, new)
-        if a and b:
-            logs.append(math.log(b / a))
+    for case_points in points.values():
+        ordered = sorted(case_points, key=lambda p: (p[0], labels[(p[2], p[1])], p[2]))
+        for before, after in zip(ordered, ordered[1:], strict=False):
+            if label(after[2], after[1]) == new_point:
+                logs.append(math.log(after[3] / before[3]))
     return round(math.exp(sum(logs) / len(logs)), 4) if logs else None
 
 
 def markdown(rows: list[tuple[Any, ...]]) -> str:
     header = (
-        "| kernel | provider | pass | metric | GPU | versions | cases | ratio | own ratio | "
+        "| kernel | provider | pass | metric | GPU | points | cases | ratio | own ratio | "
         "noise | evidence (threshold) | agreement | history | verdict | from the CSV rows |\n"
         + "|---" * 15
         + "|"

@@ -83,9 +83,55 @@ def settings_statement(settings: RegressionSettings | None = None) -> str:
     )
 
 
+# The version axis of every source, stated once: what orders the points of a series (one run of
+# a case is one point). A point's version is the first of these its run carries: Liger's
+# `liger_version` (its CSVs, and bundles labelled with it), a bundle's or harness file's
+# implementation version (its project revision), the framework version a harness reports; a
+# run with none is on the arrival axis. Versions sort numerically where they start with a
+# number (0.5.10 after 0.5.8), else by when each was first measured. Within a version, points
+# sort by time: the commit time of the file's first read where it was uploaded from git
+# (`kindex put --git`), else the run's observed time; on the arrival axis, the commit time or
+# else the file's first read (when it arrived). publish.py stores each run's point with these
+# (the `series_points` table); the views order by them.
+VERSION_COLUMNS = ("liger_version", "implementation_version", "framework_version")
+ARRIVAL_AXIS = "arrival"
+# Each numeric part padded to this many digits, so that versions sort as text.
+VERSION_DIGITS = 12
+_VERSION_NUMBER = r"^v?([0-9]+(\.[0-9]+)*)"
+
+
+# The time a point stands for: a run's median where it has one (Liger's CSVs, bundles,
+# nvbench), else its mean (KernelBench and FlashInfer-Trace report means).
+POINT_TIME_SQL = "coalesce({run}.median, {run}.mean)"
+
+
+def point_axis_sql(run: str, read: str) -> dict[str, str]:
+    """The SQL expressions of a point's version axis (`version`, `version_axis`,
+    `version_key`, `point_at`), over a run's columns (alias `run`) and its snapshot's first
+    read (alias `read`: `committed_at`, `taken_at`)."""
+    version = f"coalesce({', '.join(f'{run}.{c}' for c in VERSION_COLUMNS)})"
+    axis = " ".join(f"WHEN {run}.{c} IS NOT NULL THEN '{c}'" for c in VERSION_COLUMNS)
+    number = f"regexp_extract({version}, '{_VERSION_NUMBER}', 1)"
+    key = (
+        f"CASE WHEN {number} <> '' THEN array_to_string(list_transform("
+        f"string_split({number}, '.'), "
+        f"x -> lpad(x, greatest({VERSION_DIGITS}, length(x))::INTEGER, '0')"
+        f"), '.') || regexp_replace({version}, '{_VERSION_NUMBER}', '') END"
+    )
+    return {
+        "version": version,
+        "version_axis": f"CASE {axis} ELSE '{ARRIVAL_AXIS}' END",
+        "version_key": key,
+        "point_at": (
+            f"CASE WHEN {version} IS NULL THEN coalesce({read}.committed_at, {read}.taken_at) "
+            f"ELSE coalesce({read}.committed_at, {run}.observed_at, {read}.taken_at) END"
+        ),
+    }
+
+
 TOP_MOVERS_SQL = """
-SELECT kernel, provider, mode, metric, gpu, old_version, new_version, cases, ratio, noise,
-       evidence, agreement, baseline_provider
+SELECT kernel, provider, mode, metric, gpu, old_version, new_version, old_point, new_point, cases,
+       ratio, noise, evidence, agreement, baseline_provider
 FROM regressions
 WHERE newest
 ORDER BY log_change DESC, evidence DESC, kernel, provider, mode, gpu
@@ -99,8 +145,8 @@ def top_movers(connection: duckdb.DuckDBPyConnection, limit: int = 10) -> pa.Tab
     return connection.execute(TOP_MOVERS_SQL, {"limit": limit}).to_arrow_table()
 
 
-# Each version's geometric mean over the cases it measured (the verdicts compare the cases
-# both versions measured), relative to the baseline where the series has one: cases without a
+# Each point's geometric mean over the cases it measured (the verdicts compare each case with
+# its point before), relative to the baseline where the series has one: cases without a
 # baseline in their file (absolute times) are left out of such a series.
 HISTORY_SQL = """
 WITH points AS (
@@ -108,16 +154,16 @@ WITH points AS (
     WHERE kernel = $kernel AND provider = $provider AND mode = $mode AND metric = $metric
       AND gpu = $gpu AND NOT is_baseline
 )
-SELECT version, version_order, count(*) AS cases, exp(avg(log_time)) AS relative,
+SELECT point, point_rank, count(*) AS cases, exp(avg(log_time)) AS relative,
        any_value(baseline_provider) AS baseline_provider
 FROM points
 WHERE (baseline_provider IS NOT NULL)
     = (SELECT bool_or(baseline_provider IS NOT NULL) FROM points)
-GROUP BY version, version_order
-ORDER BY version_order, version
+GROUP BY point, point_rank
+ORDER BY point_rank, point
 """
 VERDICTS_SQL = """
-SELECT old_version, new_version, ratio, noise, evidence, verdict FROM version_verdicts
+SELECT old_point, new_point, ratio, noise, evidence, verdict FROM version_verdicts
 WHERE kernel = $kernel AND provider = $provider AND mode = $mode AND metric = $metric
   AND gpu = $gpu
 """
@@ -147,12 +193,12 @@ class Series:
 
 @dataclass(frozen=True, slots=True)
 class SeriesHistory:
-    """A series' points (version, geometric-mean time relative to its baseline, cases) and the
-    verdict on each adjacent change."""
+    """A series' points (point label, geometric-mean time relative to its baseline, cases) and
+    the verdict on each change from the point before."""
 
     series: Series
     points: list[tuple[str, float, int]]
-    # new version -> (verdict, ratio, noise, evidence)
+    # new point -> (verdict, ratio, noise, evidence)
     verdicts: dict[str, tuple[str, float, float, float]]
     baseline_provider: str | None
 

@@ -1,7 +1,8 @@
-"""Regressions judged per kernel on real Liger history (tests/data/liger/gh-pages: the heads of
-each version of Liger's CI runs on one H100 host, up to run 0a62700-v0.6.4, and run 0a62700,
-the same commit a week later): an A/A pair names nothing, an injected slowdown names exactly
-its kernels, host drift names nothing and shows in `drift`."""
+"""Regressions judged per kernel on real Liger history (tests/data/liger/gh-pages: eleven of
+Liger's CI runs on one H100 host, one to three of each version, up to run 0a62700-v0.6.4, and
+run 0a62700, the same commit a week later; each run a point of its version): an A/A pair names
+nothing, an injected slowdown names exactly its kernels, host drift names nothing and shows in
+`drift`."""
 
 from __future__ import annotations
 
@@ -79,6 +80,28 @@ def test_a_a_pair_names_no_kernel(s3_store: Any, index_settings: Any) -> None:
     assert verdicts.get("improvement", 0) == 0
 
 
+def test_a_a_pair_within_one_version_are_two_points(s3_store: Any, index_settings: Any) -> None:
+    """The same-code pair as Liger's CI published them, both 0.6.4 a week apart: two points
+    of one version, ordered by their runs' time, the second judged against the first and named
+    nowhere."""
+    history, new = sample()
+    runs = sorted((read_run(p) for p in SAMPLE.glob("*.csv.gz")), key=LigerRun.first_time)
+    same = next(r for r in runs if r.name == AA_NEW)
+    assert same.version() == history[-1].version()
+    ingest_bytes(s3_store, index_settings, run_items(history))
+    ingest_bytes(s3_store, index_settings, run_items([same]))
+    rows = query(
+        index_settings,
+        "SELECT old_version, new_version, old_point < new_point, verdict, count(*) "
+        "FROM version_verdicts WHERE newest GROUP BY ALL ORDER BY ALL",
+    )
+    version = same.version()
+    assert {r[:3] for r in rows} == {(version, version, True)}, rows
+    verdicts = {r[3]: r[4] for r in rows}
+    assert verdicts.get("no change", 0) > 60
+    assert "regression" not in verdicts and "improvement" not in verdicts, verdicts
+
+
 def test_injected_slowdown_names_exactly_its_kernels(
     s3_store: Any, index_settings: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -149,10 +172,11 @@ def test_host_drift_names_nothing_and_shows_as_drift(s3_store: Any, index_settin
     assert sum(r[3] == "slower" for r in drifted) > 0.8 * len(drifted)
 
 
-def test_verdicts_read_only_the_live_files(s3_store: Any, index_settings: Any) -> None:
-    """Later runs of the same cases settle the first file's runs: the verdict views open only
-    the live file (each version's heads) through iceberg_scan, as version_changes does, so
-    their cost follows the heads, not the whole history."""
+def test_verdicts_read_points_not_runs(s3_store: Any, index_settings: Any) -> None:
+    """Later runs of the same cases supersede the first file's runs and settle them: each run is
+    still a point (a re-measurement of its case), and the verdict views read only the stored
+    points (series_points) and the snapshots through iceberg_scan, never a run file, so their
+    cost follows the points, not the runs and their manifests."""
     from index_support import csv_bytes, liger_rows
 
     from pipelines.index.remote import connect_remote
@@ -164,15 +188,163 @@ def test_verdicts_read_only_the_live_files(s3_store: Any, index_settings: Any) -
     ingest_bytes(s3_store, index_settings, [("incoming/b.csv", csv_bytes(header, later))])
     con = connect_remote(index_settings)
 
-    def files_read(sql: str) -> list[int]:
-        """The data files each iceberg_scan of the query opened."""
+    def tables_read(sql: str) -> set[str]:
+        """The tables whose data files the query's iceberg_scans opened."""
         plan = con.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}").fetchall()[0][1]
-        return [int(n) for n in re.findall(r'"Total Files Read": "?(\d+)', plan)]
+        return set(re.findall(r"/([a-z_]+)/data/[0-9a-f-]+\.parquet", plan))
 
     try:
-        assert files_read("SELECT count(*) FROM runs WHERE median > 0") == [2]
+        assert tables_read("SELECT count(*) FROM runs WHERE median > 0") == {"run_segments"}
         for view in ("regressions", "improvements", "drift", "regression_cases"):
-            counts = files_read(f"SELECT count(*) FROM {view}")
-            assert counts and set(counts) == {1}, (view, counts)
+            assert tables_read(f"SELECT count(*) FROM {view}") <= {"series_points", "snapshots"}
+        points = con.execute(
+            "SELECT count(*), count(DISTINCT run_digest), count(DISTINCT point) "
+            "FROM regression_points"
+        ).fetchone()
+        runs = con.execute("SELECT count(*) FROM runs WHERE median > 0").fetchone()
+        assert runs is not None and points == (runs[0], runs[0], 2)
+        changes = con.execute("SELECT count(*) FROM regression_cases").fetchone()
+        assert changes is not None and changes[0] == runs[0] // 2
     finally:
         con.close()
+
+
+KERNELBENCH = Path(__file__).parent / "data" / "formats" / "kernelbench" / "tk_baseline_time.json"
+# Small same-code wobbles of successive KernelBench files (the runs' own noise).
+WOBBLE = (1.0, 1.012, 0.993, 1.006, 0.989, 1.004, 0.996, 1.009, 0.991, 1.003)
+
+
+def kernelbench_file(factor: float, slower: str | None = None) -> bytes:
+    """tk_baseline_time.json with every mean times `factor`, and `slower`'s 1.3x besides."""
+    import json
+
+    data = json.loads(KERNELBENCH.read_text())
+    for problems in data.values():
+        for name, entry in problems.items():
+            scale = factor * (1.3 if name == slower else 1.0)
+            for stat in ("mean", "min", "max"):
+                entry[stat] = round(entry[stat] * scale, 6)
+    return json.dumps(data).encode()
+
+
+def test_a_source_without_baseline_is_judged_on_absolute_time_by_arrival(
+    s3_store: Any, index_settings: Any
+) -> None:
+    """KernelBench files carry no version and no baseline beside the timed kernel: their points
+    are ordered by arrival and judged on absolute time against each kernel's noise. Ten files of
+    one GPU arrive one after another; the last times one problem 1.3x slower: that kernel is
+    named, and nothing else."""
+    slower = "38_L1Norm_.py"
+    for n, factor in enumerate(WOBBLE):
+        data = kernelbench_file(factor, slower if n == len(WOBBLE) - 1 else None)
+        ingest_bytes(s3_store, index_settings, [(f"incoming/kernelbench/run-{n}.json", data)])
+    axes = query(index_settings, "SELECT DISTINCT version, version_axis FROM regression_points")
+    assert axes == [(None, "arrival")]
+    verdicts = query(
+        index_settings,
+        "SELECT kernel, verdict, ratio, baseline_provider, history FROM version_verdicts "
+        "WHERE newest ORDER BY kernel",
+    )
+    assert len(verdicts) == 6, verdicts
+    named = [v for v in verdicts if v[1] in ("regression", "improvement")]
+    assert len(named) == 1 and named[0][1] == "regression", verdicts
+    assert "l1" in named[0][0].lower() and 1.25 < named[0][2] < 1.35
+    assert all(v[3] is None and v[4] == len(WOBBLE) - 2 for v in verdicts)
+    assert {v[1] for v in verdicts if v not in named} == {"no change"}
+    # Every file before the last is a point of its own, in the order the files arrived.
+    history = query(
+        index_settings,
+        "SELECT count(DISTINCT point_rank), count(DISTINCT snapshot_digest) FROM regression_points",
+    )
+    assert history == [(len(WOBBLE), len(WOBBLE))]
+
+
+def test_the_version_axis_is_stated_once_for_every_source() -> None:
+    """point_axis_sql: Liger's version first, else a bundle's or harness's implementation
+    version, else the framework version, else arrival; versions sort numerically; within a
+    version, commit time where the file carries one, else observed time; on the arrival axis,
+    commit time, else the file's first read."""
+    import duckdb
+
+    from pipelines.regressions import point_axis_sql
+
+    axis = point_axis_sql("r", "f")
+    rows = [
+        # liger_version, implementation_version, framework_version, observed, committed, read
+        ("0.6.10", None, "2.5.1", "2025-01-03", None, "2025-02-01"),
+        ("0.6.9", "1.0", None, "2025-01-05", None, "2025-02-02"),
+        (None, "v2.1.0+cu124", None, "2025-01-01", "2025-01-20", "2025-02-03"),
+        (None, None, "2.5.1", "2025-01-02", None, "2025-02-04"),
+        (None, None, None, "2025-01-09", None, "2025-02-05"),
+        (None, None, None, "2025-01-09", "2024-12-30", "2025-02-06"),
+    ]
+    con = duckdb.connect()
+    try:
+        values = ", ".join(
+            "(" + ", ".join([str(n), *("NULL" if v is None else f"'{v}'" for v in row)]) + ")"
+            for n, row in enumerate(rows)
+        )
+        con.execute(
+            "CREATE TABLE t AS SELECT id, liger_version, implementation_version, "
+            "framework_version, observed::TIMESTAMP AS observed_at, "
+            "committed::TIMESTAMP AS committed_at, read::TIMESTAMP AS taken_at "
+            f"FROM (VALUES {values}) AS v(id, liger_version, implementation_version, "
+            "framework_version, observed, committed, read)"
+        )
+        result = con.execute(
+            f"""SELECT {axis["version"]}, {axis["version_axis"]}, {axis["version_key"]},
+                       strftime({axis["point_at"]}, '%Y-%m-%d')
+                FROM t r JOIN t f USING (id) ORDER BY id"""
+        ).fetchall()
+    finally:
+        con.close()
+    assert [(v, a, t) for v, a, _, t in result] == [
+        ("0.6.10", "liger_version", "2025-01-03"),
+        ("0.6.9", "liger_version", "2025-01-05"),
+        ("v2.1.0+cu124", "implementation_version", "2025-01-20"),
+        ("2.5.1", "framework_version", "2025-01-02"),
+        (None, "arrival", "2025-02-05"),
+        (None, "arrival", "2024-12-30"),
+    ]
+    keys = [k for _, _, k, _ in result]
+    assert keys[1] < keys[0]  # 0.6.9 before 0.6.10
+    assert keys[4] is None and keys[2] is not None and keys[2].endswith("+cu124")
+
+
+def test_a_file_processed_again_keeps_one_point_per_run(
+    s3_store: Any, index_settings: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A backfill after the curation changed processes a file again under a new parser version:
+    its runs (the same digests) are stored already, and their points move to the new record set,
+    once each; the points of the file's older record set leave the views."""
+    from importlib import resources
+
+    from index_support import csv_bytes, drop_and_process, liger_rows
+
+    from pipelines.curation import CURATION_DIR_VARIABLE, CURATION_FILES
+    from pipelines.index.publish import publish_index
+
+    folder = tmp_path / "curation"
+    folder.mkdir()
+    for name in CURATION_FILES:
+        text = resources.files("pipelines.curation").joinpath(name).read_text(encoding="utf-8")
+        (folder / name).write_text(text)
+    monkeypatch.setenv(CURATION_DIR_VARIABLE, str(folder))
+    header, rows = liger_rows(range(2, 42))
+    at = header.index("timestamp")
+    later = [[*row[:at], "2030-01-01 00:00:00", *row[at + 1 :]] for row in rows]
+    first, second = csv_bytes(header, rows), csv_bytes(header, later)
+    ingest_bytes(s3_store, index_settings, [("incoming/a.csv", first)])
+    ingest_bytes(s3_store, index_settings, [("incoming/b.csv", second)])
+    counts = "SELECT count(*), count(DISTINCT run_digest) FROM regression_points"
+    before = query(index_settings, counts)
+    cases = query(index_settings, "SELECT count(*) FROM regression_cases")
+    (folder / "gpus.yaml").write_text((folder / "gpus.yaml").read_text() + "# grown\n")
+    drop_and_process(s3_store, index_settings, "incoming/a.csv", first)
+    publish_index(s3_store, index_settings)
+    assert query(index_settings, counts) == before
+    runs = query(index_settings, "SELECT count(*), count(*) FROM runs WHERE median > 0")
+    assert before == runs and runs[0][0] == 2 * len(rows)
+    assert query(index_settings, "SELECT count(*) FROM regression_cases") == cases
+    stored = query(index_settings, "SELECT count(*) FROM series_points")
+    assert stored[0][0] > before[0][0]  # the older record set's points stay in the table

@@ -66,10 +66,12 @@ EXPIRE_EVERY_VERSIONS = 8
 # What the tables hold, by the kindex that created them. 2: lineage_files holds only the lineage
 # rows that run_segments does not (tables.lineage_rows). 3: run_segments holds each run's current
 # state and source key (no run_state_changes). 4: every data file carries the table's field IDs
-# (an engine that trusts them, such as Daft, reads no name mapping). An index of another layout
-# is rebuilt from the record sets by the next publish, and read by nobody before.
+# (an engine that trusts them, such as Daft, reads no name mapping). 5: series_points holds every
+# run's point of the regression verdicts (each re-measurement, not each version's newest). An
+# index of another layout is rebuilt from the record sets by the next publish, and read by
+# nobody before.
 LAYOUT_PROPERTY = SUMMARY_PREFIX + "layout"
-LAYOUT = "4"
+LAYOUT = "5"
 # Set on a table that kindex did not rebuild (the file ledger) once its data files written
 # before carried no field IDs have been rewritten with them (IndexCatalog.identify).
 FIELD_IDS_PROPERTY = SUMMARY_PREFIX + "field-ids"

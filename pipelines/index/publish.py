@@ -79,10 +79,12 @@ from pipelines.index.tables import (
     SEQ_COLUMN,
     SNAPSHOT_SCHEMA,
     STORED_TABLES,
+    baseline_providers_statement,
     empty_select,
     parquet_select,
     sql_string,
 )
+from pipelines.regressions import POINT_TIME_SQL, VERSION_COLUMNS, point_axis_sql
 from pipelines.settings import Settings
 from pipelines.storage.base import ObjectStore
 from pipelines.storage.errors import StorageUnreachable
@@ -102,6 +104,7 @@ ROW_ORDER = {
     "manifest_segments": "kind, digest",
     "quarantine_files": "snapshot_digest, source_line",
     "snapshots": "taken_at, read_id",
+    "series_points": "kernel, gpu, provider, mode, point_at",
 }
 
 
@@ -491,6 +494,8 @@ def build_version(
         select = objects.select(name, STORED_TABLES[f"{name}_files"])
         con.execute(f"CREATE TEMP VIEW new_{name} AS {select}")
     runs = RunChanges.find(con, run_objects.select("runs", RUN_SCHEMA), settled_paths, several_runs)
+    # A returning record set's points are stored already: only the pending sets' runs add points.
+    add_new_points(con, objects.select("runs", RUN_SCHEMA))
     new_manifests, whole_manifests = add_new_records(
         con, "manifests", "digest", objects, MANIFEST_SEGMENT_SCHEMA, several
     )
@@ -510,6 +515,7 @@ def build_version(
         "lineage_files": "new_lineage_files",
         "quarantine_files": "new_quarantine",
         "snapshots": "new_reads_arrow",
+        "series_points": "new_points",
     }
     # A record set whose manifests are all new holds them as the table does: its Parquet files
     # join the table as they are. Any other new rows become one Parquet file that DuckDB writes
@@ -1084,6 +1090,87 @@ def add_new_records(
         )
     row = con.execute(f"SELECT count(*) FROM new_{name}").fetchone()
     return (int(row[0]) if row else 0), not several and not (known and known[0])
+
+
+def add_new_points(con: duckdb.DuckDBPyConnection, pending_runs: str) -> None:
+    """new_points: the series_points rows (tables.SERIES_POINT_SCHEMA) of the runs the pending
+    record sets measured: their new runs, and the stored runs a set holds of its own snapshot
+    (first seen there: a file processed again, whose points the newer record set replaces).
+    A run seen again in another file (an unchanged row of a later commit) is no new
+    measurement, and no point. A point's time (regressions.POINT_TIME_SQL: the median, else
+    the mean) is relative to its cohort's baseline in the same file: the lowest baseline rank
+    (baseline_providers) among the file's runs of the cohort, whether new or not (its first
+    run, as a point is the case's first run in a file).
+    After RunChanges.find (new_runs, known_state)."""
+    con.execute(baseline_providers_statement())
+    axis = point_axis_sql("r", "f")
+    cohort = (
+        "snapshot_digest, parser_version, operation_digest, workload_digest, protocol_digest, "
+        "environment_digest, metric, kernel"
+    )
+    columns = (
+        "run_digest, snapshot_digest, parser_version, operation_digest, workload_digest, "
+        "protocol_digest, environment_digest, metric, kernel, provider, mode, gpu, case_key, "
+        f"{POINT_TIME_SQL.format(run='r')} AS median, observed_at, "
+        f"{', '.join(VERSION_COLUMNS)}"
+    )
+    con.execute(
+        f"""CREATE TEMP TABLE new_points AS
+            WITH ranked AS (
+                SELECT p.*, b.rank AS baseline_rank, count(*) OVER (PARTITION BY {cohort}) AS runs
+                FROM (SELECT {columns} FROM ({pending_runs}) r
+                      WHERE {POINT_TIME_SQL.format(run="r")} > 0) p
+                LEFT JOIN baseline_providers b USING (provider)
+            ), baselines AS (
+                SELECT * FROM ranked WHERE baseline_rank IS NOT NULL
+                QUALIFY row_number() OVER (
+                    PARTITION BY {cohort} ORDER BY baseline_rank, observed_at, run_digest
+                ) = 1
+            ), measured AS (
+                SELECT * FROM ranked SEMI JOIN (
+                    SELECT run_digest, snapshot_digest FROM new_runs
+                    UNION ALL SELECT run_digest, snapshot_digest FROM known_state
+                ) m USING (run_digest, snapshot_digest)
+            ), first_read AS (
+                SELECT snapshot_digest,
+                       arg_min(committed_at, {{'at': taken_at, 'id': read_id}}) AS committed_at,
+                       min(taken_at) AS taken_at
+                FROM reads GROUP BY snapshot_digest
+            )
+            SELECT * EXCLUDE (point_at),
+                -- A kernel-level point's time: its file's earliest run of the version.
+                min(point_at) OVER (PARTITION BY kernel, provider, mode, metric, gpu,
+                                    snapshot_digest, parser_version, version) AS point_at
+            FROM (
+            SELECT r.kernel, r.provider, r.mode, r.metric, r.gpu, r.case_key,
+                   {axis["version"]} AS version, {axis["version_axis"]} AS version_axis,
+                   {axis["version_key"]} AS version_key, {axis["point_at"]} AS point_at,
+                   r.observed_at,
+                   -- A baseline is judged against itself only where nothing else ran beside it.
+                   coalesce(b.run_digest = r.run_digest AND r.runs > 1, false) AS is_baseline,
+                   CASE WHEN b.run_digest <> r.run_digest THEN b.provider END
+                       AS baseline_provider,
+                   r.median,
+                   CASE WHEN b.run_digest <> r.run_digest THEN b.median END AS baseline_median,
+                   ln(r.median) - CASE WHEN b.run_digest <> r.run_digest THEN ln(b.median)
+                                       ELSE 0 END AS log_time,
+                   ln(r.median) AS log_absolute,
+                   r.run_digest,
+                   CASE WHEN b.run_digest <> r.run_digest THEN b.run_digest END
+                       AS baseline_run_digest,
+                   r.snapshot_digest, r.parser_version
+            FROM measured r
+            LEFT JOIN baselines b USING ({cohort})
+            LEFT JOIN first_read f USING (snapshot_digest)
+            -- A file that measures a case twice (rope's two sweeps share a shape) gives it
+            -- one point: its first run.
+            QUALIFY row_number() OVER (
+                PARTITION BY r.kernel, r.provider, r.mode, r.metric, r.gpu, r.case_key,
+                    r.snapshot_digest, r.parser_version, version, is_baseline, baseline_provider
+                ORDER BY r.observed_at, r.run_digest
+            ) = 1
+            )"""
+    )
 
 
 def add_new_lineage(con: duckdb.DuckDBPyConnection, lineage_is_new_runs: bool) -> None:

@@ -83,6 +83,39 @@ SNAPSHOT_SCHEMA = pa.schema(
     ]
 )
 
+# The points of the regression verdicts (docs/regressions.md): one narrow row per run that a
+# file measured (a new run, or a run of a file processed again), written once by the publish
+# that adds it and only appended to, so the verdicts read every re-measurement of a series (the
+# weekly runs of one version, the git history) without reading the runs' settled files. Its time
+# is relative to the baseline provider measured in the same file and cohort (log_time; the
+# run's own: log_absolute; `median` is the run's time, regressions.POINT_TIME_SQL); its place on
+# the series' version axis is regressions.point_axis_sql's.
+SERIES_POINT_SCHEMA = pa.schema(
+    [
+        ("kernel", pa.string()),
+        ("provider", pa.string()),
+        ("mode", pa.string()),
+        ("metric", pa.string()),
+        ("gpu", pa.string()),
+        ("case_key", pa.string()),
+        ("version", pa.string()),
+        ("version_axis", pa.string()),
+        ("version_key", pa.string()),
+        ("point_at", UTC_US),
+        ("observed_at", UTC_US),
+        ("is_baseline", pa.bool_()),
+        ("baseline_provider", pa.string()),
+        ("median", pa.int64()),
+        ("baseline_median", pa.int64()),
+        ("log_time", pa.float64()),
+        ("log_absolute", pa.float64()),
+        ("run_digest", pa.string()),
+        ("baseline_run_digest", pa.string()),
+        ("snapshot_digest", pa.string()),
+        ("parser_version", pa.string()),
+    ]
+)
+
 # A snapshot's current record set: the parser version of its newest processing.
 CURRENT_RECORD_SET = "arg_max(parser_version, coalesce(processed_at, taken_at))"
 
@@ -93,6 +126,7 @@ STORED_TABLES: dict[str, pa.Schema] = {
     "snapshots": SNAPSHOT_SCHEMA,
     "lineage_files": LINEAGE_SCHEMA,
     "quarantine_files": QUARANTINE_SCHEMA,
+    "series_points": SERIES_POINT_SCHEMA,
 }
 
 # Tables another part of kindex writes into the index's catalog (the intake's file ledger) and

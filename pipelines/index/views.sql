@@ -100,111 +100,120 @@ FROM ordered o JOIN ordered n
 ;
 -- Kernel-level verdicts (docs/regressions.md). regression_settings (one row: min_history,
 -- z_threshold, min_effect, min_agreement, noise_floor) is a view pipelines/regressions.py writes
--- from pipelines/curation/regressions.yaml and the KINDEX_REGRESSION_* overrides before these.
+-- from pipelines/curation/regressions.yaml and the KINDEX_REGRESSIONS file before these.
 --
--- The version axis (regression_points): a point of a series is a version of it. Liger runs:
--- `liger_version`, numerically (0.5.10 after 0.5.8), each version's newest run of a case (its
--- head, the only rows read: the history of heads stays bounded however many runs supersede
--- each other). Each point's time is relative to the baseline provider (the lowest rank of
--- baseline_providers) measured in the same file (snapshot) and cohort, so a slower host or
--- torch moves every provider and the baseline alike; a case whose cohort has no baseline in
--- that file is judged on its absolute time. log_time is that ratio's (or time's) logarithm.
+-- The points (regression_points): every run a file measured is a point of its case, stored
+-- once by the publish that added it (series_points, of the snapshots' current record sets), so
+-- every re-measurement counts (the weekly runs of one version, the git history) and the views
+-- never read the runs' settled files. Its time is relative to the baseline provider (the lowest
+-- rank of baseline_providers) measured in the same file and cohort, so a slower host or torch
+-- moves every provider and the baseline alike; a case whose cohort has no baseline in that file
+-- is judged on its absolute time. log_time is that ratio's (or time's) logarithm. A point of a
+-- kernel-level series (kernel, provider, mode, metric, GPU) is one file's runs of one version
+-- (a file that measures a case twice gives it one point, its first run: publish.py); points
+-- are ordered along the version axis (pipelines/regressions.py point_axis_sql: versions
+-- numerically, else by when each was first measured; within a version by commit time where
+-- the file carries one, else observed time; without a version, by arrival), as point_rank.
 CREATE OR REPLACE VIEW regression_points AS
-WITH heads AS (
-    SELECT * EXCLUDE (head_of_version, live) FROM run_segments
-    WHERE live = true AND head_of_version = true AND liger_version IS NOT NULL AND median > 0
-    QUALIFY row_number() OVER (
-        PARTITION BY series_key, liger_version ORDER BY observed_at DESC, run_digest
-    ) = 1
-), ranked AS (
-    SELECT h.*, b.rank AS baseline_rank,
-        list_transform(string_split(h.liger_version, '.'), x -> TRY_CAST(x AS INTEGER))
-            AS version_order
-    FROM heads h LEFT JOIN baseline_providers b USING (provider)
-), baselines AS (
-    SELECT * FROM ranked WHERE baseline_rank IS NOT NULL
-    QUALIFY row_number() OVER (
-        PARTITION BY operation_digest, workload_digest, protocol_digest, environment_digest,
-            metric, kernel, liger_version, snapshot_digest
-        ORDER BY baseline_rank, observed_at DESC, run_digest
-    ) = 1
+WITH stored AS (
+    SELECT p.* FROM series_points p
+    SEMI JOIN current_record_sets c USING (snapshot_digest, parser_version)
+), points AS (
+    -- The kernel-level points (few: a file's runs of one version), placed on the axis.
+    SELECT kernel, provider, mode, metric, gpu, snapshot_digest, version,
+        any_value(version_axis) AS version_axis, any_value(version_key) AS version_key,
+        min(point_at) AS point_at
+    FROM stored
+    GROUP BY kernel, provider, mode, metric, gpu, snapshot_digest, version
+), placed AS (
+    SELECT *,
+        coalesce(version, version_axis) || ' @ ' || strftime(point_at, '%Y-%m-%d %H:%M') AS point,
+        dense_rank() OVER (
+            PARTITION BY kernel, provider, mode, metric, gpu
+            ORDER BY version_key NULLS LAST, version_first_at, point_at, snapshot_digest
+        ) AS point_rank
+    FROM (
+        SELECT *, min(point_at) OVER (PARTITION BY kernel, provider, mode, metric, gpu, version)
+            AS version_first_at
+        FROM points
+    )
 )
 SELECT
-    r.kernel, r.provider, r.mode, r.metric, r.gpu, r.case_key,
-    r.liger_version AS version, r.version_order, r.observed_at,
-    r.baseline_rank IS NOT NULL AS is_baseline,
-    b.provider AS baseline_provider,
-    r.median, b.median AS baseline_median,
-    ln(r.median) - coalesce(ln(b.median), 0) AS log_time,
-    ln(r.median) AS log_absolute,
-    r.run_digest, b.run_digest AS baseline_run_digest, r.snapshot_digest
-FROM ranked r
-LEFT JOIN baselines b
-  ON r.operation_digest = b.operation_digest AND r.workload_digest = b.workload_digest
- AND r.protocol_digest = b.protocol_digest AND r.environment_digest = b.environment_digest
- AND r.metric = b.metric AND r.kernel = b.kernel AND r.liger_version = b.liger_version
- AND r.snapshot_digest = b.snapshot_digest
+    s.kernel, s.provider, s.mode, s.metric, s.gpu, s.case_key, s.version, p.version_axis,
+    p.point, p.point_at, p.point_rank,
+    s.observed_at, s.is_baseline, s.baseline_provider, s.median, s.baseline_median,
+    s.log_time, s.log_absolute, s.run_digest, s.baseline_run_digest, s.snapshot_digest
+FROM stored s
+JOIN placed p
+  ON p.kernel = s.kernel AND p.provider = s.provider AND p.mode = s.mode
+ AND p.metric = s.metric AND p.gpu = s.gpu AND p.snapshot_digest = s.snapshot_digest
+ AND p.version IS NOT DISTINCT FROM s.version
 ;
--- Each case's change between adjacent versions of its kernel-level series (kernel, provider,
--- mode, metric, GPU): the series' versions in order, each with the one before it (not every
--- pair of versions). A case counts when both versions measured it against the same baseline
--- provider (or both on absolute time). change = the difference of log_time: the log of the
--- ratio of ratios. absolute_change: the same on the run's own time (what drift reads).
+-- Each case's change from its point before (not every pair of points): per case, compared
+-- against the same baseline provider (or both on absolute time). change = the difference of
+-- log_time: the log of the ratio of ratios. absolute_change: the same on the run's own time
+-- (what drift reads).
 CREATE OR REPLACE VIEW regression_cases AS
-WITH versions AS (
-    SELECT kernel, provider, mode, metric, gpu, version, version_order,
-        lag(version) OVER w AS old_version
-    FROM (SELECT DISTINCT kernel, provider, mode, metric, gpu, version, version_order
-          FROM regression_points)
-    WINDOW w AS (PARTITION BY kernel, provider, mode, metric, gpu ORDER BY version_order, version)
+WITH lagged AS (
+    SELECT *,
+        lag(point) OVER w AS old_point, lag(version) OVER w AS old_version,
+        lag(point_rank) OVER w AS old_point_rank,
+        lag(median) OVER w AS old_median, lag(baseline_median) OVER w AS old_baseline_median,
+        lag(log_time) OVER w AS old_log_time, lag(log_absolute) OVER w AS old_log_absolute,
+        lag(run_digest) OVER w AS old_run_digest,
+        lag(baseline_run_digest) OVER w AS old_baseline_run_digest
+    FROM regression_points
+    WINDOW w AS (
+        PARTITION BY kernel, provider, mode, metric, gpu, case_key, is_baseline,
+            baseline_provider
+        ORDER BY point_rank, run_digest
+    )
 )
 SELECT
-    v.kernel, v.provider, v.mode, v.metric, v.gpu, n.case_key,
-    v.old_version, v.version AS new_version, v.version_order AS new_version_order,
-    n.is_baseline, n.baseline_provider,
-    o.median AS old_median, n.median AS new_median,
-    o.baseline_median AS old_baseline_median, n.baseline_median AS new_baseline_median,
-    n.log_time - o.log_time AS change,
-    n.log_absolute - o.log_absolute AS absolute_change,
-    round(exp(n.log_time - o.log_time), 4) AS ratio,
-    o.run_digest AS old_run_digest, n.run_digest AS new_run_digest,
-    o.baseline_run_digest AS old_baseline_run_digest,
-    n.baseline_run_digest AS new_baseline_run_digest
-FROM versions v
-JOIN regression_points n
-  ON n.kernel = v.kernel AND n.provider = v.provider AND n.mode = v.mode
- AND n.metric = v.metric AND n.gpu = v.gpu AND n.version = v.version
-JOIN regression_points o
-  ON o.kernel = v.kernel AND o.provider = v.provider AND o.mode = v.mode
- AND o.metric = v.metric AND o.gpu = v.gpu AND o.version = v.old_version
- AND o.case_key = n.case_key
- AND o.baseline_provider IS NOT DISTINCT FROM n.baseline_provider
+    kernel, provider, mode, metric, gpu, case_key,
+    old_version, version AS new_version, old_point, point AS new_point,
+    old_point_rank, point_rank AS new_point_rank, snapshot_digest AS new_snapshot_digest,
+    is_baseline, baseline_provider,
+    old_median, median AS new_median,
+    old_baseline_median, baseline_median AS new_baseline_median,
+    log_time - old_log_time AS change,
+    log_absolute - old_log_absolute AS absolute_change,
+    round(exp(log_time - old_log_time), 4) AS ratio,
+    old_run_digest, run_digest AS new_run_digest,
+    old_baseline_run_digest, baseline_run_digest AS new_baseline_run_digest
+FROM lagged
+WHERE old_log_time IS NOT NULL
 ;
--- One row per kernel-level series and adjacent pair of versions: the change (the geometric
--- mean over the cases both measured, as a ratio and as its log; own_ratio: the same on the
--- provider's own time), how many cases, the share that moved the way the mean did (the shape
--- sweep agreeing), the series' noise (the robust spread, 1.4826 x the median absolute change,
--- of its other adjacent changes: repeat measurements of its history, floored at noise_floor),
--- the evidence (change / noise) and the verdict. A baseline provider is not judged against
--- itself: its changes are drift's, or show as 'baseline changed' on the providers it serves.
+-- One row per kernel-level series and point with a point before it: the change (the geometric
+-- mean over its cases of each case's change from its point before, as a ratio and as its log;
+-- own_ratio: the same on the provider's own time), how many cases, the share that moved the way
+-- the mean did (the shape sweep agreeing), the series' noise (the robust spread, 1.4826 x the
+-- median absolute change, of its other changes: the repeat measurements of its history, floored
+-- at noise_floor), the evidence (change / noise) and the verdict. old_version / new_version are
+-- the version axis either side (the same version for two runs of one version), old_point /
+-- new_point the points (version @ time). A baseline provider is not judged against itself:
+-- its changes are drift's, or show as 'baseline changed' on the providers it serves.
 CREATE OR REPLACE VIEW version_verdicts AS
 WITH pairs AS (
-    SELECT kernel, provider, mode, metric, gpu, old_version, new_version, new_version_order,
+    SELECT kernel, provider, mode, metric, gpu, new_point_rank,
+        arg_max(old_version, old_point_rank) AS old_version,
+        arg_max(old_point, old_point_rank) AS old_point,
+        min(new_version) AS new_version, min(new_point) AS new_point,
         count(*) AS cases, avg(change) AS change, avg(absolute_change) AS own_change,
         avg(CASE WHEN change > 0 THEN 1.0 WHEN change < 0 THEN 0.0 ELSE 0.5 END) AS share_up,
         bool_and(baseline_provider IS NOT NULL) AS relative,
         min(baseline_provider) AS baseline_provider
     FROM regression_cases
     WHERE NOT is_baseline
-    GROUP BY ALL
+    GROUP BY kernel, provider, mode, metric, gpu, new_point_rank
 ), noise AS (
-    SELECT p.kernel, p.provider, p.mode, p.metric, p.gpu, p.new_version,
+    SELECT p.kernel, p.provider, p.mode, p.metric, p.gpu, p.new_point_rank,
         count(q.change) AS history,
         1.4826 * median(abs(q.change)) AS spread
     FROM pairs p
     LEFT JOIN pairs q
       ON q.kernel = p.kernel AND q.provider = p.provider AND q.mode = p.mode
-     AND q.metric = p.metric AND q.gpu = p.gpu AND q.new_version <> p.new_version
+     AND q.metric = p.metric AND q.gpu = p.gpu AND q.new_point_rank <> p.new_point_rank
     GROUP BY ALL
 ), judged AS (
     SELECT p.*, n.history, greatest(coalesce(n.spread, 0), s.noise_floor) AS noise,
@@ -224,7 +233,7 @@ WITH pairs AS (
                - 1920 * s.z_threshold ** 3 - 945 * s.z_threshold) / (92160 * n.history ** 4)
             AS threshold
     FROM pairs p
-    JOIN noise n USING (kernel, provider, mode, metric, gpu, new_version)
+    JOIN noise n USING (kernel, provider, mode, metric, gpu, new_point_rank)
     CROSS JOIN regression_settings s
     WHERE n.history > 0
     UNION ALL BY NAME
@@ -232,12 +241,12 @@ WITH pairs AS (
         CASE WHEN p.change >= 0 THEN p.share_up ELSE 1 - p.share_up END AS agreement,
         s.*, CAST(NULL AS DOUBLE) AS threshold
     FROM pairs p
-    JOIN noise n USING (kernel, provider, mode, metric, gpu, new_version)
+    JOIN noise n USING (kernel, provider, mode, metric, gpu, new_point_rank)
     CROSS JOIN regression_settings s
     WHERE n.history = 0
 )
 SELECT
-    kernel, provider, mode, metric, gpu, old_version, new_version, cases,
+    kernel, provider, mode, metric, gpu, old_version, new_version, old_point, new_point, cases,
     round(exp(change), 4) AS ratio,
     round(change, 4) AS log_change,
     round(exp(own_change), 4) AS own_ratio,
@@ -247,8 +256,8 @@ SELECT
     round(agreement, 3) AS agreement,
     history,
     CASE WHEN relative THEN baseline_provider END AS baseline_provider,
-    -- The series' newest change (what a new version just did).
-    new_version_order = max(new_version_order) OVER (
+    -- The series' newest change (what its newest point just did).
+    new_point_rank = max(new_point_rank) OVER (
         PARTITION BY kernel, provider, mode, metric, gpu
     ) AS newest,
     CASE
@@ -273,24 +282,27 @@ CREATE OR REPLACE VIEW improvements AS
 SELECT * FROM version_verdicts WHERE verdict = 'improvement'
 ;
 -- Drift: a change every provider of a kernel-level cohort (kernel, mode, metric, GPU) shares
--- between adjacent versions, the baseline included, on the runs' own times (a slower host, a
--- changed torch): each provider's geometric mean moved the same way by at least min_effect.
--- It is never a provider's regression (times relative to the baseline cancel it).
+-- at one file's point (its runs of one version) from each provider's point before, the baseline
+-- included, on the runs' own times (a slower host, a changed torch): each provider's geometric
+-- mean moved the same way by at least min_effect. It is never a provider's regression (times
+-- relative to the baseline cancel it).
 CREATE OR REPLACE VIEW drift AS
 WITH per_provider AS (
-    SELECT kernel, mode, metric, gpu, old_version, new_version, provider,
+    SELECT kernel, mode, metric, gpu, new_snapshot_digest, new_version, provider,
+        arg_max(old_version, old_point_rank) AS old_version, min(new_point) AS new_point,
         avg(absolute_change) AS change, count(*) AS cases, bool_or(is_baseline) AS is_baseline
     FROM regression_cases
-    GROUP BY ALL
+    GROUP BY kernel, mode, metric, gpu, new_snapshot_digest, new_version, provider
 )
 SELECT
-    kernel, mode, metric, gpu, old_version, new_version,
+    kernel, mode, metric, gpu, min(old_version) AS old_version, new_version,
+    min(new_point) AS new_point,
     count(*) AS providers, sum(cases) AS cases,
     round(exp(avg(change)), 4) AS ratio,
     round(exp(min(change)), 4) AS min_ratio, round(exp(max(change)), 4) AS max_ratio,
     CASE WHEN avg(change) > 0 THEN 'slower' ELSE 'faster' END AS direction
 FROM per_provider CROSS JOIN regression_settings s
-GROUP BY kernel, mode, metric, gpu, old_version, new_version, s.min_effect
+GROUP BY kernel, mode, metric, gpu, new_snapshot_digest, new_version, s.min_effect
 HAVING count(*) >= 2 AND bool_or(is_baseline)
    AND (min(change) >= ln(1 + s.min_effect) OR max(change) <= -ln(1 + s.min_effect))
 ;
