@@ -197,6 +197,7 @@ def test_no_certificate_yet_is_a_clear_error(tmp_path: Path) -> None:
         feed.poll(None, 10)
 
 
+@pytest.mark.slow  # two server starts
 def test_a_server_killed_and_started_again_is_a_gap_since_the_cursor(tmp_path: Path) -> None:
     """The filer keeps its newest events in memory: a server killed loses them, and the log of
     the one started after it never shows those uploads. The feed reports a gap since its cursor,

@@ -12,8 +12,8 @@ configured), or either inside an SNS envelope (`Message`) for a bucket that noti
 the queue subscribes to. Anything else is counted as ignored and acknowledged with the page, so
 it does not come back forever.
 
-The queue keeps a message for its retention period (4 days unless deploy/ or its owner set
-another) and then drops it unread. So the cursor holds the time of the last poll: a poll that
+The queue keeps a message for its retention period (14 days as deploy/ creates it, 4 by
+default) and then drops it unread. So the cursor holds the time of the last poll: a poll that
 comes longer than the retention after it reports a gap since then (`ChangePage.gap_since`),
 for the caller to list. A restart of the consumer, or of S3, is no gap: the messages wait.
 """
