@@ -213,19 +213,21 @@ def notified_files(
         return SkipReason(f"the {feed.name} notifications cannot be read now: {error}")
     # An idle tick's page is empty: no S3 client, no ledger, nothing but the poll.
     versions = versions_of_changes(kindex.store, page.changes) if page.changes else []
-    requests = new_file_requests(kindex, versions)
+    why = "new"
     if page.gap_since is not None:
         # Changes since then may have no event: what the bucket shows since is looked at now,
-        # not at the reconciliation's next tick. A failure here stores no cursor, so the next
-        # tick's poll reports the same gap.
+        # not at the reconciliation's next tick. Listed before the ledger is written, so a
+        # failure here leaves nothing half done: no cursor is stored, and the next tick's poll
+        # reports the same gap.
         listed = changed_since(kindex.store, kindex.settings.incoming_prefix, page.gap_since)
         notified = {version_of(v) for v in versions}
         unnotified = [v for v in listed if version_of(v) not in notified]
-        requests += new_file_requests(kindex, unnotified, "gap")
+        versions, why = [*versions, *unnotified], "gap"
         context.log.warning(
             f"the {feed.name} feed has a gap since {page.gap_since.isoformat()}: "
             f"{len(listed)} object versions modified since, {len(unnotified)} not notified"
         )
+    requests = new_file_requests(kindex, versions, why)
     feed.acknowledge(page)  # recorded in the ledger: the store need not tell again
     if requests:
         context.log.info(

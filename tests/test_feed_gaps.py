@@ -23,6 +23,7 @@ from pipelines.intake.notifications.filer import DEFAULT_OVERLAP, FilerCursor, F
 from pipelines.intake.notifications.gaps import LATE_VISIBILITY, changed_since
 from pipelines.settings import Settings
 from pipelines.storage.base import ObjectInfo, ObjectStore
+from pipelines.storage.errors import StorageUnreachable
 from pipelines.storage.s3 import S3Store
 
 SECOND = 10**9
@@ -250,10 +251,10 @@ def test_after_a_gap_the_sensor_requests_what_no_event_named(
         first = tick(None)
         requests: list[RunRequest] = list(first.run_requests or [])
         why = {
-            tuple(e.key for e in ledger.of_batch(batch_of(r))): r.tags["kindex/why"]
+            frozenset(e.key for e in ledger.of_batch(batch_of(r))): r.tags["kindex/why"]
             for r in requests
         }
-        assert why == {(notified.key,): "new", (lost.key,): "gap"}
+        assert why == {frozenset({notified.key, lost.key}): "gap"}, "one ledger commit"
         assert listings == [settings.incoming_prefix], "one listing, for the gap"
         assert DiscoveryCursor.from_json(first.cursor).feed == "after the gap"
         pending = {e.key for e in ledger.current() if e.state is FileState.PENDING}
@@ -263,3 +264,37 @@ def test_after_a_gap_the_sensor_requests_what_no_event_named(
         assert list(idle.run_requests or []) == []
         assert listings == [settings.incoming_prefix], "no gap, no listing"
     assert feed.polled == ["start", "after the gap"]
+
+
+def test_a_gap_whose_listing_fails_writes_nothing_and_comes_again(
+    s3_store: S3Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    notified = s3_store.put_bytes("incoming/notified.csv", b"a,b\n3,4\n")
+    gap = datetime.now(UTC) - timedelta(minutes=1)
+    page = ChangePage([change(notified)], "after the gap", gap_since=gap)
+    feed = ScriptedFeed([page, page])
+    monkeypatch.setattr(KindexResource, "feed", property(lambda self: feed))
+
+    def unreachable(self: S3Store, prefix: str) -> Iterator[ObjectInfo]:
+        raise StorageUnreachable("S3 went away again")
+
+    listing = S3Store.list
+    monkeypatch.setattr(S3Store, "list", unreachable)
+    ledger = Ledger.of(s3_store, Settings.from_env())
+    with DagsterInstance.ephemeral() as instance:
+        context = build_sensor_context(
+            instance=instance, cursor=None, resources={"kindex": KindexResource()}
+        )
+        with pytest.raises(StorageUnreachable):
+            incoming_files_sensor(context)  # the daemon stores no cursor
+        assert not ledger.exists() or ledger.current() == [], "not pending without its run"
+
+        monkeypatch.setattr(S3Store, "list", listing)  # S3 is back
+        context = build_sensor_context(
+            instance=instance, cursor=None, resources={"kindex": KindexResource()}
+        )
+        result = incoming_files_sensor(context)
+        assert isinstance(result, SensorResult)
+        assert [e.key for r in result.run_requests or [] for e in ledger.of_batch(batch_of(r))] == [
+            notified.key
+        ]
