@@ -1,8 +1,10 @@
 """Sensors: new object versions become pending rows of the file ledger and batch runs.
 
 - `incoming_files_sensor` reads the store's change notifications (the embedded SeaweedFS's filer
-  subscription, or S3 events in SQS: pipelines/intake/notifications.py); where none are
-  configured, it lists `incoming/` with a cursor that cannot miss a file.
+  subscription, or S3 events in SQS: pipelines/intake/notifications/); where none are
+  configured, it lists `incoming/` with a cursor that cannot miss a file. When the feed reports
+  a gap (the embedded server restarted and lost the events it held), it lists what changed
+  since, at once (pipelines/intake/notifications/gaps.py).
 - `ledger_sensor` requests again what the ledger says is due: failed files whose backoff has
   passed, and pending files whose run never reported.
 - `index_catchup_sensor` publishes record sets the index lacks, once the ledger moved and no run
@@ -42,6 +44,7 @@ from assets.resources import KindexResource
 from pipelines.ingest import bounded_batches
 from pipelines.intake.ledger import FileEntry, FileState, Ledger, new_versions, version_of
 from pipelines.intake.notifications import ChangeFeed, NotificationError, ObjectChange
+from pipelines.intake.notifications.gaps import changed_since
 from pipelines.intake.sensor_cursor import ListingCursor, advance
 from pipelines.storage.base import ObjectInfo, ObjectStore
 
@@ -210,7 +213,21 @@ def notified_files(
         return SkipReason(f"the {feed.name} notifications cannot be read now: {error}")
     # An idle tick's page is empty: no S3 client, no ledger, nothing but the poll.
     versions = versions_of_changes(kindex.store, page.changes) if page.changes else []
-    requests = new_file_requests(kindex, versions)
+    why = "new"
+    if page.gap_since is not None:
+        # Changes since then may have no event: what the bucket shows since is looked at now,
+        # not at the reconciliation's next tick. Listed before the ledger is written, so a
+        # failure here leaves nothing half done: no cursor is stored, and the next tick's poll
+        # reports the same gap.
+        listed = changed_since(kindex.store, kindex.settings.incoming_prefix, page.gap_since)
+        notified = {version_of(v) for v in versions}
+        unnotified = [v for v in listed if version_of(v) not in notified]
+        versions, why = [*versions, *unnotified], "gap"
+        context.log.warning(
+            f"the {feed.name} feed has a gap since {page.gap_since.isoformat()}: "
+            f"{len(listed)} object versions modified since, {len(unnotified)} not notified"
+        )
+    requests = new_file_requests(kindex, versions, why)
     feed.acknowledge(page)  # recorded in the ledger: the store need not tell again
     if requests:
         context.log.info(
@@ -233,14 +250,16 @@ def listed_files(
     return batch_result(requests, replace(cursor, listing=step.cursor.to_json()).to_json())
 
 
-def new_file_requests(kindex: KindexResource, versions: Sequence[ObjectInfo]) -> list[RunRequest]:
-    """Runs for the versions the ledger has no row of."""
+def new_file_requests(
+    kindex: KindexResource, versions: Sequence[ObjectInfo], why: str = "new"
+) -> list[RunRequest]:
+    """Runs for the versions the ledger has no row of (asking it about their keys only)."""
     if not versions:
         return []
     known = kindex.ledger.known_versions({v.key for v in versions})
     bucket = kindex.store.bucket
     new = [FileEntry.pending(bucket, info) for info in new_versions(versions, known)]
-    return batch_requests(kindex.ledger, new, "new")
+    return batch_requests(kindex.ledger, new, why)
 
 
 @dataclass(frozen=True, slots=True)

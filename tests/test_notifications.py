@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import stat
 import subprocess
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +27,10 @@ from pipelines.intake.notifications import (
     change_feed,
 )
 from pipelines.intake.notifications.filer import FilerCursor, parse_events
+from pipelines.intake.notifications.gaps import changed_since
+from pipelines.intake.notifications.sqs import SqsCursor
 from pipelines.settings import Settings, SettingsError, unknown_names
-from pipelines.storage.embedded import EmbeddedS3, weed_binary
+from pipelines.storage.embedded import EmbeddedS3, start_on_free_ports, weed_binary
 from pipelines.storage.s3 import S3Store
 from pipelines.storage.tls import write_grpc_certificates
 
@@ -193,6 +197,47 @@ def test_no_certificate_yet_is_a_clear_error(tmp_path: Path) -> None:
         feed.poll(None, 10)
 
 
+@pytest.mark.slow  # two server starts
+def test_a_server_killed_and_started_again_is_a_gap_since_the_cursor(tmp_path: Path) -> None:
+    """The filer keeps its newest events in memory: a server killed loses them, and the log of
+    the one started after it never shows those uploads. The feed reports a gap since its cursor,
+    and a listing of what changed since then finds them."""
+    server = start_on_free_ports(tmp_path / "s3-home")
+    restarted: EmbeddedS3 | None = None
+    try:
+        settings = server.settings
+        store = S3Store.from_settings(settings)
+        store.ensure_bucket()
+        feed = FilerFeed.from_settings(settings)
+        store.put_bytes("incoming/read.csv", b"a,b\n1,2\n")
+        page = feed.poll(feed.since(datetime.now(UTC) - timedelta(minutes=1)), 10)
+        assert keys(page) == ["incoming/read.csv"] and page.gap_since is None
+        cursor = page.cursor
+        unread = [f"incoming/unread {n}.csv" for n in range(3)]
+        for key in unread:
+            store.put_bytes(key, key.encode())
+
+        assert server.pid is not None
+        os.kill(server.pid, signal.SIGKILL)
+        server.stop()  # reaps it
+        restarted = EmbeddedS3(server.home, port=server.port).start()
+        store.put_bytes("incoming/after.csv", b"a,b\n3,4\n")
+        page = feed.poll(cursor, 10)
+
+        assert "incoming/after.csv" in keys(page), "the new server's log is read"
+        assert page.gap_since is not None
+        read_until = FilerCursor.from_text(cursor)
+        assert read_until is not None
+        assert page.gap_since.timestamp() <= read_until.ts_ns / 1e9
+        found = {o.key for o in changed_since(store, settings.incoming_prefix, page.gap_since)}
+        assert set(unread) <= found, "what the lost events named is in the bucket"
+        assert feed.poll(page.cursor, 10).gap_since is None, "reported once"
+    finally:
+        if restarted is not None:
+            restarted.stop()
+        server.stop()
+
+
 # --- the SQS feed, on moto ---------------------------------------------------------------------
 
 BUCKET = "kindex"
@@ -298,7 +343,8 @@ def test_sqs_feed_reads_s3_events_test_events_sns_and_malformed_messages(
 
     page = feed.poll(None, 100)
 
-    assert page.cursor == ""
+    assert SqsCursor.from_text(page.cursor) is not None, "the poll's time"
+    assert page.gap_since is None
     assert page.changes == [
         ObjectChange(
             key="incoming/my run(v2).csv",
@@ -356,9 +402,47 @@ def test_an_empty_queue_answers_at_once(sqs: tuple[Any, str]) -> None:
     feed = SqsFeed(url, bucket=BUCKET, prefix="incoming/", client=client)
     started = time.monotonic()
     page = feed.poll(None, 100)
-    assert page == ChangePage([], "", (), 0)
+    assert (page.changes, page.receipts, page.ignored, page.gap_since) == ([], (), 0, None)
     assert time.monotonic() - started < 2, "no long poll"
     feed.acknowledge(page)
+
+
+def test_a_queue_unread_past_its_retention_reports_a_gap_since_the_last_poll(
+    sqs: tuple[Any, str],
+) -> None:
+    client, url = sqs
+    client.set_queue_attributes(QueueUrl=url, Attributes={"MessageRetentionPeriod": "120"})
+    feed = SqsFeed(url, bucket=BUCKET, prefix="incoming/", client=client)
+    now = datetime.now(UTC)
+
+    def gap_after(away: timedelta) -> datetime | None:
+        return feed.poll(SqsCursor(now - away).to_text(), 10).gap_since
+
+    assert gap_after(timedelta(seconds=90)) is None, "within the retention: every message waits"
+    assert gap_after(timedelta(minutes=5)) == now - timedelta(minutes=5)
+    page = feed.poll(SqsCursor(now - timedelta(minutes=5)).to_text(), 10)
+    assert feed.poll(page.cursor, 10).gap_since is None, "reported once: the cursor moved on"
+    assert feed.poll("", 10).gap_since is None, "a cursor from before the poll time was kept"
+
+
+def test_frequent_polls_never_ask_the_queue_its_retention(sqs: tuple[Any, str]) -> None:
+    client, url = sqs
+    asked: list[object] = []
+
+    class Counting:
+        def __getattr__(self, name: str) -> Any:
+            if name == "get_queue_attributes":
+                asked.append(name)
+            return getattr(client, name)
+
+    feed = SqsFeed(url, bucket=BUCKET, prefix="incoming/", client=Counting())  # type: ignore[arg-type]
+    cursor = None
+    for _ in range(5):
+        cursor = feed.poll(cursor, 10).cursor
+    assert asked == []
+    feed.poll(SqsCursor(datetime.now(UTC) - timedelta(days=1)).to_text(), 10)
+    feed.poll(SqsCursor(datetime.now(UTC) - timedelta(days=1)).to_text(), 10)
+    assert asked == ["get_queue_attributes"], "asked once, when a poll came late"
 
 
 # --- settings ----------------------------------------------------------------------------------

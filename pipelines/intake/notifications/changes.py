@@ -9,7 +9,7 @@ from typing import Protocol
 
 class NotificationError(RuntimeError):
     """The feed could not be read this time (server down, certificate refused, queue missing).
-    Nothing was consumed: poll again later; the reconciliation listing covers the gap."""
+    Nothing was consumed: poll again later."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +28,10 @@ class ChangePage:
     receipts: tuple[str, ...] = ()  # what acknowledge() needs (SQS receipt handles)
     # Messages that held no readable S3 event: acknowledged with the rest, so they stop coming.
     ignored: int = 0
+    # The feed may have lost changes made after this moment (its server restarted and its log
+    # lost what it had not written down; a queue dropped messages older than its retention):
+    # the caller finds what changed since by a listing before it stores the cursor.
+    gap_since: datetime | None = None
 
 
 class ChangeFeed(Protocol):

@@ -13,6 +13,12 @@ the identities of the events reported in the last `overlap` before it. Each poll
 overlap, for an event logged with an earlier time than one already read, and skips what it
 reported already; so a page repeats an event only when a cursor older than the last one is
 polled again (at least once, as every feed).
+
+The filer keeps its newest events in memory and writes them to its log now and then: a server
+killed (SIGKILL, a crash) loses what it had not written, and a replay after its restart never
+shows those changes. So the cursor also names the server process it read
+(`$KINDEX_HOME/s3/server.json`, rewritten at each start); a poll that finds another one there
+reports a gap since the cursor's time (`ChangePage.gap_since`), for the caller to list.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import re
 import subprocess
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Literal
@@ -42,7 +48,11 @@ from pipelines.intake.notifications.changes import (
 )
 from pipelines.settings import EMBEDDED_HOST, Settings
 from pipelines.storage.credentials import write_private_file
-from pipelines.storage.embedded import seaweedfs_client_security_config, weed_binary
+from pipelines.storage.embedded import (
+    EmbeddedS3,
+    seaweedfs_client_security_config,
+    weed_binary,
+)
 from pipelines.storage.errors import EmbeddedS3Error
 from pipelines.storage.tls import certificate_paths
 
@@ -105,18 +115,28 @@ class _CursorModel(_Model):
     v: Literal[1]
     ts_ns: int
     seen: list[tuple[int, str]] = []
+    server: str | None = None  # absent from cursors written before it
 
 
 @dataclass(frozen=True, slots=True)
 class FilerCursor:
     """Everything the filer logged up to `ts_ns` was read, less late events within the
-    overlap, which are read again; `seen` holds the reported events' (tsNs, identity) there."""
+    overlap, which are read again; `seen` holds the reported events' (tsNs, identity) there.
+    `server`: the server process that logged them (`server_identity`); None where unknown (a
+    cursor from `since`, or written before), which no restart is judged against."""
 
     ts_ns: int
     seen: tuple[tuple[int, str], ...] = ()
+    server: str | None = None
 
     def to_text(self) -> str:
-        payload = {"v": CURSOR_VERSION, "tsNs": self.ts_ns, "seen": [list(s) for s in self.seen]}
+        payload: dict[str, object] = {
+            "v": CURSOR_VERSION,
+            "tsNs": self.ts_ns,
+            "seen": [list(s) for s in self.seen],
+        }
+        if self.server is not None:
+            payload["server"] = self.server
         return json.dumps(payload, separators=(",", ":"))
 
     @classmethod
@@ -126,7 +146,7 @@ class FilerCursor:
             model = _CursorModel.model_validate_json(text)
         except ValidationError:
             return None
-        return cls(model.ts_ns, tuple(model.seen))
+        return cls(model.ts_ns, tuple(model.seen), model.server)
 
 
 class FilerFeed:
@@ -146,6 +166,7 @@ class FilerFeed:
         overlap: timedelta = DEFAULT_OVERLAP,
         max_window: timedelta = MAX_WINDOW,
         timeout: float = DEFAULT_TIMEOUT_SECONDS,
+        server_record: Path | None = None,
     ) -> None:
         self.filer = filer
         self.bucket = bucket
@@ -156,6 +177,9 @@ class FilerFeed:
         self.overlap_ns = _ns(overlap)
         self.max_window_ns = _ns(max_window)
         self.timeout = timeout
+        # The embedded server's record (server.json): its process, to see a restart by. None:
+        # restarts are not watched (the reconciliation listing alone covers them).
+        self.server_record = server_record
 
     @classmethod
     def from_settings(cls, settings: Settings) -> FilerFeed:
@@ -167,6 +191,7 @@ class FilerFeed:
             prefix=settings.incoming_prefix,
             tls_dir=settings.s3_dir / "tls",
             config_dir=settings.s3_dir / "notifications",
+            server_record=EmbeddedS3(settings.home, port=port).state_path,
         )
 
     @property
@@ -183,6 +208,8 @@ class FilerFeed:
         state = FilerCursor.from_text(cursor) if cursor else None
         if cursor and state is None:
             log.warning("unreadable filer cursor; reading changes from now on")
+        # Before the tail: a restart while it runs is then seen by the next poll.
+        server = self.server_identity()
         now = time.time_ns()
         if state is None:
             # From now on: the reconciliation listing covers what came before. The overlap's
@@ -190,12 +217,37 @@ class FilerFeed:
             until = now - UNTIL_TIME_AGO_NS
             events = self.tail(since_ns=now - self.overlap_ns, until_ns=until, now_ns=now)
             seen = tuple((e.ts_ns, _identity(e)) for e in events)
-            return ChangePage(
-                [], FilerCursor(until, _recent(seen, until, self.overlap_ns)).to_text()
+            kept = _recent(seen, until, self.overlap_ns)
+            return ChangePage([], FilerCursor(until, kept, server).to_text())
+        page = self._read(state, limit, now, server)
+        if state.server is not None and server != state.server:
+            # The log of the server the cursor read died with it, but what it had written: the
+            # changes after the cursor (and its overlap) may be in the bucket and in no event.
+            since = datetime.fromtimestamp((state.ts_ns - self.overlap_ns) / 1e9, UTC)
+            log.warning(
+                "the embedded server restarted (was %s, now %s): changes since %s may have no "
+                "event",
+                state.server,
+                server,
+                since.isoformat(),
             )
-        return self._read(state, limit, now)
+            page = replace(page, gap_since=since)
+        return page
 
-    def _read(self, state: FilerCursor, limit: int, now: int) -> ChangePage:
+    def server_identity(self) -> str | None:
+        """The server process serving the home now: its pid and when its record was written
+        (a pid alone could be reused); None without a record (no server, or not watched)."""
+        if self.server_record is None:
+            return None
+        try:
+            with self.server_record.open("rb") as record:
+                written = os.fstat(record.fileno()).st_mtime_ns
+                pid = int(json.loads(record.read())["pid"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return f"{pid}@{written}"
+
+    def _read(self, state: FilerCursor, limit: int, now: int, server: str | None) -> ChangePage:
         window_start = state.ts_ns - self.overlap_ns
         until = min(now - UNTIL_TIME_AGO_NS, state.ts_ns + self.max_window_ns)
         events = self.tail(since_ns=window_start, until_ns=until, now_ns=now)
@@ -222,7 +274,7 @@ class FilerFeed:
         # next window starts there, so an idle feed re-reads only the overlap.
         ts = max(last_ts, until) if complete else last_ts
         kept = _recent((*state.seen, *reported), ts, self.overlap_ns)
-        return ChangePage(changes, FilerCursor(ts, kept).to_text())
+        return ChangePage(changes, FilerCursor(ts, kept, server).to_text())
 
     def acknowledge(self, page: ChangePage) -> None:
         """Nothing to do: the cursor is the acknowledgement."""

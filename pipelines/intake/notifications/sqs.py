@@ -11,13 +11,20 @@ A message is an S3 event (`Records[]`), S3's `s3:TestEvent` (sent when the notif
 configured), or either inside an SNS envelope (`Message`) for a bucket that notifies a topic
 the queue subscribes to. Anything else is counted as ignored and acknowledged with the page, so
 it does not come back forever.
+
+The queue keeps a message for its retention period (14 days as deploy/ creates it, 4 by
+default) and then drops it unread. So the cursor holds the time of the last poll: a poll that
+comes longer than the retention after it reports a gap since then (`ChangePage.gap_since`),
+for the caller to list. A restart of the consumer, or of S3, is no gap: the messages wait.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from datetime import datetime
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Literal, Protocol, TypedDict
 from urllib.parse import unquote_plus
 
@@ -34,6 +41,10 @@ RECEIVE_BATCH = 10  # SQS's most messages per ReceiveMessage and per DeleteMessa
 CREATED_PREFIX = "ObjectCreated:"
 REMOVED_PREFIX = "ObjectRemoved:"
 TEST_EVENT = "s3:TestEvent"
+# SQS keeps a message at least this long (its smallest MessageRetentionPeriod): a poll sooner
+# after the last one cannot have lost any, and does not ask the queue its retention.
+MIN_RETENTION = timedelta(seconds=60)
+RETENTION_ATTRIBUTE = "MessageRetentionPeriod"
 
 
 class SqsMessage(TypedDict, total=False):
@@ -120,6 +131,34 @@ class _SnsEnvelope(_Model):
     message: str = Field(alias="Message")
 
 
+class _CursorModel(_Model):
+    polled_at: datetime = Field(alias="polledAt")
+
+
+@dataclass(frozen=True, slots=True)
+class SqsCursor:
+    """When the feed last polled the queue (the queue itself holds what was not read)."""
+
+    polled_at: datetime  # timezone-aware
+
+    def to_text(self) -> str:
+        return json.dumps({"polledAt": self.polled_at.isoformat()}, separators=(",", ":"))
+
+    @classmethod
+    def from_text(cls, text: str | None) -> SqsCursor | None:
+        """The cursor `text` holds; None for none ("", the cursor before the time was kept), an
+        unreadable one, or another feed's."""
+        if not text:
+            return None
+        try:
+            model = _CursorModel.model_validate_json(text)
+        except ValidationError:
+            return None
+        if model.polled_at.tzinfo is None:
+            return None
+        return cls(model.polled_at)
+
+
 class SqsFeed:
     """Changes under `prefix` of `bucket` from the S3 event notifications in `queue_url`."""
 
@@ -140,6 +179,7 @@ class SqsFeed:
         self.client = client
         # None: the queue's own (deploy/ sets it); the time a page has to be acknowledged.
         self.visibility_timeout = visibility_timeout
+        self._retention: timedelta | None = None  # the queue's, asked once when needed
 
     @classmethod
     def from_settings(cls, settings: Settings) -> SqsFeed:
@@ -159,6 +199,8 @@ class SqsFeed:
         changes: list[ObjectChange] = []
         receipts: list[str] = []
         ignored = 0
+        # Before the receives: a message sent during them is after the next poll's start.
+        polled_at = datetime.fromtimestamp(time.time(), UTC)
         # Each receive hides what it returns, so the loop ends; the bound keeps a tick short
         # when most messages are someone else's.
         for _ in range(limit // RECEIVE_BATCH + 2):
@@ -190,7 +232,36 @@ class SqsFeed:
                     log.warning("ignored SQS message %s: not an S3 event", message.get("MessageId"))
                 else:
                     changes.extend(found)
-        return ChangePage(changes, "", tuple(receipts), ignored)
+        return ChangePage(
+            changes,
+            SqsCursor(polled_at).to_text(),
+            tuple(receipts),
+            ignored,
+            gap_since=self._gap_since(SqsCursor.from_text(cursor), polled_at),
+        )
+
+    def _gap_since(self, last: SqsCursor | None, now: datetime) -> datetime | None:
+        """The last poll's time, where it is older than what the queue keeps: messages sent
+        after it may have expired unread."""
+        if last is None or now - last.polled_at < MIN_RETENTION:
+            return None
+        if now - last.polled_at < self.retention():
+            return None
+        log.warning(
+            "the SQS queue was last polled at %s, longer ago than it keeps a message",
+            last.polled_at.isoformat(),
+        )
+        return last.polled_at
+
+    def retention(self) -> timedelta:
+        """How long the queue keeps a message (its MessageRetentionPeriod)."""
+        if self._retention is None:
+            response = self.client.get_queue_attributes(
+                QueueUrl=self.queue_url, AttributeNames=[RETENTION_ATTRIBUTE]
+            )
+            seconds = int(response.get("Attributes", {}).get(RETENTION_ATTRIBUTE, "0"))
+            self._retention = timedelta(seconds=seconds) if seconds > 0 else MIN_RETENTION
+        return self._retention
 
     def since(self, moment: datetime) -> str:
         """The queue keeps what was not acknowledged: there is nothing to go back to."""
