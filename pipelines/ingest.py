@@ -47,7 +47,9 @@ from pipelines.index.publish import (
     list_record_sets,
     publish_index,
 )
-from pipelines.index.record_objects import (
+from pipelines.intake.incoming import upload_incoming
+from pipelines.intake.ledger import FileEntry, FileState, Ledger
+from pipelines.records.record_objects import (
     QUARANTINE_PREVIEW_COLUMNS,
     RECORD_FILES,
     SCHEMAS,
@@ -58,8 +60,6 @@ from pipelines.index.record_objects import (
     preview,
     value_counts,
 )
-from pipelines.intake.incoming import upload_incoming
-from pipelines.intake.ledger import FileEntry, FileState, Ledger
 from pipelines.settings import Settings
 from pipelines.sources import Source, SourceContext, source_of
 from pipelines.sources.source import SourceObject

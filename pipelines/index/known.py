@@ -23,13 +23,13 @@ from pipelines.index.publish import (
     included,
     list_record_sets,
 )
-from pipelines.index.record_objects import MANIFEST_SCHEMA, QUARANTINE_SCHEMA
 from pipelines.index.tables import (
     CURRENT_RECORD_SET,
     MANIFEST_SEGMENT_SCHEMA,
     SNAPSHOT_SCHEMA,
     parquet_select,
 )
+from pipelines.records.record_objects import MANIFEST_SCHEMA, QUARANTINE_SCHEMA
 from pipelines.settings import Settings
 from pipelines.storage.base import ObjectStore
 

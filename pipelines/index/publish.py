@@ -60,15 +60,6 @@ from pipelines.index.local import (
     published,
 )
 from pipelines.index.reads import NEWEST_ORDER_SQL, ObjectRead
-from pipelines.index.record_objects import (
-    READS_DIR,
-    RECORD_FILES,
-    RUN_SCHEMA,
-    SETS_FILE,
-    SUMMARY_FILE,
-    is_shared,
-    record_object_key,
-)
 from pipelines.index.tables import (
     CURRENT_RECORD_SET,
     DUCKDB_TYPES,
@@ -82,6 +73,15 @@ from pipelines.index.tables import (
     empty_select,
     parquet_select,
     sql_string,
+)
+from pipelines.records.record_objects import (
+    READS_DIR,
+    RECORD_FILES,
+    RUN_SCHEMA,
+    SETS_FILE,
+    SUMMARY_FILE,
+    is_shared,
+    record_object_key,
 )
 from pipelines.settings import Settings
 from pipelines.storage.base import ObjectStore

@@ -30,7 +30,7 @@ import pyarrow as pa
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
-from pipelines.index.record_objects import UTC_US
+from pipelines.records.record_objects import UTC_US
 from pipelines.settings import Settings
 from pipelines.storage.base import ObjectInfo, ObjectStore
 from pipelines.storage.errors import StorageUnreachable

@@ -38,7 +38,7 @@ from pipelines.sources.source import (
 from pipelines.sources.tritonbench import TritonBenchJson
 
 if TYPE_CHECKING:
-    from pipelines.index.record_objects import RecordSetContent
+    from pipelines.records.record_objects import RecordSetContent
 
 __all__ = [
     "HarnessSource",

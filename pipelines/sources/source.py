@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pipelines.records import RowOutcome
 
 if TYPE_CHECKING:
-    from pipelines.index.record_objects import RecordSetContent
+    from pipelines.records.record_objects import RecordSetContent
     from pipelines.sources.measured import Observation
 
 KnownDigest = Callable[[str], bool]
@@ -105,7 +105,7 @@ def record_set_of_outcomes(
 ) -> RecordSetContent:
     """Record tables built outcome by outcome (any source can). With `parts_dir`, the runs are
     written out as Parquet parts as they come, so memory stays flat however many there are."""
-    from pipelines.index.record_objects import RecordSetBuilder
+    from pipelines.records.record_objects import RecordSetBuilder
 
     builder = RecordSetBuilder(snapshot_digest, parser_version)
     for outcome in outcomes:

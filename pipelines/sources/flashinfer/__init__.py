@@ -106,7 +106,7 @@ from pipelines.sources.source import HarnessSource, SourceContext, record_set_of
 
 if TYPE_CHECKING:
     from pipelines.curation import Curation
-    from pipelines.index.record_objects import RecordSetContent
+    from pipelines.records.record_objects import RecordSetContent
 
 SOURCE = "flashinfer-trace"
 REPOSITORY = "https://github.com/flashinfer-ai/flashinfer-bench"

@@ -28,7 +28,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.intake.seen_keys import SeenKeys, digests_of
 from pipelines.records import Record, RowOutcome
 from pipelines.records.canonical import canonical_json, number_text
 from pipelines.sources.liger.model import (
@@ -61,6 +60,7 @@ from pipelines.sources.liger.rules import (
     stamps,
     stored_values,
 )
+from pipelines.sources.seen_keys import SeenKeys, digests_of
 
 # Where Arrow's float formatting is ECMAScript's (tests/test_liger_columnar.py); numbers outside
 # it are formatted by canonical.number_text.
