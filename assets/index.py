@@ -24,6 +24,7 @@ from assets.conventions import (
 )
 from assets.published import INDEX_CHECKS, INDEX_KEYS, keys_markdown, publish_report
 from assets.resources import KindexResource
+from pipelines.ingest import publish_resolving
 
 
 @asset(
@@ -45,7 +46,6 @@ from assets.resources import KindexResource
 def index(
     context: AssetExecutionContext, kindex: KindexResource
 ) -> Iterator[MaterializeResult | AssetCheckResult]:
-    from pipelines.ingest import publish_resolving
 
     version, resolved = publish_resolving(kindex.store, kindex.settings)
     report = publish_report(kindex, version, resolved, context.job_name)

@@ -39,6 +39,7 @@ from assets.files import ingest_batch
 from assets.index import publish_index
 from assets.partitions import windows_request
 from assets.resources import KindexResource
+from pipelines.index.publish import unpublished_record_sets
 from pipelines.ingest import bounded_batches
 from pipelines.intake.ledger import FileEntry, FileState, Ledger, new_versions, version_of
 from pipelines.intake.notifications import ChangeFeed, NotificationError, ObjectChange
@@ -298,7 +299,6 @@ def ledger_sensor(
 def index_catchup_sensor(
     context: SensorEvaluationContext, kindex: KindexResource
 ) -> SensorResult | SkipReason:
-    from pipelines.index.publish import unpublished_record_sets
 
     cursor = LedgerCursor.from_json(context.cursor)
     head = kindex.ledger.head()

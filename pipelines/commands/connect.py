@@ -12,7 +12,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pipelines.index.engines import ENGINES
+from pipelines.index.catalog import IndexCatalog, IndexOutdated, VersionNotFound, s3_access
+from pipelines.index.engines import ENGINES, engine_snippet
+from pipelines.index.remote import connect_statements
+from pipelines.settings import Settings
+from pipelines.storage.errors import StorageError
+from pipelines.storage.s3 import store_session
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -38,12 +43,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipelines.index.catalog import IndexCatalog, IndexOutdated, VersionNotFound, s3_access
-    from pipelines.index.engines import engine_snippet
-    from pipelines.index.remote import connect_statements
-    from pipelines.settings import Settings
-    from pipelines.storage.errors import StorageError
-    from pipelines.storage.s3 import store_session
 
     settings = Settings.from_env()
     try:

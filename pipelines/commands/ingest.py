@@ -9,11 +9,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pipelines.git_history import GitHistoryError, file_history, history_key, ingest_history
 from pipelines.ingest import IngestSummary, SnapshotRecords, ingest_paths
+from pipelines.intake.incoming import IncomingKeyError
+from pipelines.settings import Settings
+from pipelines.storage.errors import StorageError
+from pipelines.storage.s3 import store_session
 
 if TYPE_CHECKING:
     from pipelines.git_history import CommittedVersion
-    from pipelines.settings import Settings
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -39,7 +43,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipelines.settings import Settings
 
     if args.git is not None or args.key is not None:
         return ingest_git(args, Settings.from_env())
@@ -47,7 +50,6 @@ def run(args: argparse.Namespace) -> int:
     if missing:
         print(f"kindex ingest: no such file: {', '.join(missing)}", file=sys.stderr)
         return 2
-    from pipelines.storage.errors import StorageError
 
     settings = Settings.from_env()
     try:
@@ -76,10 +78,6 @@ def no_run_message(f: SnapshotRecords) -> str:
 
 def ingest_git(args: argparse.Namespace, settings: Settings) -> int:
     """`--git REPO PATH`: the file's history, version by version, in-process."""
-    from pipelines.git_history import GitHistoryError, file_history, history_key, ingest_history
-    from pipelines.intake.incoming import IncomingKeyError
-    from pipelines.storage.errors import StorageError
-    from pipelines.storage.s3 import store_session
 
     if args.git is None:
         print("kindex ingest: --key goes with --git (FILE goes to its name)", file=sys.stderr)

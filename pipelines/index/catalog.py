@@ -56,6 +56,7 @@ from pipelines.settings import Settings
 from pipelines.storage.base import ObjectStore
 from pipelines.storage.credentials import S3Credentials, configured_credentials
 from pipelines.storage.errors import StorageAccessDenied
+from pipelines.storage.s3 import boto_session
 
 CATALOG_NAME = "kindex"
 VERSIONS_TABLE = "index_versions"
@@ -144,7 +145,6 @@ def s3_access(
             settings.s3_region,
             path_style=settings.s3_path_style,
         )
-    from pipelines.storage.s3 import boto_session
 
     found = boto_session().get_credentials()
     if found is None:
@@ -213,7 +213,7 @@ def publish_lock(settings: Settings) -> Iterator[None]:
     REST catalog: one host)."""
     uri = catalog_uri(settings)
     if uri.startswith("postgresql"):
-        import sqlalchemy
+        import sqlalchemy  # noqa: PLC0415  a PostgreSQL catalog's only need of it
 
         engine = sqlalchemy.create_engine(uri, poolclass=sqlalchemy.pool.NullPool)
         with engine.connect() as connection:

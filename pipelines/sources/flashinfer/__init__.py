@@ -64,6 +64,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from pipelines.curation import load
 from pipelines.records import RowOutcome
 from pipelines.records.canonical import manifest_digest
 from pipelines.sources.json_input import (
@@ -357,7 +358,6 @@ def _labels(tags: Any) -> dict[str, str]:
 
 
 def _definition_outcome(document: Any) -> RowOutcome:
-    from pipelines.curation import load
 
     manifest = operation_manifest(operation_of_definition(document), load())
     return manifest_outcome(1, "", raw_text(document), [manifest])
@@ -402,7 +402,6 @@ class _Definitions:
     """The operations of the definitions a file names, each looked up in the index once."""
 
     def __init__(self, context: SourceContext) -> None:
-        from pipelines.curation import load
 
         self.context = context
         self.curation: Curation = load()
@@ -614,7 +613,6 @@ def _workload_outcome(
     operation: Operation, axes: Mapping[str, int], line: int, raw: str
 ) -> RowOutcome:
     """A workload line (no solution, no evaluation): the definition's case, with no run."""
-    from pipelines.curation import load
 
     curation = load()
     operation_digest = manifest_digest(operation_manifest(operation, curation))
