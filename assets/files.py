@@ -180,7 +180,7 @@ with warnings.catch_warnings():  # BackfillPolicy is beta: said here once, not a
     )
     def records(
         context: AssetExecutionContext, config: BatchConfig, kindex: KindexResource
-    ) -> Iterator[MaterializeResult | AssetCheckResult]:
+    ) -> Iterator[MaterializeResult[None] | AssetCheckResult]:
         ledger = kindex.ledger
         windows = list(context.partition_keys)
         if config.batch:
@@ -346,7 +346,6 @@ class BatchReport:
             return None
 
     def check(self, entry: FileEntry, runs: "pa.Table") -> FileChecks:
-
         found = FileChecks()
         counts = pc.value_counts(runs.column("external_id")).field("counts")
         found.duplicates = int(pc.sum(pc.subtract(counts, 1)).as_py() or 0)

@@ -45,8 +45,7 @@ from pipelines.ingest import publish_resolving
 )
 def index(
     context: AssetExecutionContext, kindex: KindexResource
-) -> Iterator[MaterializeResult | AssetCheckResult]:
-
+) -> Iterator[MaterializeResult[None] | AssetCheckResult]:
     version, resolved = publish_resolving(kindex.store, kindex.settings)
     report = publish_report(kindex, version, resolved, context.job_name)
     yield MaterializeResult(metadata=report.index)  # type: ignore[arg-type]

@@ -343,7 +343,6 @@ def check(
 
 
 def missing_versions_check(kindex: KindexResource) -> CheckVerdict:
-
     listing, missing = unprocessed_versions(kindex.store, kindex.settings, kindex.ledger)
     examples = [m.key for m in missing[:10]]
     return (
@@ -435,7 +434,6 @@ def reason_code(reason: str | None) -> str:
 
 
 def file_records(files: Sequence[object]) -> MetadataValue:
-
     rows = [
         {
             "file": f.key,

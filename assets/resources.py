@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from pipelines.storage.base import ObjectStore
 
 
-class KindexResource(ConfigurableResource):
+class KindexResource(ConfigurableResource["KindexResource"]):
     """Settings from the KINDEX_* environment and one S3 client per run, reused by every step
     (creating a boto3 session costs 100-580 ms). Each setting is a field, set from its
     variable with EnvVar (`from_env`), so the Dagster UI shows the configuration and which
@@ -51,7 +51,6 @@ class KindexResource(ConfigurableResource):
 
     @cached_property
     def settings(self) -> Settings:
-
         given = {
             ENV_PREFIX + name: str(value)
             for name in SETTING_NAMES
@@ -61,12 +60,10 @@ class KindexResource(ConfigurableResource):
 
     @cached_property
     def store(self) -> ObjectStore:
-
         return S3Store.from_settings(self.settings)
 
     @cached_property
     def ledger(self) -> Ledger:
-
         return Ledger.of(self.store, self.settings)
 
     @cached_property

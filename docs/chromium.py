@@ -104,6 +104,5 @@ def browser_page(width: int = 1600, height: int = 1100) -> Iterator[Page]:
 
 
 def screenshot(page: Page, out: Path) -> None:
-
     shot = page.call("Page.captureScreenshot", format="png")
     out.write_bytes(base64.b64decode(shot["data"]))

@@ -26,7 +26,6 @@ COMMAND_MODULES = (
 
 
 def version() -> str:
-
     try:
         return installed_version("kindex")
     except PackageNotFoundError:  # run from a checkout that was never installed

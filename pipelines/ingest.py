@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from itertools import repeat
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, overload
 
 import duckdb
 import orjson
@@ -69,7 +69,9 @@ from pipelines.records.record_objects import (
     RECORD_FILES,
     SCHEMAS,
     SETS_FILE,
+    PreviewRow,
     RecordSetContent,
+    RecordSetSummary,
     object_names,
     parquet_bytes,
     preview,
@@ -101,8 +103,8 @@ class SnapshotRecords:
     manifests_by_kind: dict[str, int]
     reused: bool  # True when the record set existed: nothing was normalized or written
     record_set: RecordSet  # its summary, which names the objects holding its rows
-    run_preview: list[dict[str, Any]] = field(default_factory=list)
-    quarantine_preview: list[dict[str, Any]] = field(default_factory=list)
+    run_preview: list[PreviewRow] = field(default_factory=list)
+    quarantine_preview: list[PreviewRow] = field(default_factory=list)
 
     @property
     def quarantined(self) -> int:
@@ -131,12 +133,15 @@ class IngestSummary:
 SINGLE_PUT_LIMIT = 5 * 1024**3  # the largest object S3 takes in one PutObject
 
 
+@overload
+def utc_text(moment: datetime) -> str: ...
+@overload
+def utc_text(moment: None) -> None: ...
 def utc_text(moment: datetime | None) -> str | None:
     return None if moment is None else moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def snapshot_data(store: ObjectStore, settings: Settings, snapshot: Snapshot) -> bytes:
-
     return read_snapshot(store, settings, snapshot)
 
 
@@ -149,7 +154,7 @@ class PreparedRecords:
     source: str
     prefix: str
     content: RecordSetContent | None
-    existing: dict[str, Any] | None = None  # the summary of the record set written before
+    existing: RecordSetSummary | None = None  # the summary of the record set written before
     registered: frozenset[str] = frozenset()  # the ids of the reads it has already
 
 
@@ -191,7 +196,7 @@ def parts_folder(settings: Settings) -> Iterator[Path]:
 
 def record_set_summary(
     snapshot: Snapshot, prepared: PreparedRecords, files: dict[str, list[str]]
-) -> dict[str, Any]:
+) -> RecordSetSummary:
     """What the sets file says of a record set just written (`files`: its objects, by table)."""
     content = prepared.content
     assert content is not None
@@ -273,7 +278,7 @@ def put_own_objects(
         if not (name == "lineage" and content.lineage_in_runs)  # named below: in the runs
     }
     with ThreadPoolExecutor(UPLOAD_THREADS, thread_name_prefix="kindex-put") as puts:
-        pending: list[Future[Any]] = []
+        pending: list[Future[None]] = []
         for name, parts in content.parts.items():
             for key, part in zip([prefix + n for n in files[name]], parts, strict=True):
                 pending.append(puts.submit(_put_part, store, key, part, layout.cached_path(key)))
@@ -308,7 +313,7 @@ def _put_part(store: ObjectStore, key: str, part: Path, cached: Path) -> None:
 
 
 def records_from_summary(
-    summary: dict[str, Any], source_key: str, prefix: str, *, reused: bool
+    summary: RecordSetSummary, source_key: str, prefix: str, *, reused: bool
 ) -> SnapshotRecords:
     return SnapshotRecords(
         snapshot_digest=summary["snapshot_digest"],
@@ -633,7 +638,6 @@ class FileWork:
     error: BaseException | None = None  # what failed it
 
     def fail(self, error: BaseException) -> None:
-
         self.error = error
         if isinstance(error, VersionChanged | NoSuchKey):
             reason = f"overwritten or deleted before it was read ({describe(error)})"
@@ -885,7 +889,7 @@ class SetsFile:
     """A batch's record set summaries and reads, as they go into its sets file."""
 
     folder: str
-    summaries: dict[str, dict[str, Any]] = field(default_factory=dict)  # by prefix
+    summaries: dict[str, RecordSetSummary] = field(default_factory=dict)  # by prefix
     reads: list[orjson.Fragment] = field(default_factory=list)
     files: list[FileWork] = field(default_factory=list)
 

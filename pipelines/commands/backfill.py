@@ -266,7 +266,7 @@ def backfill_windows(url: str, windows: list[str], wait: bool, timeout: float) -
     return 0 if status in {"COMPLETED", "COMPLETED_SUCCESS"} else 1
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "backfill",
         help="re-process files with the current parser (the reprocess_files job)",
@@ -304,7 +304,6 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-
     patterns = [args.glob]
     try:
         url = graphql_url(args.url or running_instance_url(Settings.from_env().home))

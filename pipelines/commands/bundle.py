@@ -14,7 +14,6 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from pipelines.settings import Settings
 from pipelines.sources.bundles import reasons
@@ -28,7 +27,7 @@ UNREADABLE_AS_BUNDLE = frozenset(
 )
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "bundle",
         help="work with GPU-worker result bundles",

@@ -52,7 +52,7 @@ WHERE kernel = $kernel AND provider = $provider AND metric = 'latency'
 """
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "chart",
         help="draw a chart of the index to a PNG (speedups, versions, gpus, regressions)",
@@ -130,7 +130,6 @@ def draw(con: duckdb.DuckDBPyConnection, args: argparse.Namespace) -> tuple[byte
 def regressions_chart(
     con: duckdb.DuckDBPyConnection, args: argparse.Namespace
 ) -> tuple[bytes | None, str]:
-
     series = regressions.pick_series(
         con,
         kernel=args.kernel,
@@ -151,7 +150,6 @@ def regressions_chart(
 
 
 def run(args: argparse.Namespace) -> int:
-
     if args.output.suffix.lower() != ".png":
         print(f"kindex chart: --output {args.output}: a .png file", file=sys.stderr)
         return 2

@@ -20,7 +20,7 @@ from pipelines.storage.errors import StorageError
 from pipelines.storage.s3 import store_session
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "connect",
         help="print SQL that lets a plain DuckDB read the index's Iceberg tables from the bucket",
@@ -43,7 +43,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-
     settings = Settings.from_env()
     try:
         with store_session(settings) as store:

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from pipelines.git_history import CommittedVersion
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "ingest",
         help="upload files to incoming/, then build records and the index in-process",
@@ -43,7 +43,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-
     if args.git is not None or args.key is not None:
         return ingest_git(args, Settings.from_env())
     missing = [str(p) for p in args.files if not p.is_file()]

@@ -31,7 +31,7 @@ from pipelines.sources.json_input import looks_gzipped
 from pipelines.sources.liger.normalize import NotLigerCsv, write_outcomes
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "normalize",
         help="print the records (or quarantine reason) of every row or record of a file, as JSON "
@@ -168,7 +168,6 @@ def _index_lookup() -> Iterator[ManifestNamed]:
 
 
 def _open_index() -> duckdb.DuckDBPyConnection | None:
-
     settings = Settings.from_env()
     if not settings.home.is_dir():
         return None

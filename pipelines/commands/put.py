@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 DEFAULT_WAIT_SECONDS = 300.0
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "put",
         help="upload files to incoming/ in the bucket (where Dagster picks them up)",
@@ -59,7 +59,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-
     settings = Settings.from_env()
     if args.key is not None and len(args.files) != 1:
         print("kindex put: --key needs exactly one FILE", file=sys.stderr)
@@ -89,7 +88,6 @@ def put_files(store: S3Store, settings: Settings, paths: list[Path], key: str | 
 
 
 def put_git(args: argparse.Namespace, settings: Settings) -> int:
-
     try:
         history = file_history(args.git, args.files[0])
         history_key(settings, history, args.key)

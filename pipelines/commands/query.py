@@ -57,7 +57,7 @@ class RefusedStatement(ValueError):
     """A statement `kindex query` does not run: it would write, attach or load something."""
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "query",
         help="run SQL over the index (tables: runs, snapshots, lineage, quarantine, ...)",
@@ -97,7 +97,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-
     settings = Settings.from_env()
     database: Path | None = None
     if args.sync or args.as_of:

@@ -31,7 +31,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import IO, Any
+from typing import IO
 
 from pipelines.settings import Settings
 from pipelines.storage.embedded import ServerLease
@@ -77,7 +77,7 @@ environment:
 While the UI is ready, $KINDEX_HOME/up.json holds its URL and this process's id."""
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "up",
         help="run kindex: embedded S3, Dagster UI and daemon on 127.0.0.1; Ctrl-C stops them",
@@ -378,7 +378,6 @@ def prepare_instance(env: Mapping[str, str], log_dir: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-
     settings = Settings.from_env()
     home = Path(settings.home)
     log_dir = home / "logs"

@@ -50,8 +50,8 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.transforms import IdentityTransform
 from tenacity import retry, stop_after_attempt, wait_random_exponential
 
-from pipelines.index.tables import RUN_SORT_COLUMNS, STORED_TABLES, UTC_US, served_schemas
-from pipelines.records.record_objects import FIELD_ID_KEY
+from pipelines.index.tables import RUN_SORT_COLUMNS, STORED_TABLES, served_schemas
+from pipelines.records.record_objects import FIELD_ID_KEY, UTC_US
 from pipelines.settings import Settings
 from pipelines.storage.base import ObjectStore
 from pipelines.storage.credentials import S3Credentials, configured_credentials

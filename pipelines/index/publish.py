@@ -80,6 +80,7 @@ from pipelines.records.record_objects import (
     RUN_SCHEMA,
     SETS_FILE,
     SUMMARY_FILE,
+    RecordSetSummary,
     is_shared,
     record_object_key,
 )
@@ -108,7 +109,7 @@ ROW_ORDER = {
 @dataclass(frozen=True, slots=True)
 class RecordSet:
     prefix: str  # records/<parser_version>/<snapshot hex>/
-    summary: dict[str, Any]
+    summary: RecordSetSummary
 
     @property
     def snapshot_digest(self) -> str:
@@ -195,7 +196,7 @@ class RecordSetListing:
         places: Sequence[Listed],
         table: str,
         field_name: str,
-    ) -> list[dict[str, Any]]:
+    ) -> list[Any]:  # JSON objects as stored: summaries or reads
         own = [place.key for place in places if place.member is None]
         loaded = {
             key: orjson.loads(path.read_bytes())
@@ -407,7 +408,7 @@ def _publish(store: ObjectStore, settings: Settings) -> IndexVersion:
 
 
 def reads_table(
-    reads: Sequence[ObjectRead], summaries: dict[str, dict[str, Any]], layout: IndexLayout
+    reads: Sequence[ObjectRead], summaries: dict[str, RecordSetSummary], layout: IndexLayout
 ) -> pa.Table:
     rows = []
     for read in reads:
@@ -443,7 +444,7 @@ def build_version(
     current: PublishedIndex,
     pending: list[RecordSet],
     reads: list[ObjectRead],
-    summaries: dict[str, dict[str, Any]],
+    summaries: dict[str, RecordSetSummary],
 ) -> tuple[Version, int]:
     """Compute the new rows from the current version plus the pending record sets, commit them
     table by table, and then the version naming those commits. Returns it and its new runs."""
@@ -590,7 +591,7 @@ def returning_record_sets(
     con: duckdb.DuckDBPyConnection,
     layout: IndexLayout,
     pending: Sequence[RecordSet],
-    summaries: dict[str, dict[str, Any]],
+    summaries: dict[str, RecordSetSummary],
 ) -> list[RecordSet]:
     """The record sets the index holds that are again their snapshot's current one (after
     find_reprocessed): a run of theirs that left the index comes back."""

@@ -188,7 +188,6 @@ class Ledger:
 
     @classmethod
     def of(cls, store: ObjectStore, settings: Settings) -> Ledger:
-
         endpoint = getattr(store, "endpoint_url", None)
         return cls(IndexCatalog.beside(store, settings), store.bucket, endpoint)
 
@@ -201,7 +200,6 @@ class Ledger:
             return None
 
     def _created(self) -> Table:
-
         table = self._table(refresh=True)
         if table is None:
             self.catalog.catalog.create_namespace_if_not_exists(self.catalog.namespace)

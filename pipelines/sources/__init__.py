@@ -67,15 +67,12 @@ class WorkerBundle(RecordsOfOutcomes):
     reads_index = True  # a bundle may name manifests another file carried
 
     def recognize(self, key: str, data: bytes) -> str | None:
-
         return None if looks_like_bundle(key, data) else "not a worker bundle"
 
     def parser_version(self) -> str:
-
         return PARSER_VERSION
 
     def outcomes(self, data: bytes, context: SourceContext) -> Iterator[RowOutcome]:
-
         return normalize_bundle_bytes(data, context.known_digest)
 
 
@@ -92,7 +89,6 @@ class LigerCsvSource:
         return 0 if head[:1] in ("{", "[") else 1
 
     def recognize(self, key: str, data: bytes) -> str | None:
-
         try:
             open_liger_csv(io.BytesIO(data))
         except NotLigerCsv as error:
@@ -100,26 +96,22 @@ class LigerCsvSource:
         return None
 
     def parser_version(self) -> str:
-
         return parser_version()
 
     def version_of(self, data: bytes, context: SourceContext) -> str:
         return self.parser_version()
 
     def outcomes(self, data: bytes, context: SourceContext) -> Iterator[RowOutcome]:
-
         return normalize_bytes(data)
 
     def record_set(
         self, data: bytes, snapshot_digest: str, context: SourceContext, parts_dir: Path
     ) -> RecordSetContent:
-
         return record_set(data, snapshot_digest, self.parser_version())
 
     def record_sets(
         self, objects: Sequence[SourceObject], context: SourceContext, parts_dir: Path
     ) -> list[RecordSetContent]:
-
         files = [(o.data, o.snapshot_digest) for o in objects]
         return record_sets(files, self.parser_version())
 

@@ -161,7 +161,6 @@ class HarnessSource(RecordsOfOutcomes):
     format_version: str  # the format reader's own version, before the curation's fingerprint
 
     def parser_version(self) -> str:
-
         return f"{self.format_version}+{load().fingerprint}"
 
     @abstractmethod
@@ -172,7 +171,6 @@ class HarnessSource(RecordsOfOutcomes):
         """What each record of the file measured, in file order."""
 
     def outcomes(self, data: bytes, context: SourceContext) -> Iterator[RowOutcome]:
-
         curation = load()
         try:
             for entry in self.entries(data, context):

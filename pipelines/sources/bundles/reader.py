@@ -195,7 +195,6 @@ def _line_offsets(text: str) -> list[int]:
 
 
 def _line_at(newline_offsets: list[int], pos: int) -> int:
-
     return bisect.bisect_left(newline_offsets, pos) + 1
 
 

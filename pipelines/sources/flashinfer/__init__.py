@@ -65,6 +65,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pipelines.curation import load
+from pipelines.curation.gaps import UNSPECIFIED
 from pipelines.records import RowOutcome
 from pipelines.records.canonical import manifest_digest
 from pipelines.sources.json_input import (
@@ -78,7 +79,6 @@ from pipelines.sources.json_input import (
     unpacked,
 )
 from pipelines.sources.measured import (
-    UNSPECIFIED,
     Entry,
     Environment,
     Implementation,
@@ -358,7 +358,6 @@ def _labels(tags: Any) -> dict[str, str]:
 
 
 def _definition_outcome(document: Any) -> RowOutcome:
-
     manifest = operation_manifest(operation_of_definition(document), load())
     return manifest_outcome(1, "", raw_text(document), [manifest])
 
@@ -402,7 +401,6 @@ class _Definitions:
     """The operations of the definitions a file names, each looked up in the index once."""
 
     def __init__(self, context: SourceContext) -> None:
-
         self.context = context
         self.curation: Curation = load()
         self.found: dict[str, Operation | ObservationError | None] = {}

@@ -482,9 +482,10 @@ def _plain_external_ids(rows: Runs, templates: Sequence[Any]) -> bool:
 def _offsets(strings: pa.Array) -> list[int]:
     """Where each string of an Arrow string array starts in its data buffer, and the end."""
     start = strings.offset
-    return np.frombuffer(strings.buffers()[1], dtype=np.int32)[
+    offsets: list[int] = np.frombuffer(strings.buffers()[1], dtype=np.int32)[
         start : start + len(strings) + 1
     ].tolist()
+    return offsets
 
 
 def utf8_slices(strings: pa.Array) -> Iterator[memoryview]:
