@@ -7,6 +7,9 @@ import hashlib
 
 from dagster import AssetKey, Backoff, Jitter, RetryPolicy
 
+from pipelines.index.tables import views_fingerprint
+from pipelines.sources import current_parser_versions
+
 GROUP = "kindex"
 OWNERS = ["team:kindex"]
 RECORDS_KEY = AssetKey("records")
@@ -23,7 +26,6 @@ FILE_RETRY_POLICY = RetryPolicy(
 def records_code_version() -> str:
     """The parser versions of every source: a record set made by another is made again on
     backfill, so `records` made before reads as stale in the UI."""
-    from pipelines.sources import current_parser_versions
 
     text = "\n".join(sorted(current_parser_versions()))
     return hashlib.sha256(text.encode()).hexdigest()[:12]
@@ -32,6 +34,5 @@ def records_code_version() -> str:
 def index_code_version() -> str:
     """The views' fingerprint (pipelines/index/tables.py): an index built with other views is
     built again."""
-    from pipelines.index.tables import views_fingerprint
 
     return views_fingerprint()

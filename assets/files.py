@@ -19,8 +19,10 @@ import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from dagster import (
     AssetCheckEvaluation,
     AssetCheckResult,
@@ -54,6 +56,7 @@ from assets.partitions import ARRIVAL_WINDOWS
 from assets.published import file_records, publish_report, records_table
 from assets.resources import KindexResource
 from pipelines.charts import geometric_mean, speedup_bars_png, speedups
+from pipelines.index.local import open_index
 from pipelines.ingest import (
     SCHEMA_CHECKED_RUNS,
     BatchResult,
@@ -65,9 +68,6 @@ from pipelines.ingest import (
     schema_verdict,
 )
 from pipelines.intake.ledger import FileEntry, FileState, Ledger
-
-if TYPE_CHECKING:
-    import pyarrow as pa
 
 T = TypeVar("T")
 
@@ -180,7 +180,7 @@ with warnings.catch_warnings():  # BackfillPolicy is beta: said here once, not a
     )
     def records(
         context: AssetExecutionContext, config: BatchConfig, kindex: KindexResource
-    ) -> Iterator[MaterializeResult | AssetCheckResult]:
+    ) -> Iterator[MaterializeResult[None] | AssetCheckResult]:
         ledger = kindex.ledger
         windows = list(context.partition_keys)
         if config.batch:
@@ -346,8 +346,6 @@ class BatchReport:
             return None
 
     def check(self, entry: FileEntry, runs: "pa.Table") -> FileChecks:
-        import pyarrow.compute as pc
-
         found = FileChecks()
         counts = pc.value_counts(runs.column("external_id")).field("counts")
         found.duplicates = int(pc.sum(pc.subtract(counts, 1)).as_py() or 0)
@@ -480,7 +478,6 @@ def window_runs(
     kindex: KindexResource, entries: Mapping[str, Sequence[FileEntry]]
 ) -> dict[str, "pa.Table"]:
     """The runs in the index of each window's files (by their snapshots), every batch's."""
-    from pipelines.index.local import open_index
 
     con = open_index(kindex.settings)
     try:
@@ -513,8 +510,6 @@ def series_speedups(tables: Sequence["pa.Table"]) -> dict[str, list[float]]:
     """Speedups per kernel, pass, GPU and provider (pipelines/charts.py), over the latency runs
     only: never averaged across GPUs or passes. A cohort is of one kernel, pass and GPU already,
     so naming the series by all three splits nothing else."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
 
     if not tables:
         return {}

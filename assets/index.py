@@ -24,6 +24,7 @@ from assets.conventions import (
 )
 from assets.published import INDEX_CHECKS, INDEX_KEYS, keys_markdown, publish_report
 from assets.resources import KindexResource
+from pipelines.ingest import publish_resolving
 
 
 @asset(
@@ -44,9 +45,7 @@ from assets.resources import KindexResource
 )
 def index(
     context: AssetExecutionContext, kindex: KindexResource
-) -> Iterator[MaterializeResult | AssetCheckResult]:
-    from pipelines.ingest import publish_resolving
-
+) -> Iterator[MaterializeResult[None] | AssetCheckResult]:
     version, resolved = publish_resolving(kindex.store, kindex.settings)
     report = publish_report(kindex, version, resolved, context.job_name)
     yield MaterializeResult(metadata=report.index)  # type: ignore[arg-type]

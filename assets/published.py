@@ -33,7 +33,10 @@ from dagster import (
 
 from assets.conventions import GROUP, INDEX_KEY, OWNERS, RECORDS_KEY
 from assets.resources import KindexResource
-from pipelines.intake.ledger import FileState
+from pipelines.index.catalog import IndexCatalog
+from pipelines.index.local import open_index
+from pipelines.index.tables import reader_tables
+from pipelines.intake.ledger import FileEntry, FileState, unprocessed_versions
 from pipelines.regressions import top_movers
 
 if TYPE_CHECKING:
@@ -250,8 +253,6 @@ def table_events(
     kindex: KindexResource, version: IndexVersion
 ) -> tuple[list[AssetMaterialization], pa.Table]:
     """Each queried table's schema and row count, from the local index this publish left."""
-    from pipelines.index.catalog import IndexCatalog
-    from pipelines.index.local import open_index
 
     catalog = IndexCatalog.beside(kindex.store, kindex.settings)
     con = open_index(kindex.settings)
@@ -291,7 +292,6 @@ def table_events(
 def iceberg_tables(name: str, views: Mapping[str, str], catalog: object) -> dict[str, str]:
     """The Iceberg tables a view reads, through the views it reads, each with its location:
     found in the views' own SQL, so that no list here restates them."""
-    from pipelines.index.tables import reader_tables
 
     stored = set(reader_tables())
     found: dict[str, str] = {}
@@ -343,8 +343,6 @@ def check(
 
 
 def missing_versions_check(kindex: KindexResource) -> CheckVerdict:
-    from pipelines.intake.ledger import unprocessed_versions
-
     listing, missing = unprocessed_versions(kindex.store, kindex.settings, kindex.ledger)
     examples = [m.key for m in missing[:10]]
     return (
@@ -361,7 +359,6 @@ def missing_versions_check(kindex: KindexResource) -> CheckVerdict:
 def row_count_check(kindex: KindexResource) -> CheckVerdict:
     """Each snapshot's record set says how many runs and quarantine rows it holds; the index
     cannot hold more than their sum (runs are deduplicated by digest, so it may hold fewer)."""
-    from pipelines.index.local import open_index
 
     con = open_index(kindex.settings)
     try:
@@ -437,8 +434,6 @@ def reason_code(reason: str | None) -> str:
 
 
 def file_records(files: Sequence[object]) -> MetadataValue:
-    from pipelines.intake.ledger import FileEntry
-
     rows = [
         {
             "file": f.key,

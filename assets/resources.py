@@ -8,16 +8,17 @@ from typing import TYPE_CHECKING
 
 from dagster import ConfigurableResource, EnvVar
 
-from pipelines.settings import ENV_PREFIX, SETTING_NAMES
+from pipelines.intake.ledger import Ledger
+from pipelines.intake.notifications import change_feed
+from pipelines.settings import ENV_PREFIX, SETTING_NAMES, Settings
+from pipelines.storage.s3 import S3Store
 
 if TYPE_CHECKING:
-    from pipelines.intake.ledger import Ledger
     from pipelines.intake.notifications import ChangeFeed
-    from pipelines.settings import Settings
     from pipelines.storage.base import ObjectStore
 
 
-class KindexResource(ConfigurableResource):
+class KindexResource(ConfigurableResource["KindexResource"]):
     """Settings from the KINDEX_* environment and one S3 client per run, reused by every step
     (creating a boto3 session costs 100-580 ms). Each setting is a field, set from its
     variable with EnvVar (`from_env`), so the Dagster UI shows the configuration and which
@@ -50,8 +51,6 @@ class KindexResource(ConfigurableResource):
 
     @cached_property
     def settings(self) -> Settings:
-        from pipelines.settings import Settings
-
         given = {
             ENV_PREFIX + name: str(value)
             for name in SETTING_NAMES
@@ -61,19 +60,14 @@ class KindexResource(ConfigurableResource):
 
     @cached_property
     def store(self) -> ObjectStore:
-        from pipelines.storage.s3 import S3Store
-
         return S3Store.from_settings(self.settings)
 
     @cached_property
     def ledger(self) -> Ledger:
-        from pipelines.intake.ledger import Ledger
-
         return Ledger.of(self.store, self.settings)
 
     @cached_property
     def feed(self) -> ChangeFeed | None:
         """The store's change notifications, where configured (KINDEX_NOTIFICATIONS)."""
-        from pipelines.intake.notifications import change_feed
 
         return change_feed(self.settings)

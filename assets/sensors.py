@@ -23,9 +23,12 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TypedDict, Unpack
 
 from dagster import (
+    AssetCheckEvaluation,
+    AssetMaterialization,
+    AssetObservation,
     DagsterInstance,
     DagsterRunStatus,
     DefaultSensorStatus,
@@ -41,6 +44,7 @@ from assets.files import ingest_batch
 from assets.index import publish_index
 from assets.partitions import windows_request
 from assets.resources import KindexResource
+from pipelines.index.publish import unpublished_record_sets
 from pipelines.ingest import bounded_batches
 from pipelines.intake.ledger import FileEntry, FileState, Ledger, new_versions, version_of
 from pipelines.intake.notifications import ChangeFeed, NotificationError, ObjectChange
@@ -108,8 +112,17 @@ def batch_requests(ledger: Ledger, entries: Sequence[FileEntry], why: str) -> li
     return requests
 
 
+class ResultEvents(TypedDict, total=False):
+    """What a sensor's result may report besides its runs."""
+
+    asset_events: Sequence[AssetMaterialization | AssetObservation | AssetCheckEvaluation]
+
+
 def batch_result(
-    requests: Sequence[RunRequest], cursor: str, windows: Iterable[str] = (), **more: Any
+    requests: Sequence[RunRequest],
+    cursor: str,
+    windows: Iterable[str] = (),
+    **more: Unpack[ResultEvents],
 ) -> SensorResult:
     """The sensor's result: the runs, and the windows they need as partitions (added first),
     with `windows` besides."""
@@ -123,7 +136,7 @@ def batch_result(
     )
 
 
-def batch_run_config(batch: str) -> dict[str, Any]:
+def batch_run_config(batch: str) -> dict[str, object]:
     """The run config of a run of `records` over the batch the ledger names `batch`."""
     return {"ops": {"records": {"config": {"batch": batch}}}}
 
@@ -317,8 +330,6 @@ def ledger_sensor(
 def index_catchup_sensor(
     context: SensorEvaluationContext, kindex: KindexResource
 ) -> SensorResult | SkipReason:
-    from pipelines.index.publish import unpublished_record_sets
-
     cursor = LedgerCursor.from_json(context.cursor)
     head = kindex.ledger.head()
     if head == cursor.head and not cursor.waiting:

@@ -3,6 +3,7 @@ webserver already depends on): what the docs' screenshot scripts share."""
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
 import subprocess
@@ -103,7 +104,5 @@ def browser_page(width: int = 1600, height: int = 1100) -> Iterator[Page]:
 
 
 def screenshot(page: Page, out: Path) -> None:
-    import base64
-
     shot = page.call("Page.captureScreenshot", format="png")
     out.write_bytes(base64.b64decode(shot["data"]))

@@ -71,8 +71,8 @@ def speedup_bars_png(by_series: Mapping[str, Sequence[float]], title: str) -> by
     labels = sorted(by_series, key=lambda s: geometric_mean(by_series[s]))
     values = [geometric_mean(by_series[s]) for s in labels]
     height = 1.2 + 0.28 * len(labels)
-    from matplotlib.figure import Figure
-    from matplotlib.ticker import FuncFormatter
+    from matplotlib.figure import Figure  # noqa: PLC0415  loaded when a chart is drawn
+    from matplotlib.ticker import FuncFormatter  # noqa: PLC0415  loaded when a chart is drawn
 
     figure = Figure(figsize=(8, min(height, 30)), dpi=80)
     axes = figure.subplots()
@@ -107,8 +107,8 @@ def versions_chart_png(points: Iterable[Mapping[str, Any]], title: str) -> bytes
     if not by_series:
         return None
     versions = sorted({v for values in by_series.values() for v in values}, key=version_order)
-    from matplotlib.figure import Figure
-    from matplotlib.ticker import FuncFormatter, LogLocator
+    from matplotlib.figure import Figure  # noqa: PLC0415  loaded when a chart is drawn
+    from matplotlib.ticker import FuncFormatter, LogLocator  # noqa: PLC0415  as above
 
     figure = Figure(figsize=(9, 5), dpi=80)
     axes = figure.subplots()
@@ -143,7 +143,7 @@ def gpus_chart_png(speedup_rows: Iterable[Mapping[str, Any]], title: str) -> byt
     gpus = sorted({gpu for gpu, _ in by_bar})
     modes = sorted({mode for _, mode in by_bar})
     width = 0.8 / len(modes)
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # noqa: PLC0415  loaded when a chart is drawn
 
     figure = Figure(figsize=(max(6, 1.6 * len(gpus) + 2), 4.5), dpi=80)
     axes = figure.subplots()
@@ -177,7 +177,7 @@ def regressions_chart_png(
     there are fewer than two points."""
     if len(points) < 2:
         return None
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # noqa: PLC0415  loaded when a chart is drawn
 
     versions = [p[0] for p in points]
     values = [p[1] for p in points]

@@ -6,6 +6,10 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as installed_version
+
+from pipelines.settings import SettingsError, unknown_names
 
 # Each module exposes `register(subparsers)`, which adds its parser and sets `func`.
 COMMAND_MODULES = (
@@ -22,9 +26,6 @@ COMMAND_MODULES = (
 
 
 def version() -> str:
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as installed_version
-
     try:
         return installed_version("kindex")
     except PackageNotFoundError:  # run from a checkout that was never installed
@@ -58,7 +59,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     command = next((arg for arg in argv if not arg.startswith("-")), None)
     args = build_parser(command).parse_args(argv)
-    from pipelines.settings import SettingsError, unknown_names
 
     for warning in unknown_names():
         print(f"kindex: warning: {warning}", file=sys.stderr)

@@ -30,9 +30,12 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from itertools import repeat
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, overload
 
+import duckdb
 import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
 from tqdm import tqdm
 
 from pipelines.forked import usable_cpus, worker_context
@@ -47,28 +50,40 @@ from pipelines.index.publish import (
     list_record_sets,
     publish_index,
 )
-from pipelines.index.record_objects import (
+from pipelines.intake.incoming import upload_incoming
+from pipelines.intake.ledger import FileEntry, FileState, Ledger, version_of
+from pipelines.intake.snapshots import (
+    SnapshotNotFound,
+    VersionChanged,
+    content_digest,
+    list_reads,
+    load_snapshot,
+    put_by_snapshot,
+    read_and_keep,
+    read_snapshot,
+    sets_file_reads,
+)
+from pipelines.records.manifests import first_schema_error
+from pipelines.records.record_objects import (
     QUARANTINE_PREVIEW_COLUMNS,
     RECORD_FILES,
     SCHEMAS,
     SETS_FILE,
+    PreviewRow,
     RecordSetContent,
+    RecordSetSummary,
     object_names,
     parquet_bytes,
     preview,
     value_counts,
 )
-from pipelines.intake.incoming import upload_incoming
-from pipelines.intake.ledger import FileEntry, FileState, Ledger
 from pipelines.settings import Settings
 from pipelines.sources import Source, SourceContext, source_of
 from pipelines.sources.source import SourceObject
 from pipelines.storage.base import NoSuchKey, ObjectInfo, ObjectStore
-from pipelines.storage.s3 import S3Store
+from pipelines.storage.s3 import S3Store, store_session
 
 if TYPE_CHECKING:
-    import pyarrow as pa
-
     from pipelines.intake.snapshots import RegisteredReads, Snapshot, TakenSnapshot
 
 
@@ -88,8 +103,8 @@ class SnapshotRecords:
     manifests_by_kind: dict[str, int]
     reused: bool  # True when the record set existed: nothing was normalized or written
     record_set: RecordSet  # its summary, which names the objects holding its rows
-    run_preview: list[dict[str, Any]] = field(default_factory=list)
-    quarantine_preview: list[dict[str, Any]] = field(default_factory=list)
+    run_preview: list[PreviewRow] = field(default_factory=list)
+    quarantine_preview: list[PreviewRow] = field(default_factory=list)
 
     @property
     def quarantined(self) -> int:
@@ -118,13 +133,15 @@ class IngestSummary:
 SINGLE_PUT_LIMIT = 5 * 1024**3  # the largest object S3 takes in one PutObject
 
 
+@overload
+def utc_text(moment: datetime) -> str: ...
+@overload
+def utc_text(moment: None) -> None: ...
 def utc_text(moment: datetime | None) -> str | None:
     return None if moment is None else moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def snapshot_data(store: ObjectStore, settings: Settings, snapshot: Snapshot) -> bytes:
-    from pipelines.intake.snapshots import read_snapshot
-
     return read_snapshot(store, settings, snapshot)
 
 
@@ -137,7 +154,7 @@ class PreparedRecords:
     source: str
     prefix: str
     content: RecordSetContent | None
-    existing: dict[str, Any] | None = None  # the summary of the record set written before
+    existing: RecordSetSummary | None = None  # the summary of the record set written before
     registered: frozenset[str] = frozenset()  # the ids of the reads it has already
 
 
@@ -179,7 +196,7 @@ def parts_folder(settings: Settings) -> Iterator[Path]:
 
 def record_set_summary(
     snapshot: Snapshot, prepared: PreparedRecords, files: dict[str, list[str]]
-) -> dict[str, Any]:
+) -> RecordSetSummary:
     """What the sets file says of a record set just written (`files`: its objects, by table)."""
     content = prepared.content
     assert content is not None
@@ -224,7 +241,6 @@ def put_shared_objects(
 ) -> list[dict[str, list[str]]]:
     """One object per table holding the rows of all these record sets (a batch's small files),
     written and cached; and, for each set, the keys its summary names, by table."""
-    import pyarrow as pa
 
     own_lineage = [c.tables["lineage"] for c in contents if not c.lineage_in_runs]
     tables = {
@@ -262,7 +278,7 @@ def put_own_objects(
         if not (name == "lineage" and content.lineage_in_runs)  # named below: in the runs
     }
     with ThreadPoolExecutor(UPLOAD_THREADS, thread_name_prefix="kindex-put") as puts:
-        pending: list[Future[Any]] = []
+        pending: list[Future[None]] = []
         for name, parts in content.parts.items():
             for key, part in zip([prefix + n for n in files[name]], parts, strict=True):
                 pending.append(puts.submit(_put_part, store, key, part, layout.cached_path(key)))
@@ -297,7 +313,7 @@ def _put_part(store: ObjectStore, key: str, part: Path, cached: Path) -> None:
 
 
 def records_from_summary(
-    summary: dict[str, Any], source_key: str, prefix: str, *, reused: bool
+    summary: RecordSetSummary, source_key: str, prefix: str, *, reused: bool
 ) -> SnapshotRecords:
     return SnapshotRecords(
         snapshot_digest=summary["snapshot_digest"],
@@ -360,7 +376,6 @@ def uploaded_file(store: ObjectStore, settings: Settings, path: Path) -> FileWor
     for a file on disk. A file that fits one PUT is read once, and the bytes sent are the bytes
     hashed and parsed: they go up to the snapshot, and the incoming version is its copy on the
     server, so nothing is read back. A larger file streams up first and is read back."""
-    from pipelines.intake.snapshots import content_digest, put_by_snapshot, read_and_keep
 
     if path.stat().st_size > SINGLE_PUT_LIMIT:
         info = upload_incoming(store, settings, path)
@@ -408,7 +423,6 @@ def resolve_awaiting(
     definition), of this batch and of the published index, now that more is indexed: a file
     whose record set comes out the same under what the index now holds is left as it is (its
     source's `version_of` says so without rebuilding it)."""
-    from pipelines.intake.snapshots import SnapshotNotFound, load_snapshot, sets_file_reads
 
     waiting = {
         (f.snapshot_digest, f.source_key)
@@ -457,8 +471,6 @@ def ingest_paths(
 ) -> IngestSummary:
     """Upload each file to incoming/<name>, snapshot it, write its records, then publish."""
     if store is None:  # the configured endpoint, or the embedded server (started if need be)
-        from pipelines.storage.s3 import store_session
-
         with store_session(settings) as session_store:
             return ingest_paths(paths, settings, progress, session_store)
     # tqdm's monitor thread (it only nudges stalled bars) would make this process fork its
@@ -508,9 +520,6 @@ def runs_by_snapshot(
     the rows each set claims of the objects it shares with its batch (`RecordObjects`, as a
     publish reads them), each object read once, from the local cache where writing the record
     set put it (from the bucket only when another process wrote it)."""
-    import duckdb
-    import pyarrow as pa
-    import pyarrow.compute as pc
 
     wanted = dict.fromkeys([*columns, "snapshot_digest", "parser_version", "source_line"])
     schema = pa.schema([SCHEMAS["runs"].field(name) for name in wanted])
@@ -556,7 +565,6 @@ def schema_verdict(manifests: Sequence[str], limit: int = 10) -> SchemaVerdict:
     """Validate manifests (JSON texts) against their kernelindex schemas with a compiled
     validator (jsonschema-rs, the same JSON Schema 2020-12 verdicts as `jsonschema`); the
     failures' messages come from `pipelines.records.manifests.schema_errors`."""
-    from pipelines.records.manifests import first_schema_error
 
     stride = max(1, -(-len(manifests) // SCHEMA_CHECKED_RUNS))
     chosen = manifests[::stride]
@@ -630,8 +638,6 @@ class FileWork:
     error: BaseException | None = None  # what failed it
 
     def fail(self, error: BaseException) -> None:
-        from pipelines.intake.snapshots import VersionChanged
-
         self.error = error
         if isinstance(error, VersionChanged | NoSuchKey):
             reason = f"overwritten or deleted before it was read ({describe(error)})"
@@ -666,7 +672,6 @@ def process_batch(
 ) -> BatchResult:
     """The steps over a batch of files, in order; one file's failure (its bytes, its key, an S3
     error) is its own ledger row, never its neighbours'."""
-    from pipelines.intake.snapshots import sets_file_reads
 
     files = [FileWork(replace(entry, batch=batch)) for entry in entries]
     # The batches' reads, listed once for the files the ledger says were read before.
@@ -731,8 +736,6 @@ def snapshot_file(
     """Step 2: the file's GET and its immutable copy (written once; its first read is recorded
     by the batch's sets file). A version processed before is not copied again: its read is
     loaded (`registered`: the batches' reads, as the batch listed them)."""
-    from pipelines.intake.ledger import version_of
-    from pipelines.intake.snapshots import list_reads, read_and_keep
 
     entry = work.entry
     if entry.snapshot_digest is not None:
@@ -886,7 +889,7 @@ class SetsFile:
     """A batch's record set summaries and reads, as they go into its sets file."""
 
     folder: str
-    summaries: dict[str, dict[str, Any]] = field(default_factory=dict)  # by prefix
+    summaries: dict[str, RecordSetSummary] = field(default_factory=dict)  # by prefix
     reads: list[orjson.Fragment] = field(default_factory=list)
     files: list[FileWork] = field(default_factory=list)
 

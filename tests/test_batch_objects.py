@@ -16,9 +16,9 @@ from index_support import csv_bytes, liger_rows, query, s3_requests
 import pipelines.ingest as ingest
 from pipelines.index.layout import SHARED_DIR
 from pipelines.index.publish import publish_index
-from pipelines.index.record_objects import SETS_FILE
 from pipelines.ingest import process_batch
 from pipelines.intake.ledger import FileEntry, FileState
+from pipelines.records.record_objects import SETS_FILE
 from pipelines.settings import Settings
 
 NOT_LIGER = b"name,value\nalpha,1\n"  # a CSV of no known format: quarantined whole

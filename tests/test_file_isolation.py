@@ -30,6 +30,7 @@ from index_support import query
 from liger_support import HEADER, LIGER_CSV, csv_lines
 
 import assets.files
+import assets.index
 import assets.sensors
 import pipelines.ingest
 from assets.resources import KindexResource
@@ -159,7 +160,9 @@ def test_a_transient_fault_of_the_batch_is_retried_by_the_step(
             raise ConnectionError("injected fault publishing the index")
         return real(store, settings)
 
+    # wherever a publish is called from: the batch's own step, and the index asset
     monkeypatch.setattr(pipelines.ingest, "publish_resolving", flaky)
+    monkeypatch.setattr(assets.index, "publish_resolving", flaky)
     driver = SensorDriver(instance)
     (request,) = driver.tick().run_requests or []
 

@@ -332,9 +332,9 @@ def test_a_file_whose_records_fail_still_lands(
 ) -> None:
     """When building a file's records fails, the file is in the bucket all the same, the error
     is the normalizer's, named with the file, and the other files of the ingest are indexed."""
+    import pipelines.sources
     from pipelines.intake.incoming import incoming_key
     from pipelines.intake.ledger import FileState
-    from pipelines.sources.liger import normalize
 
     header, rows = liger_rows(range(2, 12))
     path = tmp_path / "breaks.csv"
@@ -345,7 +345,7 @@ def test_a_file_whose_records_fail_still_lands(
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("the normalizer broke")
 
-    monkeypatch.setattr(normalize, "record_sets", broken)
+    monkeypatch.setattr(pipelines.sources, "record_sets", broken)  # the Liger source's
     summary = ingest_paths([path, other], index_settings, progress=False, store=s3_store)
     assert [(f.key, f.state) for f in summary.failed] == [("incoming/breaks.csv", FileState.FAILED)]
     assert "the normalizer broke" in str(summary.failed[0].reason)

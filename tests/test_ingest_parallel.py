@@ -12,7 +12,7 @@ import pytest
 from index_support import LIGER_CSV, csv_bytes, liger_rows
 
 from pipelines import forked
-from pipelines.index.record_objects import RecordSetBuilder
+from pipelines.records.record_objects import RecordSetBuilder
 from pipelines.sources import LigerCsvSource, SourceContext, SourceObject
 from pipelines.sources.liger.normalize import normalize_bytes, parser_version
 

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 from index_support import csv_bytes, liger_rows
 
-from pipelines.index.record_objects import RecordSetBuilder, RecordSetContent
+from pipelines.records.record_objects import RecordSetBuilder, RecordSetContent
 from pipelines.sources.liger import normalize
 from pipelines.sources.liger.normalize import (
     NotLigerCsv,

@@ -21,7 +21,6 @@ from liger_oracle import row_outcomes
 from liger_support import HEADER, LIGER_CSV, csv_lines
 from test_liger_bad_inputs import GOOD_FIELDS, row_with
 
-from pipelines.intake.seen_keys import SeenKeys
 from pipelines.sources.liger.columnar import (
     ARROW_FLOAT_TEXT,
     _encode,
@@ -32,6 +31,7 @@ from pipelines.sources.liger.columnar import (
 )
 from pipelines.sources.liger.model import Normalizer, Template, json_string
 from pipelines.sources.liger.rules import RowRejected, _stamp, stamps
+from pipelines.sources.seen_keys import SeenKeys
 
 NORMALIZER = Normalizer()
 

@@ -29,8 +29,8 @@ from test_liger_parity import SCHEMA_FILE
 from test_normalize_cli import kindex
 
 from pipelines import ingest
-from pipelines.index.record_objects import RecordSetBuilder
 from pipelines.records import RowOutcome
+from pipelines.records.record_objects import RecordSetBuilder
 from pipelines.sources.liger.columnar import normalized_batches, write_json_lines
 from pipelines.sources.liger.model import PARSER_VERSION, Layout, Normalizer, references
 from pipelines.sources.liger.read import CsvRecord, NotLigerCsv, open_liger_csv

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from liger_support import LIGER_CSV
 
-from pipelines.index.record_objects import LINEAGE_SCHEMA
+from pipelines.records.record_objects import LINEAGE_SCHEMA
 from pipelines.sources import (
     SOURCES,
     LigerCsvSource,

@@ -13,7 +13,7 @@ from liger_oracle import row_outcomes
 from liger_support import HEADER, LIGER_CSV, csv_lines
 from test_liger_columnar import batch_sizes, generated_examples, generated_files
 
-from pipelines.index.record_objects import RecordSetBuilder
+from pipelines.records.record_objects import RecordSetBuilder
 from pipelines.sources.liger.columnar import normalized_batches
 from pipelines.sources.liger.model import PARSER_VERSION, Normalizer
 from pipelines.sources.liger.tables import batch_tables, record_tables

@@ -22,10 +22,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pipelines.curation.gaps import CURATION_LABEL, UNCURATED
 from pipelines.forked import pid_alive
+from pipelines.index.local import open_index, sync_local
+from pipelines.intake.ledger import Ledger
+from pipelines.settings import Settings
+from pipelines.storage.s3 import store_session
 
 if TYPE_CHECKING:
-    from pipelines.settings import Settings
     from pipelines.storage.base import ObjectStore
 
 UP_FILE = "up.json"  # where `kindex up` says it serves: {"url": ..., "pid": ...}
@@ -221,9 +225,6 @@ def wait_for_backfill(url: str, backfill_id: str, timeout: float) -> str:
 def chosen_files(patterns: list[str], quarantined: bool, uncurated: bool = False) -> list[str]:
     """The keys of the files the ledger holds that the choice takes (each key's newest
     version); `uncurated`: only those whose content holds uncurated runs in the index."""
-    from pipelines.intake.ledger import Ledger
-    from pipelines.settings import Settings
-    from pipelines.storage.s3 import store_session
 
     settings = Settings.from_env()
     with store_session(settings) as store:
@@ -237,8 +238,6 @@ def chosen_files(patterns: list[str], quarantined: bool, uncurated: bool = False
 def uncurated_snapshots(store: ObjectStore, settings: Settings) -> set[str]:
     """The snapshots whose current record set holds uncurated runs (the labels of
     pipelines/curation/gaps.py), in the index's current version."""
-    from pipelines.curation.gaps import CURATION_LABEL, UNCURATED
-    from pipelines.index.local import open_index, sync_local
 
     sync_local(store, settings)
     con = open_index(settings)
@@ -267,7 +266,7 @@ def backfill_windows(url: str, windows: list[str], wait: bool, timeout: float) -
     return 0 if status in {"COMPLETED", "COMPLETED_SUCCESS"} else 1
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "backfill",
         help="re-process files with the current parser (the reprocess_files job)",
@@ -305,8 +304,6 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipelines.settings import Settings
-
     patterns = [args.glob]
     try:
         url = graphql_url(args.url or running_instance_url(Settings.from_env().home))

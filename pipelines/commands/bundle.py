@@ -14,11 +14,12 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
+from pipelines.settings import Settings
 from pipelines.sources.bundles import reasons
 from pipelines.sources.bundles.normalize import never_known, normalize_bundle_bytes
 from pipelines.sources.bundles.sniff import looks_like_bundle
+from pipelines.sources.liger.read import NotLigerCsv, open_liger_csv
 
 # Whole-text verdicts that say the text is no bundle at all, rather than a bundle with faults.
 UNREADABLE_AS_BUNDLE = frozenset(
@@ -26,7 +27,7 @@ UNREADABLE_AS_BUNDLE = frozenset(
 )
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "bundle",
         help="work with GPU-worker result bundles",
@@ -46,7 +47,6 @@ def what_it_is(path: Path, data: bytes) -> str | None:
     """None for what the pipeline reads as a bundle; else what the file is instead."""
     if looks_like_bundle(path.name, data):
         return None
-    from pipelines.sources.liger.read import NotLigerCsv, open_liger_csv
 
     try:
         open_liger_csv(io.BytesIO(data))
@@ -58,13 +58,12 @@ def what_it_is(path: Path, data: bytes) -> str | None:
 @contextmanager
 def known_digests() -> Iterator[tuple[Callable[[str], bool], str]]:
     """Whether the local index holds a manifest of a digest, and what was looked in."""
-    from pipelines.settings import Settings
 
     settings = Settings.from_env()
     if not settings.home.is_dir():
         yield never_known, "the bundle only (no kindex home here)"
         return
-    from pipelines.index.local import open_locked
+    from pipelines.index.local import open_locked  # noqa: PLC0415  a check with no home loads no index
 
     con = open_locked(settings)
 

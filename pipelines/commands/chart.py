@@ -20,6 +20,10 @@ from typing import Any
 
 import duckdb
 
+from pipelines import charts, regressions
+from pipelines.index.local import open_locked
+from pipelines.settings import Settings
+
 DEFAULT_SERIES = 10
 
 SPEEDUP_RUNS_SQL = """
@@ -48,7 +52,7 @@ WHERE kernel = $kernel AND provider = $provider AND metric = 'latency'
 """
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "chart",
         help="draw a chart of the index to a PNG (speedups, versions, gpus, regressions)",
@@ -105,7 +109,6 @@ def most_measured(points: list[dict[str, Any]], limit: int) -> list[dict[str, An
 
 def draw(con: duckdb.DuckDBPyConnection, args: argparse.Namespace) -> tuple[bytes | None, str]:
     """The PNG (None when the index holds nothing to draw) and what it shows."""
-    from pipelines import charts
 
     scope = ", ".join(v for v in (args.kernel, getattr(args, "gpu", None), args.mode) if v)
     if args.chart == "speedups":
@@ -127,8 +130,6 @@ def draw(con: duckdb.DuckDBPyConnection, args: argparse.Namespace) -> tuple[byte
 def regressions_chart(
     con: duckdb.DuckDBPyConnection, args: argparse.Namespace
 ) -> tuple[bytes | None, str]:
-    from pipelines import charts, regressions
-
     series = regressions.pick_series(
         con,
         kernel=args.kernel,
@@ -149,9 +150,6 @@ def regressions_chart(
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipelines.index.local import open_locked
-    from pipelines.settings import Settings
-
     if args.output.suffix.lower() != ".png":
         print(f"kindex chart: --output {args.output}: a .png file", file=sys.stderr)
         return 2

@@ -12,10 +12,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pipelines.index.engines import ENGINES
+from pipelines.index.catalog import IndexCatalog, IndexOutdated, VersionNotFound, s3_access
+from pipelines.index.engines import ENGINES, engine_snippet
+from pipelines.index.remote import connect_statements
+from pipelines.settings import Settings
+from pipelines.storage.errors import StorageError
+from pipelines.storage.s3 import store_session
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "connect",
         help="print SQL that lets a plain DuckDB read the index's Iceberg tables from the bucket",
@@ -38,13 +43,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipelines.index.catalog import IndexCatalog, IndexOutdated, VersionNotFound, s3_access
-    from pipelines.index.engines import engine_snippet
-    from pipelines.index.remote import connect_statements
-    from pipelines.settings import Settings
-    from pipelines.storage.errors import StorageError
-    from pipelines.storage.s3 import store_session
-
     settings = Settings.from_env()
     try:
         with store_session(settings) as store:

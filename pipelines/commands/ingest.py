@@ -9,14 +9,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pipelines.git_history import GitHistoryError, file_history, history_key, ingest_history
 from pipelines.ingest import IngestSummary, SnapshotRecords, ingest_paths
+from pipelines.intake.incoming import IncomingKeyError
+from pipelines.settings import Settings
+from pipelines.storage.errors import StorageError
+from pipelines.storage.s3 import store_session
 
 if TYPE_CHECKING:
     from pipelines.git_history import CommittedVersion
-    from pipelines.settings import Settings
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "ingest",
         help="upload files to incoming/, then build records and the index in-process",
@@ -39,15 +43,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipelines.settings import Settings
-
     if args.git is not None or args.key is not None:
         return ingest_git(args, Settings.from_env())
     missing = [str(p) for p in args.files if not p.is_file()]
     if missing:
         print(f"kindex ingest: no such file: {', '.join(missing)}", file=sys.stderr)
         return 2
-    from pipelines.storage.errors import StorageError
 
     settings = Settings.from_env()
     try:
@@ -76,10 +77,6 @@ def no_run_message(f: SnapshotRecords) -> str:
 
 def ingest_git(args: argparse.Namespace, settings: Settings) -> int:
     """`--git REPO PATH`: the file's history, version by version, in-process."""
-    from pipelines.git_history import GitHistoryError, file_history, history_key, ingest_history
-    from pipelines.intake.incoming import IncomingKeyError
-    from pipelines.storage.errors import StorageError
-    from pipelines.storage.s3 import store_session
 
     if args.git is None:
         print("kindex ingest: --key goes with --git (FILE goes to its name)", file=sys.stderr)

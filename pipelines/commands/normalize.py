@@ -15,6 +15,7 @@ import sys
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -23,11 +24,14 @@ import orjson
 from tqdm import tqdm
 
 from pipelines.forked import collect_garbage_rarely
+from pipelines.settings import Settings
 from pipelines.sources import SourceContext, normalize_object
+from pipelines.sources.flashinfer import kind_of
+from pipelines.sources.json_input import looks_gzipped
 from pipelines.sources.liger.normalize import NotLigerCsv, write_outcomes
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "normalize",
         help="print the records (or quarantine reason) of every row or record of a file, as JSON "
@@ -105,8 +109,6 @@ ManifestNamed = Callable[[str, str], "dict[str, Any] | None"]
 def definitions_of(paths: Sequence[Path], *, index: bool = True) -> Iterator[ManifestNamed]:
     """What a trace's definition lookup finds: the OperationSpecs the FlashInfer definitions
     among `paths` state, then (with `index`) those of the local index when this home has one."""
-    from pipelines.sources.flashinfer import kind_of
-    from pipelines.sources.json_input import looks_gzipped
 
     given: dict[tuple[str, str], dict[str, Any]] = {}
     for path in paths:
@@ -166,12 +168,13 @@ def _index_lookup() -> Iterator[ManifestNamed]:
 
 
 def _open_index() -> duckdb.DuckDBPyConnection | None:
-    from pipelines.settings import Settings
-
     settings = Settings.from_env()
     if not settings.home.is_dir():
         return None
-    from pipelines.index.local import CacheChanged, open_locked
+    from pipelines.index.local import (  # noqa: PLC0415  a dry run with no home loads no index
+        CacheChanged,
+        open_locked,
+    )
 
     try:
         return open_locked(settings)
@@ -190,7 +193,6 @@ def _normalize_by_source(
     bundle, a gzipped CSV), or as one `unrecognized_format` line. Its runs are timed, where its
     format records no time, by the file's modification time (an upload would take the
     object's). With `name_file`, each object names the file it comes from."""
-    from datetime import UTC, datetime
 
     modified = datetime.fromtimestamp(path.stat().st_mtime, UTC)
     received = modified.isoformat().replace("+00:00", "Z")

@@ -14,18 +14,24 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import botocore.exceptions
+from boto3.exceptions import S3UploadFailedError
+
+from pipelines.git_history import GitHistoryError, file_history, history_key, put_history
 from pipelines.intake.incoming import IncomingKeyError, check_incoming_key, upload_incoming
+from pipelines.settings import Settings
 from pipelines.storage.base import ObjectInfo
+from pipelines.storage.embedded import running_server
+from pipelines.storage.s3 import StorageError, store_session
 
 if TYPE_CHECKING:
     from pipelines.git_history import CommittedVersion
-    from pipelines.settings import Settings
     from pipelines.storage.s3 import S3Store
 
 DEFAULT_WAIT_SECONDS = 300.0
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "put",
         help="upload files to incoming/ in the bucket (where Dagster picks them up)",
@@ -53,8 +59,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipelines.settings import Settings
-
     settings = Settings.from_env()
     if args.key is not None and len(args.files) != 1:
         print("kindex put: --key needs exactly one FILE", file=sys.stderr)
@@ -84,8 +88,6 @@ def put_files(store: S3Store, settings: Settings, paths: list[Path], key: str | 
 
 
 def put_git(args: argparse.Namespace, settings: Settings) -> int:
-    from pipelines.git_history import GitHistoryError, file_history, history_key, put_history
-
     try:
         history = file_history(args.git, args.files[0])
         history_key(settings, history, args.key)
@@ -93,16 +95,14 @@ def put_git(args: argparse.Namespace, settings: Settings) -> int:
         print(f"kindex put: {error}", file=sys.stderr)
         return 2
 
-    if args.wait > 0 and settings.embedded:
-        from pipelines.storage.embedded import running_server
-
-        if running_server(settings.home) is None:  # this command would start it: none watches
-            print(
-                "kindex put: --git uploads each version once the one before was read, and no "
-                "`kindex up` runs for this home: start one, or use `kindex ingest --git`",
-                file=sys.stderr,
-            )
-            return 2
+    # this command would start the server: none watches
+    if args.wait > 0 and settings.embedded and running_server(settings.home) is None:
+        print(
+            "kindex put: --git uploads each version once the one before was read, and no "
+            "`kindex up` runs for this home: start one, or use `kindex ingest --git`",
+            file=sys.stderr,
+        )
+        return 2
 
     def put(store: S3Store) -> None:
         def uploaded(version: CommittedVersion, info: ObjectInfo) -> None:
@@ -122,11 +122,6 @@ def put_git(args: argparse.Namespace, settings: Settings) -> int:
 def upload(settings: Settings, work: Callable[[S3Store], None]) -> int:
     """Run `work(store)` against the configured store; storage failures and keys S3 refuses
     are one line each, never a traceback."""
-    import botocore.exceptions
-    from boto3.exceptions import S3UploadFailedError
-
-    from pipelines.git_history import GitHistoryError
-    from pipelines.storage.s3 import StorageError, store_session
 
     try:
         with store_session(settings) as store:

@@ -21,7 +21,12 @@ from typing import Any
 import duckdb
 import orjson
 
+from pipelines.index.catalog import IndexCatalog, IndexOutdated, VersionNotFound
+from pipelines.index.layout import IndexLayout
+from pipelines.index.local import CacheChanged, install_version, open_locked, published, sync_local
 from pipelines.settings import Settings
+from pipelines.storage.errors import StorageError
+from pipelines.storage.s3 import store_session
 
 # Statement types a read-only query may run; the rest are refused with a message saying so.
 # SET is let through: the locked configuration answers it with DuckDB's own error.
@@ -52,7 +57,7 @@ class RefusedStatement(ValueError):
     """A statement `kindex query` does not run: it would write, attach or load something."""
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "query",
         help="run SQL over the index (tables: runs, snapshots, lineage, quarantine, ...)",
@@ -92,14 +97,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipelines.index.local import CacheChanged, open_locked
-
     settings = Settings.from_env()
     database: Path | None = None
     if args.sync or args.as_of:
-        from pipelines.index.catalog import IndexOutdated, VersionNotFound
-        from pipelines.storage.errors import StorageError
-
         try:
             database = fetch_version(settings, args.as_of, sync=args.sync)
         except (StorageError, VersionNotFound, IndexOutdated) as error:
@@ -141,10 +141,6 @@ def run(args: argparse.Namespace) -> int:
 def fetch_version(settings: Settings, as_of: str | None, *, sync: bool) -> Path | None:
     """The database of the version `--as-of` names (built from the bucket when this home has
     none), after `--sync` brought the current one; None: the current one."""
-    from pipelines.index.catalog import IndexCatalog
-    from pipelines.index.layout import IndexLayout
-    from pipelines.index.local import install_version, published, sync_local
-    from pipelines.storage.s3 import store_session
 
     with store_session(settings) as store:
         if sync:

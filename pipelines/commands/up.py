@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -29,11 +31,12 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO
 
-if TYPE_CHECKING:
-    from pipelines.settings import Settings
-    from pipelines.storage.embedded import ServerLease
+from pipelines.settings import Settings
+from pipelines.storage.embedded import ServerLease
+from pipelines.storage.errors import EmbeddedS3Error, StorageError
+from pipelines.storage.s3 import S3Store
 
 DEFAULT_PORT = 3000
 HOST = "127.0.0.1"
@@ -74,7 +77,7 @@ environment:
 While the UI is ready, $KINDEX_HOME/up.json holds its URL and this process's id."""
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "up",
         help="run kindex: embedded S3, Dagster UI and daemon on 127.0.0.1; Ctrl-C stops them",
@@ -182,8 +185,6 @@ def _die_with_parent() -> None:
     """Linux: a child is killed if `kindex up` itself is killed with SIGKILL (no orphan holds
     the UI's port). SIGKILL, as Dagster's processes may ignore SIGTERM."""
     if sys.platform.startswith("linux"):
-        import ctypes
-
         pr_set_pdeathsig = 1
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
 
@@ -264,7 +265,6 @@ class ObjectStore:
         """Start the embedded server again if it died; raise S3Died when it cannot be."""
         if self.lease is None or self.lease.alive():
             return
-        from pipelines.storage.errors import EmbeddedS3Error
 
         now = time.monotonic()
         self.restarts = [t for t in self.restarts if now - t < S3_RESTART_WINDOW_SECONDS] + [now]
@@ -304,8 +304,6 @@ def _object_store(settings: Settings, log_dir: Path) -> Iterator[ObjectStore]:
     if settings.s3_endpoint:
         yield ObjectStore(str(settings.s3_endpoint), {})
         return
-    from pipelines.storage.embedded import ServerLease
-    from pipelines.storage.s3 import S3Store
 
     lease = ServerLease(settings.home, port=settings.s3_port, log_path=log_dir / "s3.log")
     with lease as server:
@@ -334,7 +332,6 @@ def remove_up_file(home: Path) -> None:
 
 def free_port() -> int:
     """A port free on the loopback now (the code server binds it a moment later)."""
-    import socket
 
     with socket.socket() as probe:
         probe.bind((HOST, 0))
@@ -343,7 +340,6 @@ def free_port() -> int:
 
 def wait_for_port(port: int, supervisor: Supervisor, timeout: float) -> None:
     """Until something accepts connections on the loopback port (the code server's)."""
-    import socket
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -382,9 +378,6 @@ def prepare_instance(env: Mapping[str, str], log_dir: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipelines.settings import Settings
-    from pipelines.storage.errors import StorageError
-
     settings = Settings.from_env()
     home = Path(settings.home)
     log_dir = home / "logs"

@@ -50,12 +50,13 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.transforms import IdentityTransform
 from tenacity import retry, stop_after_attempt, wait_random_exponential
 
-from pipelines.index.record_objects import FIELD_ID_KEY
-from pipelines.index.tables import RUN_SORT_COLUMNS, STORED_TABLES, UTC_US, served_schemas
+from pipelines.index.tables import RUN_SORT_COLUMNS, STORED_TABLES, served_schemas
+from pipelines.records.record_objects import FIELD_ID_KEY, UTC_US
 from pipelines.settings import Settings
 from pipelines.storage.base import ObjectStore
 from pipelines.storage.credentials import S3Credentials, configured_credentials
 from pipelines.storage.errors import StorageAccessDenied
+from pipelines.storage.s3 import boto_session
 
 CATALOG_NAME = "kindex"
 VERSIONS_TABLE = "index_versions"
@@ -146,7 +147,6 @@ def s3_access(
             settings.s3_region,
             path_style=settings.s3_path_style,
         )
-    from pipelines.storage.s3 import boto_session
 
     found = boto_session().get_credentials()
     if found is None:
@@ -215,7 +215,7 @@ def publish_lock(settings: Settings) -> Iterator[None]:
     REST catalog: one host)."""
     uri = catalog_uri(settings)
     if uri.startswith("postgresql"):
-        import sqlalchemy
+        import sqlalchemy  # noqa: PLC0415  a PostgreSQL catalog's only need of it
 
         engine = sqlalchemy.create_engine(uri, poolclass=sqlalchemy.pool.NullPool)
         with engine.connect() as connection:

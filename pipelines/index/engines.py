@@ -17,8 +17,11 @@ import json
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from pipelines.index.catalog import VERSIONS_TABLE, IndexCatalog, catalog_properties
+from pipelines.index.tables import reader_tables
+
 if TYPE_CHECKING:  # the CLI reads ENGINES at start: the catalog (pyiceberg) loads when used
-    from pipelines.index.catalog import IndexCatalog, S3Access, Version
+    from pipelines.index.catalog import S3Access, Version
     from pipelines.settings import Settings
 
 ENGINES = ("polars", "daft", "clickhouse")
@@ -32,8 +35,6 @@ def engine_snippet(
     """A Python program that reads one version of the index (the current one by default) with
     `engine`: it defines `tables` (name -> the engine's frame or table) and prints the latest
     runs per kernel. It holds the S3 secret."""
-    from pipelines.index.catalog import VERSIONS_TABLE, IndexCatalog, catalog_properties
-    from pipelines.index.tables import reader_tables
 
     catalog = IndexCatalog(settings, access)
     served = catalog.served_snapshot_ids(version)

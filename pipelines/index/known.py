@@ -23,13 +23,13 @@ from pipelines.index.publish import (
     included,
     list_record_sets,
 )
-from pipelines.index.record_objects import MANIFEST_SCHEMA, QUARANTINE_SCHEMA
 from pipelines.index.tables import (
     CURRENT_RECORD_SET,
     MANIFEST_SEGMENT_SCHEMA,
     SNAPSHOT_SCHEMA,
     parquet_select,
 )
+from pipelines.records.record_objects import MANIFEST_SCHEMA, QUARANTINE_SCHEMA
 from pipelines.settings import Settings
 from pipelines.storage.base import ObjectStore
 
@@ -63,20 +63,22 @@ class KnownManifests:
         if digest in self._learned:
             return True
         if self._digests is None:
-            rows = self._query(f"SELECT DISTINCT digest FROM ({self._select()})")
-            self._digests = frozenset(row[0] for row in rows)
+            self._digests = frozenset(
+                self._texts(f"SELECT DISTINCT digest FROM ({self._select()})")
+            )
         return digest in self._digests
 
     def named(self, kind: str, name: str) -> dict[str, Any] | None:
         if (kind, name) in self._learned_named:
-            return orjson.loads(self._learned_named[kind, name])
+            learned: dict[str, Any] = orjson.loads(self._learned_named[kind, name])
+            return learned
         if (kind, name) not in self._named:
-            rows = self._query(
+            texts = self._texts(
                 f"SELECT manifest FROM ({self._select()}) WHERE kind = ? AND name = ? "
                 "ORDER BY digest LIMIT 1",
                 [kind, name],
             )
-            self._named[kind, name] = orjson.loads(rows[0][0]) if rows else None
+            self._named[kind, name] = orjson.loads(texts[0]) if texts else None
         return self._named[kind, name]
 
     def _select(self) -> str:
@@ -89,10 +91,11 @@ class KnownManifests:
             )
         return self._manifests
 
-    def _query(self, sql: str, parameters: list[str] | None = None) -> list[Any]:
+    def _texts(self, sql: str, parameters: list[str] | None = None) -> list[str]:
+        """The first column of a query's rows, a text each."""
         con = duckdb.connect()
         try:
-            return con.execute(sql, parameters or []).fetchall()
+            return [str(row[0]) for row in con.execute(sql, parameters or []).fetchall()]
         finally:
             con.close()
 

@@ -60,15 +60,6 @@ from pipelines.index.local import (
     published,
 )
 from pipelines.index.reads import NEWEST_ORDER_SQL, ObjectRead
-from pipelines.index.record_objects import (
-    READS_DIR,
-    RECORD_FILES,
-    RUN_SCHEMA,
-    SETS_FILE,
-    SUMMARY_FILE,
-    is_shared,
-    record_object_key,
-)
 from pipelines.index.tables import (
     CURRENT_RECORD_SET,
     DUCKDB_TYPES,
@@ -83,6 +74,16 @@ from pipelines.index.tables import (
     empty_select,
     parquet_select,
     sql_string,
+)
+from pipelines.records.record_objects import (
+    READS_DIR,
+    RECORD_FILES,
+    RUN_SCHEMA,
+    SETS_FILE,
+    SUMMARY_FILE,
+    RecordSetSummary,
+    is_shared,
+    record_object_key,
 )
 from pipelines.regressions import POINT_TIME_SQL, VERSION_COLUMNS, point_axis_sql
 from pipelines.settings import Settings
@@ -111,7 +112,7 @@ ROW_ORDER = {
 @dataclass(frozen=True, slots=True)
 class RecordSet:
     prefix: str  # records/<parser_version>/<snapshot hex>/
-    summary: dict[str, Any]
+    summary: RecordSetSummary
 
     @property
     def snapshot_digest(self) -> str:
@@ -198,7 +199,7 @@ class RecordSetListing:
         places: Sequence[Listed],
         table: str,
         field_name: str,
-    ) -> list[dict[str, Any]]:
+    ) -> list[Any]:  # JSON objects as stored: summaries or reads
         own = [place.key for place in places if place.member is None]
         loaded = {
             key: orjson.loads(path.read_bytes())
@@ -410,7 +411,7 @@ def _publish(store: ObjectStore, settings: Settings) -> IndexVersion:
 
 
 def reads_table(
-    reads: Sequence[ObjectRead], summaries: dict[str, dict[str, Any]], layout: IndexLayout
+    reads: Sequence[ObjectRead], summaries: dict[str, RecordSetSummary], layout: IndexLayout
 ) -> pa.Table:
     rows = []
     for read in reads:
@@ -446,7 +447,7 @@ def build_version(
     current: PublishedIndex,
     pending: list[RecordSet],
     reads: list[ObjectRead],
-    summaries: dict[str, dict[str, Any]],
+    summaries: dict[str, RecordSetSummary],
 ) -> tuple[Version, int]:
     """Compute the new rows from the current version plus the pending record sets, commit them
     table by table, and then the version naming those commits. Returns it and its new runs."""
@@ -596,7 +597,7 @@ def returning_record_sets(
     con: duckdb.DuckDBPyConnection,
     layout: IndexLayout,
     pending: Sequence[RecordSet],
-    summaries: dict[str, dict[str, Any]],
+    summaries: dict[str, RecordSetSummary],
 ) -> list[RecordSet]:
     """The record sets the index holds that are again their snapshot's current one (after
     find_reprocessed): a run of theirs that left the index comes back."""

@@ -18,7 +18,7 @@ import duckdb
 import pyarrow as pa
 
 from pipelines import curation, regressions
-from pipelines.index.record_objects import (
+from pipelines.records.record_objects import (
     LINEAGE_SCHEMA,
     MANIFEST_SCHEMA,
     QUARANTINE_SCHEMA,

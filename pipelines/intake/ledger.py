@@ -30,7 +30,10 @@ import pyarrow as pa
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
-from pipelines.index.record_objects import UTC_US
+from pipelines.index.catalog import FIELD_IDS_PROPERTY, TABLE_PROPERTIES, IndexCatalog
+from pipelines.index.local import open_index
+from pipelines.intake.reconcile import reconcile
+from pipelines.records.record_objects import UTC_US
 from pipelines.settings import Settings
 from pipelines.storage.base import ObjectInfo, ObjectStore
 from pipelines.storage.errors import StorageUnreachable
@@ -38,7 +41,6 @@ from pipelines.storage.errors import StorageUnreachable
 if TYPE_CHECKING:
     from pyiceberg.table import Table
 
-    from pipelines.index.catalog import IndexCatalog
 
 LEDGER_TABLE = "file_ledger"
 # Arrival windows: the hour of an object version's LastModified (the store's clock). Dagster's
@@ -186,8 +188,6 @@ class Ledger:
 
     @classmethod
     def of(cls, store: ObjectStore, settings: Settings) -> Ledger:
-        from pipelines.index.catalog import IndexCatalog
-
         endpoint = getattr(store, "endpoint_url", None)
         return cls(IndexCatalog.beside(store, settings), store.bucket, endpoint)
 
@@ -200,8 +200,6 @@ class Ledger:
             return None
 
     def _created(self) -> Table:
-        from pipelines.index.catalog import FIELD_IDS_PROPERTY, TABLE_PROPERTIES
-
         table = self._table(refresh=True)
         if table is None:
             self.catalog.catalog.create_namespace_if_not_exists(self.catalog.namespace)
@@ -369,7 +367,6 @@ def rebuild(
     listed version the bucket shows processed (its read and a record set of one of the current
     `parser_versions`) is indexed or quarantined, with its counts from the published index; the
     rest are pending."""
-    from pipelines.intake.reconcile import reconcile
 
     found = reconcile(store, settings, parser_versions, listing=listing)
     unprocessed = {version_of(m.info) for m in found.missing}
@@ -397,7 +394,6 @@ def rebuild(
 
 def published_counts(settings: Settings) -> dict[tuple[str, str], tuple[str, int, int]]:
     """(key, ETag) -> (snapshot digest, runs, quarantine rows) of each read the index holds."""
-    from pipelines.index.local import open_index
 
     try:
         con = open_index(settings)

@@ -36,8 +36,11 @@ from typing import Any
 
 import orjson
 
+from pipelines.index.layout import IndexLayout
+from pipelines.index.local import fetch_all
 from pipelines.index.reads import ObjectRead, newest_order
 from pipelines.intake.incoming import SourceCommit, incoming_upload
+from pipelines.records.record_objects import SETS_FILE
 from pipelines.settings import Settings
 from pipelines.storage.base import KeptCopy, NoSuchKey, ObjectInfo, ObjectStore
 
@@ -388,11 +391,8 @@ _sets_files: dict[tuple[str, str], RegisteredReads] = {}
 
 
 def sets_file_reads(store: ObjectStore, settings: Settings) -> list[RegisteredReads]:
-    """The reads of each batch's sets file (pipelines/index/record_objects.py), by object key,
+    """The reads of each batch's sets file (pipelines/records/record_objects.py), by object key,
     oldest batch first: a listing of the batches, and a GET of each sets file new to the cache."""
-    from pipelines.index.layout import IndexLayout
-    from pipelines.index.local import fetch_all
-    from pipelines.index.record_objects import SETS_FILE
 
     layout = IndexLayout.of(settings)
     keys = sorted(

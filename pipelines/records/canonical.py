@@ -31,7 +31,8 @@ def _fast_path_safe(value: Any) -> bool:
     if kind is str or kind is bool or value is None:
         return True
     if kind is int:
-        return -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER
+        number: int = value
+        return -MAX_SAFE_INTEGER <= number <= MAX_SAFE_INTEGER
     if kind is float:
         magnitude = abs(value)
         return FAST_FLOAT_MIN <= magnitude < FAST_FLOAT_MAX and not value.is_integer()

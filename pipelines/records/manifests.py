@@ -13,6 +13,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+import jsonschema_rs
 from jsonschema import Draft202012Validator
 
 from pipelines import API_VERSION
@@ -71,7 +72,6 @@ def is_valid(manifest: Mapping[str, Any]) -> bool:
 def fast_validator(kind: str) -> Any:
     """A compiled validator of a kind's schema (jsonschema-rs: the same JSON Schema 2020-12
     verdicts as `jsonschema`, many times faster); None for a kind kindex does not know."""
-    import jsonschema_rs
 
     if kind not in SCHEMA_FILES:
         return None

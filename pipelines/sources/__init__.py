@@ -21,10 +21,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from pipelines.records import RowOutcome
+from pipelines.sources.bundles.normalize import PARSER_VERSION, normalize_bundle_bytes
+from pipelines.sources.bundles.sniff import looks_like_bundle
 from pipelines.sources.flashinfer import FlashInferTrace
 from pipelines.sources.gbench import GoogleBenchmarkJson
 from pipelines.sources.json_input import JsonInputError, head_text, looks_gzipped, unpacked
 from pipelines.sources.kernelbench import KernelBenchTiming
+from pipelines.sources.liger.normalize import (
+    normalize_bytes,
+    parser_version,
+    record_set,
+    record_sets,
+)
+from pipelines.sources.liger.read import NotLigerCsv, open_liger_csv
 from pipelines.sources.nvbench import NvbenchJson
 from pipelines.sources.pytorch_v3 import PyTorchBenchmarkV3
 from pipelines.sources.source import (
@@ -38,7 +47,7 @@ from pipelines.sources.source import (
 from pipelines.sources.tritonbench import TritonBenchJson
 
 if TYPE_CHECKING:
-    from pipelines.index.record_objects import RecordSetContent
+    from pipelines.records.record_objects import RecordSetContent
 
 __all__ = [
     "HarnessSource",
@@ -58,18 +67,12 @@ class WorkerBundle(RecordsOfOutcomes):
     reads_index = True  # a bundle may name manifests another file carried
 
     def recognize(self, key: str, data: bytes) -> str | None:
-        from pipelines.sources.bundles.sniff import looks_like_bundle
-
         return None if looks_like_bundle(key, data) else "not a worker bundle"
 
     def parser_version(self) -> str:
-        from pipelines.sources.bundles.normalize import PARSER_VERSION
-
         return PARSER_VERSION
 
     def outcomes(self, data: bytes, context: SourceContext) -> Iterator[RowOutcome]:
-        from pipelines.sources.bundles.normalize import normalize_bundle_bytes
-
         return normalize_bundle_bytes(data, context.known_digest)
 
 
@@ -86,8 +89,6 @@ class LigerCsvSource:
         return 0 if head[:1] in ("{", "[") else 1
 
     def recognize(self, key: str, data: bytes) -> str | None:
-        from pipelines.sources.liger.read import NotLigerCsv, open_liger_csv
-
         try:
             open_liger_csv(io.BytesIO(data))
         except NotLigerCsv as error:
@@ -95,30 +96,22 @@ class LigerCsvSource:
         return None
 
     def parser_version(self) -> str:
-        from pipelines.sources.liger.normalize import parser_version
-
         return parser_version()
 
     def version_of(self, data: bytes, context: SourceContext) -> str:
         return self.parser_version()
 
     def outcomes(self, data: bytes, context: SourceContext) -> Iterator[RowOutcome]:
-        from pipelines.sources.liger.normalize import normalize_bytes
-
         return normalize_bytes(data)
 
     def record_set(
         self, data: bytes, snapshot_digest: str, context: SourceContext, parts_dir: Path
     ) -> RecordSetContent:
-        from pipelines.sources.liger.normalize import record_set
-
         return record_set(data, snapshot_digest, self.parser_version())
 
     def record_sets(
         self, objects: Sequence[SourceObject], context: SourceContext, parts_dir: Path
     ) -> list[RecordSetContent]:
-        from pipelines.sources.liger.normalize import record_sets
-
         files = [(o.data, o.snapshot_digest) for o in objects]
         return record_sets(files, self.parser_version())
 

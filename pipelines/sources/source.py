@@ -10,10 +10,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from pipelines.curation import load
 from pipelines.records import RowOutcome
+from pipelines.records.record_objects import RecordSetBuilder
+from pipelines.sources.json_input import RAW_LIMIT, JsonInputError
+from pipelines.sources.measured import observation_outcome, quarantined
 
 if TYPE_CHECKING:
-    from pipelines.index.record_objects import RecordSetContent
+    from pipelines.records.record_objects import RecordSetContent
     from pipelines.sources.measured import Observation
 
 KnownDigest = Callable[[str], bool]
@@ -105,7 +109,6 @@ def record_set_of_outcomes(
 ) -> RecordSetContent:
     """Record tables built outcome by outcome (any source can). With `parts_dir`, the runs are
     written out as Parquet parts as they come, so memory stays flat however many there are."""
-    from pipelines.index.record_objects import RecordSetBuilder
 
     builder = RecordSetBuilder(snapshot_digest, parser_version)
     for outcome in outcomes:
@@ -158,8 +161,6 @@ class HarnessSource(RecordsOfOutcomes):
     format_version: str  # the format reader's own version, before the curation's fingerprint
 
     def parser_version(self) -> str:
-        from pipelines.curation import load
-
         return f"{self.format_version}+{load().fingerprint}"
 
     @abstractmethod
@@ -170,10 +171,6 @@ class HarnessSource(RecordsOfOutcomes):
         """What each record of the file measured, in file order."""
 
     def outcomes(self, data: bytes, context: SourceContext) -> Iterator[RowOutcome]:
-        from pipelines.curation import load
-        from pipelines.sources.json_input import RAW_LIMIT, JsonInputError
-        from pipelines.sources.measured import observation_outcome, quarantined
-
         curation = load()
         try:
             for entry in self.entries(data, context):

@@ -41,6 +41,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+from botocore.auth import S3SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+
 from pipelines.forked import pid_alive
 from pipelines.settings import EMBEDDED_HOST, Settings
 from pipelines.storage.credentials import (
@@ -411,9 +415,6 @@ def s3_answers(endpoint_url: str, timeout: float = 1.0) -> bool:
 def s3_accepts(endpoint_url: str, credentials: S3Credentials, timeout: float = 1.0) -> bool:
     """True when the S3 server at the endpoint lists its buckets for a request signed with
     `credentials`: it is the server made for them, and it is ready."""
-    from botocore.auth import S3SigV4Auth
-    from botocore.awsrequest import AWSRequest
-    from botocore.credentials import Credentials
 
     request = AWSRequest(method="GET", url=endpoint_url.rstrip("/") + "/")
     signer = Credentials(credentials.access_key, credentials.secret_key)

@@ -80,7 +80,7 @@ def query_nvidia_smi() -> list[Gpu]:
 def query_torch() -> tuple[list[Gpu], str | None]:
     """GPUs as torch sees them, and the CUDA version torch was built with."""
     try:
-        import torch
+        import torch  # noqa: PLC0415  optional: a worker may have no torch
     except Exception:
         return [], None
     cuda = getattr(torch.version, "cuda", None)

@@ -17,6 +17,7 @@ and keep the rest. Problems that make the text unreadable raise `ReadError`.
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import re
@@ -194,8 +195,6 @@ def _line_offsets(text: str) -> list[int]:
 
 
 def _line_at(newline_offsets: list[int], pos: int) -> int:
-    import bisect
-
     return bisect.bisect_left(newline_offsets, pos) + 1
 
 

@@ -64,6 +64,8 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from pipelines.curation import load
+from pipelines.curation.gaps import UNSPECIFIED
 from pipelines.records import RowOutcome
 from pipelines.records.canonical import manifest_digest
 from pipelines.sources.json_input import (
@@ -77,7 +79,6 @@ from pipelines.sources.json_input import (
     unpacked,
 )
 from pipelines.sources.measured import (
-    UNSPECIFIED,
     Entry,
     Environment,
     Implementation,
@@ -106,7 +107,7 @@ from pipelines.sources.source import HarnessSource, SourceContext, record_set_of
 
 if TYPE_CHECKING:
     from pipelines.curation import Curation
-    from pipelines.index.record_objects import RecordSetContent
+    from pipelines.records.record_objects import RecordSetContent
 
 SOURCE = "flashinfer-trace"
 REPOSITORY = "https://github.com/flashinfer-ai/flashinfer-bench"
@@ -357,8 +358,6 @@ def _labels(tags: Any) -> dict[str, str]:
 
 
 def _definition_outcome(document: Any) -> RowOutcome:
-    from pipelines.curation import load
-
     manifest = operation_manifest(operation_of_definition(document), load())
     return manifest_outcome(1, "", raw_text(document), [manifest])
 
@@ -402,8 +401,6 @@ class _Definitions:
     """The operations of the definitions a file names, each looked up in the index once."""
 
     def __init__(self, context: SourceContext) -> None:
-        from pipelines.curation import load
-
         self.context = context
         self.curation: Curation = load()
         self.found: dict[str, Operation | ObservationError | None] = {}
@@ -614,7 +611,6 @@ def _workload_outcome(
     operation: Operation, axes: Mapping[str, int], line: int, raw: str
 ) -> RowOutcome:
     """A workload line (no solution, no evaluation): the definition's case, with no run."""
-    from pipelines.curation import load
 
     curation = load()
     operation_digest = manifest_digest(operation_manifest(operation, curation))

@@ -49,6 +49,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
+from pipelines.curation.gaps import UNSPECIFIED
 from pipelines.sources.json_input import (
     JsonInputError,
     Marks,
@@ -59,7 +60,6 @@ from pipelines.sources.json_input import (
 )
 from pipelines.sources.measured import (
     DURATION_UNITS,
-    UNSPECIFIED,
     Entry,
     Environment,
     Implementation,

@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from functools import partial
 from typing import Any
 
+from pipelines.curation.gaps import UNSPECIFIED
 from pipelines.sources.json_input import (
     JsonInputError,
     Marks,
@@ -36,7 +37,6 @@ from pipelines.sources.json_input import (
     read_document,
 )
 from pipelines.sources.measured import (
-    UNSPECIFIED,
     Entry,
     Environment,
     Implementation,

@@ -28,7 +28,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.intake.seen_keys import SeenKeys, digests_of
 from pipelines.records import Record, RowOutcome
 from pipelines.records.canonical import canonical_json, number_text
 from pipelines.sources.liger.model import (
@@ -61,6 +60,7 @@ from pipelines.sources.liger.rules import (
     stamps,
     stored_values,
 )
+from pipelines.sources.seen_keys import SeenKeys, digests_of
 
 # Where Arrow's float formatting is ECMAScript's (tests/test_liger_columnar.py); numbers outside
 # it are formatted by canonical.number_text.
@@ -482,9 +482,10 @@ def _plain_external_ids(rows: Runs, templates: Sequence[Any]) -> bool:
 def _offsets(strings: pa.Array) -> list[int]:
     """Where each string of an Arrow string array starts in its data buffer, and the end."""
     start = strings.offset
-    return np.frombuffer(strings.buffers()[1], dtype=np.int32)[
+    offsets: list[int] = np.frombuffer(strings.buffers()[1], dtype=np.int32)[
         start : start + len(strings) + 1
     ].tolist()
+    return offsets
 
 
 def utf8_slices(strings: pa.Array) -> Iterator[memoryview]:

@@ -27,9 +27,8 @@ import numpy as np
 import orjson
 
 from pipelines.forked import usable_cpus, worker_context
-from pipelines.index.record_objects import RecordSetContent
-from pipelines.intake.seen_keys import SeenKeys
 from pipelines.records import RowOutcome
+from pipelines.records.record_objects import RecordSetContent
 from pipelines.sources.liger.columnar import (
     BATCH_ROWS,
     batch_outcomes,
@@ -48,6 +47,7 @@ from pipelines.sources.liger.model import (
 from pipelines.sources.liger.read import NotLigerCsv, open_liger_csv
 from pipelines.sources.liger.rules import Reason
 from pipelines.sources.liger.tables import FilesTables, files_record_tables
+from pipelines.sources.seen_keys import SeenKeys
 
 __all__ = [
     "PARSER_VERSION",

@@ -236,7 +236,8 @@ def js_round(values: np.ndarray) -> np.ndarray:
     still as floats."""
     floor = np.floor(values)
     with np.errstate(invalid="ignore"):  # inf - inf: past 2**53, rejected by the caller
-        return floor + (values - floor >= 0.5)
+        rounded: np.ndarray = floor + (values - floor >= 0.5)
+    return rounded
 
 
 def stored_values(native: np.ndarray, scale: np.ndarray | float) -> np.ndarray:
@@ -624,7 +625,8 @@ def _scalar(name: str, value: Any) -> float | int:
         raise Uncurated(
             f"scalar {name} is past 2**53 - 1 ({value.bit_length()} bits)",
         )
-    return value
+    number: float | int = value
+    return number
 
 
 def sizes_of(kernel: Kernel, axes: dict[str, int]) -> dict[str, int]:

@@ -18,18 +18,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.index.record_objects import (
+from pipelines.records import Record
+from pipelines.records.record_objects import (
     MEASURED_FIELDS,
     SCHEMAS,
     UTC_US,
     run_series_key,
 )
-from pipelines.intake.seen_keys import SeenKeys
-from pipelines.records import Record
 from pipelines.sources.liger.columnar import BATCH_ROWS, Batch, Runs, files_batches
 from pipelines.sources.liger.model import WORKLOAD_SLOT, Normalizer, Series, Workload
 from pipelines.sources.liger.read import LigerCsv, NotLigerCsv, open_liger_csv
 from pipelines.sources.liger.rules import ORIGIN, STATUS, stored_metric
+from pipelines.sources.seen_keys import SeenKeys
 
 NAMES = ("runs", "manifests", "quarantine", "lineage")
 

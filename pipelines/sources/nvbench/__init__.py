@@ -46,6 +46,7 @@ from collections.abc import Iterator, Mapping
 from functools import partial
 from typing import Any
 
+from pipelines.curation.gaps import UNSPECIFIED
 from pipelines.sources.json_input import (
     JsonInputError,
     Marks,
@@ -55,7 +56,6 @@ from pipelines.sources.json_input import (
     read_document,
 )
 from pipelines.sources.measured import (
-    UNSPECIFIED,
     Entry,
     Environment,
     Implementation,

@@ -66,6 +66,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pipelines.curation.gaps import UNSPECIFIED
 from pipelines.records import RowOutcome
 from pipelines.sources.json_input import (
     JsonInputError,
@@ -79,7 +80,6 @@ from pipelines.sources.json_input import (
 from pipelines.sources.measured import (
     DURATION_UNITS,
     LATENCY_STATISTICS,
-    UNSPECIFIED,
     Entry,
     Environment,
     Implementation,

@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from pipelines.curation.gaps import UNSPECIFIED
 from pipelines.sources.json_input import (
     JsonInputError,
     KeyedObject,
@@ -61,7 +62,6 @@ from pipelines.sources.json_input import (
     unpacked,
 )
 from pipelines.sources.measured import (
-    UNSPECIFIED,
     Entry,
     Environment,
     Implementation,

@@ -30,7 +30,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import orjson
 import pyarrow as pa
@@ -55,6 +55,33 @@ RUN_PREVIEW_COLUMNS = [
     "run_digest",
 ]
 QUARANTINE_PREVIEW_COLUMNS = ["source_line", "reason", "detail"]
+
+# A few rows of a table, for a person to glance at: values as JSON gives them.
+PreviewRow = dict[str, object]
+
+
+class RecordSetSummary(TypedDict):
+    """What the bucket says of one record set: in a batch's sets file (or a `summary.json` of
+    a home written before those files, which lacks what is marked NotRequired): whose rows it
+    holds, the objects holding them, its counts and previews."""
+
+    snapshot_digest: str
+    parser_version: str
+    source: str
+    rows: int  # rows read from the source
+    runs: int
+    lineage: NotRequired[int]
+    # The objects holding each table's rows, by table (see `object_names`); none named: the
+    # table's `<table>.parquet` in the set's prefix.
+    files: NotRequired[dict[str, list[str]]]
+    runs_by_metric: dict[str, int]
+    quarantined: NotRequired[int]
+    quarantined_by_reason: dict[str, int]
+    manifests_by_kind: dict[str, int]
+    run_preview: NotRequired[list[PreviewRow]]
+    quarantine_preview: NotRequired[list[PreviewRow]]
+    written_at: NotRequired[str]
+
 
 # Iceberg's unit: a record set's runs are data files of the index as they are.
 UTC_US = pa.timestamp("us", tz="UTC")
@@ -447,7 +474,8 @@ def write_parquet(table: pa.Table, where: Any) -> None:
 def parquet_bytes(table: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
     write_parquet(table, sink)
-    return sink.getvalue().to_pybytes()
+    data: bytes = sink.getvalue().to_pybytes()
+    return data
 
 
 def is_shared(name: str) -> bool:
@@ -479,7 +507,7 @@ class PartFacts:
 
     rows: Counter[str] = field(default_factory=Counter)  # by table
     runs_by_metric: Counter[str] = field(default_factory=Counter)
-    run_preview: list[dict[str, Any]] = field(default_factory=list)
+    run_preview: list[PreviewRow] = field(default_factory=list)
 
     @classmethod
     def of(cls, tables: Mapping[str, pa.Table]) -> PartFacts:
@@ -521,7 +549,7 @@ class RecordSetContent:
             return dict(sorted(self.part_facts.runs_by_metric.items()))
         return value_counts(self.tables["runs"], "metric")
 
-    def run_preview(self) -> list[dict[str, Any]]:
+    def run_preview(self) -> list[PreviewRow]:
         if "runs" in self.parts:
             return self.part_facts.run_preview
         return preview(self.tables["runs"], RUN_PREVIEW_COLUMNS)
@@ -533,7 +561,7 @@ def value_counts(table: pa.Table, column: str) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
-def preview(table: pa.Table, columns: list[str], rows: int = PREVIEW_ROWS) -> list[dict[str, Any]]:
+def preview(table: pa.Table, columns: list[str], rows: int = PREVIEW_ROWS) -> list[PreviewRow]:
     present = [c for c in columns if c in table.column_names]
     return [
         {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in row.items()}
