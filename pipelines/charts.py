@@ -19,6 +19,7 @@ from pipelines import curation
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+    from matplotlib.legend import Legend
 
 
 def speedups(
@@ -124,9 +125,7 @@ def versions_chart_png(points: Iterable[Mapping[str, Any]], title: str) -> bytes
     axes.set_xlabel("Liger version", parse_math=False)
     axes.set_ylabel("median latency (ms, log scale)", parse_math=False)
     axes.set_title(title, fontsize=10, parse_math=False)
-    legend = axes.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1))
-    for text in legend.get_texts():
-        text.set_parse_math(False)
+    _plain_legend(axes.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1)))
     figure.tight_layout()
     return _png(figure)
 
@@ -157,9 +156,7 @@ def gpus_chart_png(speedup_rows: Iterable[Mapping[str, Any]], title: str) -> byt
     axes.axhline(1.0, color="black", linewidth=0.8)
     axes.set_ylabel("speedup over baseline (geometric mean over cases)", parse_math=False)
     axes.set_title(title, fontsize=10, parse_math=False)
-    legend = axes.legend(fontsize=7)
-    for text in legend.get_texts():
-        text.set_parse_math(False)
+    _plain_legend(axes.legend(fontsize=7))
     figure.tight_layout()
     return _png(figure)
 
@@ -230,11 +227,15 @@ def regressions_chart_png(
         f"time relative to {relative_to}" if relative_to else "time (ns)", parse_math=False
     )
     axes.set_title(title, fontsize=10, parse_math=False)
-    legend = axes.legend(fontsize=7)
-    for text in legend.get_texts():
-        text.set_parse_math(False)
+    _plain_legend(axes.legend(fontsize=7))
     figure.tight_layout()
     return _png(figure)
+
+
+def _plain_legend(legend: Legend) -> None:
+    """A legend's labels are names (kernels, providers), never mathtext."""
+    for text in legend.get_texts():
+        text.set_parse_math(False)
 
 
 def _png(figure: Figure) -> bytes:
