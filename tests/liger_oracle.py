@@ -14,19 +14,16 @@ import numpy as np
 from pipelines.curation.gaps import Gap
 from pipelines.records import Record, RowOutcome, RunFacts
 from pipelines.records.canonical import canonical_json_reference, manifest_digest
+from pipelines.records.rules import SHORT_LIMIT, Reason, safe_columns, slug
 from pipelines.sources.liger.model import Layout, Normalizer, Series, Workload, manifest, references
 from pipelines.sources.liger.read import CsvRecord, open_liger_csv
 from pipelines.sources.liger.rules import (
-    NAME_LIMIT,
-    Reason,
     RowRejected,
-    in_range,
     kernel_of,
     parse_positive,
     parse_timestamp,
     record_rejection,
     run_labels,
-    slug,
     stored_values,
 )
 
@@ -48,7 +45,7 @@ def read_row(
     observed_at, form = parse_timestamp(timestamp)
     workload = normalizer.workload(series.kernel, x_name, x_value, config)
     values = stored_values(np.array(stats, dtype=np.float64), series.scale)
-    if not in_range(values):
+    if not safe_columns(values):
         raise RowRejected(Reason.BAD_NUMBER, f"value out of range: {max(stats)!r}")
     return series, workload, stats, [int(v) for v in values], observed_at, form, version.strip()
 
@@ -67,7 +64,7 @@ def reference_run(
         [series.kernel, series.mode, series.provider, slug(series.gpu), workload.case_key, form]
     ) + (f"/{series.metric}" if series.metric else "/memory" if series.memory else "")
     spec = series.spec(values, stats, observed_at, external_id, workload.record.digest)
-    name = slug("-".join([*series.name_parts, workload.case_key, form]))[:NAME_LIMIT]
+    name = slug("-".join([*series.name_parts, workload.case_key, form]))[:SHORT_LIMIT]
     metadata: dict[str, Any] = {"name": name, "title": series.title}
     gaps = (*series.gaps, *([Gap.CONFIG] if workload.uncurated else []))
     labels = run_labels(version, gaps)

@@ -23,7 +23,7 @@ from index_support import fingerprints, index_settings, query
 
 from pipelines.index.local import open_index
 from pipelines.ingest import IngestSummary, ingest_paths
-from pipelines.sources.bundles import reasons
+from pipelines.records.rules import Reason
 from pipelines.worker import BundleWriter, manifest
 
 __all__ = ["index_settings"]
@@ -130,12 +130,12 @@ def test_ten_runs_two_bad_index_eight_and_redropping_changes_nothing(
     )
     assert quarantined == [
         (
-            reasons.DANGLING_DIGEST,
+            Reason.DANGLING_DIGEST,
             "/runs/3/run/spec/workloadDigest",
             "incoming/ten-runs.bundle",
             True,
         ),
-        (reasons.UNKNOWN_FIELD, "/runs/7/run/spec/speedup", "incoming/ten-runs.bundle", True),
+        (Reason.UNKNOWN_FIELD, "/runs/7/run/spec/speedup", "incoming/ten-runs.bundle", True),
     ]
     assert query(index_settings, "SELECT count(*) FROM runs WHERE median IN (8003, 8007)") == [(0,)]
     before = fingerprints(index_settings)
@@ -166,9 +166,9 @@ def test_hostile_documents_are_quarantined_and_the_rest_of_the_ingest_lands(
     assert query(
         index_settings, "SELECT source_key, reason, pointer FROM quarantine ORDER BY source_key"
     ) == [
-        ("incoming/deep.json", reasons.TOO_DEEP, ""),
-        ("incoming/huge.yaml", reasons.TOO_LARGE, ""),
-        ("incoming/laughs.yaml", reasons.TOO_MANY_ALIASES, ""),
+        ("incoming/deep.json", Reason.TOO_DEEP, ""),
+        ("incoming/huge.yaml", Reason.TOO_LARGE, ""),
+        ("incoming/laughs.yaml", Reason.TOO_MANY_ALIASES, ""),
     ]
     assert query(index_settings, "SELECT source_key FROM runs") == [
         ("incoming/example-fixture.yaml",)
@@ -232,7 +232,7 @@ def test_a_run_naming_what_nobody_holds_is_quarantined(s3_store: Any, index_sett
     summary = ingest(index_settings, s3_store, {"dangling.json": json_bytes(bundle)})
     assert (summary.files[0].runs, summary.quarantined_by_reason) == (
         0,
-        {reasons.DANGLING_DIGEST: 1},
+        {Reason.DANGLING_DIGEST: 1},
     )
     # The bundle's valid manifests still reach their tables.
     assert query(index_settings, "SELECT count(*) FROM operations") == [(1,)]

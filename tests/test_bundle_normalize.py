@@ -12,8 +12,8 @@ import pytest
 from bundle_support import ten_run_bundle
 
 from pipelines.records.canonical import manifest_digest
+from pipelines.records.rules import Reason
 from pipelines.sources import normalize_object
-from pipelines.sources.bundles import reasons
 from pipelines.sources.bundles.canonicalize import AmbiguousDuration, canonicalize, duration_ns
 from pipelines.sources.bundles.normalize import PARSER_VERSION, normalize_bundle_bytes
 from pipelines.sources.bundles.reader import read_documents
@@ -102,10 +102,10 @@ def test_same_bundle_as_json_gives_the_same_records() -> None:
 @pytest.mark.parametrize(
     ("name", "reason", "pointer"),
     [
-        ("unknown-field.yaml", reasons.UNKNOWN_FIELD, "/spec/popularity"),
-        ("duplicate-key.yaml", reasons.DUPLICATE_KEY, "/spec/name"),
-        ("bad-digest.yaml", reasons.BAD_DIGEST, "/spec/operationSpecDigest"),
-        ("ambiguous-duration.yaml", reasons.AMBIGUOUS_DURATION, "/spec/timing/latencyNs/median"),
+        ("unknown-field.yaml", Reason.UNKNOWN_FIELD, "/spec/popularity"),
+        ("duplicate-key.yaml", Reason.DUPLICATE_KEY, "/spec/name"),
+        ("bad-digest.yaml", Reason.BAD_DIGEST, "/spec/operationSpecDigest"),
+        ("ambiguous-duration.yaml", Reason.AMBIGUOUS_DURATION, "/spec/timing/latencyNs/median"),
     ],
 )
 def test_invalid_examples_are_rejected_with_their_reason(
@@ -180,8 +180,8 @@ def test_ten_runs_with_two_bad_ones_index_eight(encode: Any) -> None:
     bad = [o for o in outcomes if o.status == "quarantined"]
     assert len(ok) == 8 and all(o.facts is not None for o in ok)
     assert sorted((o.reason, o.pointer) for o in bad) == [
-        (reasons.DANGLING_DIGEST, "/runs/3/run/spec/workloadDigest"),
-        (reasons.UNKNOWN_FIELD, "/runs/7/run/spec/speedup"),
+        (Reason.DANGLING_DIGEST, "/runs/3/run/spec/workloadDigest"),
+        (Reason.UNKNOWN_FIELD, "/runs/7/run/spec/speedup"),
     ]
     assert all(o.raw for o in bad)
     # Deterministic: the same bytes give the same outcomes.
@@ -208,8 +208,8 @@ def test_invalid_workload_quarantines_itself_and_its_runs() -> None:
     bundle["workloads"][0]["metadata"]["color"] = "blue"  # metadata: the digest stays the same
     outcomes = list(normalize_bundle_bytes(as_json(bundle)))
     found = {(o.status, o.reason, o.pointer) for o in outcomes}
-    assert ("quarantined", reasons.UNKNOWN_FIELD, "/workloads/0/metadata/color") in found
-    assert ("quarantined", reasons.INVALID_DEPENDENCY, "/runs/0/run/spec/workloadDigest") in found
+    assert ("quarantined", Reason.UNKNOWN_FIELD, "/workloads/0/metadata/color") in found
+    assert ("quarantined", Reason.INVALID_DEPENDENCY, "/runs/0/run/spec/workloadDigest") in found
     assert not [o for o in outcomes if o.facts is not None]
 
 
@@ -218,7 +218,7 @@ def test_changed_spec_makes_the_named_digest_dangle() -> None:
     bundle["workloads"][0]["spec"]["axes"]["tokens"] = 4096
     outcomes = list(normalize_bundle_bytes(as_json(bundle)))
     assert [(o.reason, o.pointer) for o in outcomes if o.status != "ok"] == [
-        (reasons.DANGLING_DIGEST, "/runs/0/run/spec/workloadDigest")
+        (Reason.DANGLING_DIGEST, "/runs/0/run/spec/workloadDigest")
     ]
 
 
@@ -226,7 +226,7 @@ def test_bad_embedded_protocol_takes_its_run_with_it() -> None:
     bundle = fixture()
     bundle["runs"][0]["protocol"]["spec"]["measurement"]["warmupDuration"] = "8.12 us"
     [outcome] = [o for o in normalize_bundle_bytes(as_json(bundle)) if o.status == "quarantined"]
-    assert outcome.reason == reasons.AMBIGUOUS_DURATION
+    assert outcome.reason == Reason.AMBIGUOUS_DURATION
     assert outcome.pointer == "/runs/0/protocol/spec/measurement/warmupDuration"
 
 
@@ -236,7 +236,7 @@ def test_duplicate_key_quarantines_only_its_manifest() -> None:
     )
     outcomes = list(normalize_bundle_bytes(text.encode()))
     assert [(o.status, o.reason, o.pointer) for o in outcomes if o.status != "ok"] == [
-        ("quarantined", reasons.DUPLICATE_KEY, "/projects/0/spec/name")
+        ("quarantined", Reason.DUPLICATE_KEY, "/projects/0/spec/name")
     ]
     assert any(o.facts is not None for o in outcomes)
 
@@ -247,8 +247,8 @@ def test_unknown_bundle_section_and_run_field_are_reported() -> None:
     bundle["runs"][0]["notes"] = "x"
     outcomes = list(normalize_bundle_bytes(as_json(bundle)))
     assert {(o.reason, o.pointer) for o in outcomes if o.status != "ok"} == {
-        (reasons.UNKNOWN_FIELD, "/extras"),
-        (reasons.UNKNOWN_FIELD, "/runs/0/notes"),
+        (Reason.UNKNOWN_FIELD, "/extras"),
+        (Reason.UNKNOWN_FIELD, "/runs/0/notes"),
     }
 
 
@@ -297,7 +297,7 @@ def test_authored_run_durations_hash_like_integers() -> None:
         "confidence95": ["8095 ns", "8151 ns"],
     }
     checked = check_manifest(authored)
-    assert checked.reason == reasons.AMBIGUOUS_DURATION
+    assert checked.reason == Reason.AMBIGUOUS_DURATION
     authored["spec"]["timing"]["latencyNs"]["median"] = "8120 ns"
     checked = check_manifest(authored)
     assert checked.valid, checked.detail
@@ -331,7 +331,7 @@ def test_observed_at_with_an_offset_is_rejected_and_z_kept_as_written() -> None:
     run = fixture()["runs"][0]["run"]
     offset = copy.deepcopy(run)
     offset["spec"]["observedAt"] = "2026-08-01T14:00:00+02:00"
-    assert check_manifest(offset).reason == reasons.BAD_TIMESTAMP
+    assert check_manifest(offset).reason == Reason.BAD_TIMESTAMP
     millis = copy.deepcopy(run)
     millis["spec"]["observedAt"] = "2026-08-01T12:00:00.250Z"
     checked = check_manifest(millis)
@@ -343,16 +343,16 @@ def test_wrong_kind_in_a_section_is_reported() -> None:
     bundle["operations"].append(copy.deepcopy(bundle["projects"][0]))
     outcomes = list(normalize_bundle_bytes(as_json(bundle)))
     assert {(o.reason, o.pointer) for o in outcomes if o.status != "ok"} == {
-        (reasons.WRONG_SECTION, "/operations/1/kind")
+        (Reason.WRONG_SECTION, "/operations/1/kind")
     }
 
 
 @pytest.mark.parametrize(
     ("data", "reason"),
     [
-        (b"", reasons.EMPTY),
-        (b"just a string\n", reasons.NOT_A_BUNDLE),
-        (b"- 1\n- 2\n", reasons.NOT_A_BUNDLE),
+        (b"", Reason.EMPTY),
+        (b"just a string\n", Reason.NOT_A_BUNDLE),
+        (b"- 1\n- 2\n", Reason.NOT_A_BUNDLE),
     ],
 )
 def test_content_that_is_not_a_bundle_is_quarantined(data: bytes, reason: str) -> None:

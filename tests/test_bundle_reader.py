@@ -7,7 +7,7 @@ import tracemalloc
 
 import pytest
 
-from pipelines.sources.bundles import reasons
+from pipelines.records.rules import Reason
 from pipelines.sources.bundles.normalize import normalize_bundle_bytes
 from pipelines.sources.bundles.reader import ReadError, ReadLimits, read_documents
 
@@ -42,14 +42,14 @@ def test_duplicate_yaml_key_is_a_defect_with_pointer_and_line() -> None:
     doc = one("spec:\n  name: First\n  name: Second\n")
     assert doc.value == {"spec": {"name": "First"}}
     [defect] = doc.defects
-    assert (defect.reason, defect.pointer, defect.line) == (reasons.DUPLICATE_KEY, "/spec/name", 3)
+    assert (defect.reason, defect.pointer, defect.line) == (Reason.DUPLICATE_KEY, "/spec/name", 3)
 
 
 def test_duplicate_json_key_is_a_defect_with_pointer() -> None:
     result = read_documents('{\n "a": 1,\n "b": [0, {"d": 1, "d": 2}]\n}')
     assert result.format == "json"
     [defect] = result.documents[0].defects
-    assert (defect.reason, defect.pointer, defect.line) == (reasons.DUPLICATE_KEY, "/b/1/d", 3)
+    assert (defect.reason, defect.pointer, defect.line) == (Reason.DUPLICATE_KEY, "/b/1/d", 3)
 
 
 def test_yaml_flow_mapping_that_is_not_json_reads_as_yaml() -> None:
@@ -62,10 +62,10 @@ def test_custom_tags_and_non_string_keys_are_defects() -> None:
     doc = one("a: !!python/object:os.system x\nb: !foo [1]\n1: x\nc: !!binary aGk=\n")
     found = {(d.reason, d.pointer) for d in doc.defects}
     assert found == {
-        (reasons.CUSTOM_TAG, "/a"),
-        (reasons.CUSTOM_TAG, "/b"),
-        (reasons.NON_STRING_KEY, "/1"),
-        (reasons.CUSTOM_TAG, "/c"),
+        (Reason.CUSTOM_TAG, "/a"),
+        (Reason.CUSTOM_TAG, "/b"),
+        (Reason.NON_STRING_KEY, "/1"),
+        (Reason.CUSTOM_TAG, "/c"),
     }
 
 
@@ -77,10 +77,10 @@ def test_small_aliases_are_shared_values() -> None:
 @pytest.mark.parametrize(
     ("text", "reason"),
     [
-        ("a: [1, 2\n", reasons.YAML_SYNTAX),
-        ('{"a": 1,, }', reasons.JSON_SYNTAX),
-        ("a: *nowhere\n", reasons.YAML_SYNTAX),
-        (b"a: \xff\xfe\n", reasons.ENCODING),
+        ("a: [1, 2\n", Reason.YAML_SYNTAX),
+        ('{"a": 1,, }', Reason.JSON_SYNTAX),
+        ("a: *nowhere\n", Reason.YAML_SYNTAX),
+        (b"a: \xff\xfe\n", Reason.ENCODING),
     ],
 )
 def test_unreadable_text_raises_a_reason(text: str | bytes, reason: str) -> None:
@@ -102,14 +102,14 @@ def deep_block_yaml(depth: int) -> str:
 
 
 HOSTILE = {
-    "billion_laughs": (billion_laughs(), reasons.TOO_MANY_ALIASES),
-    "flow_10000_deep_yaml": ("a: " + "[" * 10_000 + "]" * 10_000, reasons.TOO_DEEP),
-    "json_10000_deep": ("[" * 10_000 + "]" * 10_000, reasons.TOO_DEEP),
-    "json_object_10000_deep": ('{"a":' * 10_000 + "1" + "}" * 10_000, reasons.TOO_DEEP),
-    "block_2000_deep_yaml": (deep_block_yaml(2000), reasons.TOO_DEEP),
+    "billion_laughs": (billion_laughs(), Reason.TOO_MANY_ALIASES),
+    "flow_10000_deep_yaml": ("a: " + "[" * 10_000 + "]" * 10_000, Reason.TOO_DEEP),
+    "json_10000_deep": ("[" * 10_000 + "]" * 10_000, Reason.TOO_DEEP),
+    "json_object_10000_deep": ('{"a":' * 10_000 + "1" + "}" * 10_000, Reason.TOO_DEEP),
+    "block_2000_deep_yaml": (deep_block_yaml(2000), Reason.TOO_DEEP),
     "many_aliases": (
         "a: &a x\nb: [" + ", ".join(["*a"] * 20_001) + "]\n",
-        reasons.TOO_MANY_ALIASES,
+        Reason.TOO_MANY_ALIASES,
     ),
 }
 
@@ -133,10 +133,10 @@ def test_over_size_document_is_refused_before_parsing() -> None:
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     with pytest.raises(ReadError) as caught:
         read_documents(b"a: " + b"x" * 2048, limits)
-    assert caught.value.reason == reasons.TOO_LARGE
+    assert caught.value.reason == Reason.TOO_LARGE
     big = b"k: " + b"x" * (16 * 1024 * 1024)
     [outcome] = normalize_bundle_bytes(big)
-    assert outcome.reason == reasons.TOO_LARGE
+    assert outcome.reason == Reason.TOO_LARGE
     # No copy of the 16 MiB text was decoded or parsed (ru_maxrss is in KiB on Linux).
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 40 * 1024
 

@@ -374,7 +374,7 @@ def test_one_bad_row_is_quarantined_and_its_neighbours_land() -> None:
         ("quarantined", "bad_value"),
         ("quarantined", "missing_field"),
         ("quarantined", "unknown_unit"),
-        ("quarantined", "duplicate_run"),
+        ("quarantined", "duplicate_external_id"),
         ("ok", None),
     ]
     assert [o.pointer for o in outcomes] == [f"/benchmarks/{i}" for i in range(8)]

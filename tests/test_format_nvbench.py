@@ -265,7 +265,7 @@ def test_one_bad_state_is_quarantined_and_its_neighbours_land() -> None:
         ("quarantined", "missing_field"),
         ("quarantined", "missing_field"),
         ("ok", None),
-        ("quarantined", "duplicate_run"),
+        ("quarantined", "duplicate_external_id"),
     ]
     assert [o.pointer for o in outcomes] == [f"/benchmarks/0/states/{i}" for i in range(8)]
     assert [o.source_line for o in outcomes] == list(range(5, 13))

@@ -318,7 +318,7 @@ def test_two_records_of_one_case_in_one_file() -> None:
     assert first.status == "ok"
     assert (second.status, second.reason, second.pointer) == (
         "quarantined",
-        "duplicate_run",
+        "duplicate_external_id",
         "/1",
     )
 

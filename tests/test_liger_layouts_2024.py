@@ -31,14 +31,13 @@ from test_normalize_cli import kindex
 from pipelines import ingest
 from pipelines.records import RowOutcome
 from pipelines.records.record_objects import RecordSetBuilder
+from pipelines.records.rules import Reason, safe_columns
 from pipelines.sources.liger.columnar import normalized_batches, write_json_lines
 from pipelines.sources.liger.model import PARSER_VERSION, Layout, Normalizer, references
 from pipelines.sources.liger.read import CsvRecord, NotLigerCsv, open_liger_csv
 from pipelines.sources.liger.rules import (
-    Reason,
     RowRejected,
     _epoch_stamp,
-    in_range,
     kernel_of,
     parse_positive,
     parse_spread,
@@ -210,7 +209,7 @@ def oracle_outcome(record: CsvRecord, layout: Layout) -> RowOutcome:
             observed_at, form = parse_timestamp(timestamp)
         workload = NORMALIZER.workload(series.kernel, x_name, x_value, config)
         values = stored_values(np.array(stats, dtype=np.float64), series.scale)
-        if not in_range(values):
+        if not safe_columns(values):
             raise RowRejected(Reason.BAD_NUMBER, f"value out of range: {max(stats)!r}")
     except RowRejected as rejected:
         return RowOutcome(record.line, "quarantined", record.raw, rejected.reason, rejected.detail)

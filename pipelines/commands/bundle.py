@@ -15,15 +15,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from pipelines.records.rules import Reason
 from pipelines.settings import Settings
-from pipelines.sources.bundles import reasons
 from pipelines.sources.bundles.normalize import never_known, normalize_bundle_bytes
 from pipelines.sources.bundles.sniff import looks_like_bundle
 from pipelines.sources.liger.read import NotLigerCsv, open_liger_csv
 
 # Whole-text verdicts that say the text is no bundle at all, rather than a bundle with faults.
 UNREADABLE_AS_BUNDLE = frozenset(
-    {reasons.YAML_SYNTAX, reasons.JSON_SYNTAX, reasons.EMPTY, reasons.NOT_A_BUNDLE}
+    {Reason.YAML_SYNTAX, Reason.JSON_SYNTAX, Reason.EMPTY, Reason.NOT_A_BUNDLE}
 )
 
 

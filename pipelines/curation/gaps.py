@@ -22,18 +22,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from typing import Any
 
 from pipelines.curation import Curation
+from pipelines.records.rules import NAME_LIMIT, UNSPECIFIED, is_safe_integer
+from pipelines.records.rules import key_of as axis_name
 
-UNSPECIFIED = "unspecified"
 CURATION_LABEL = "curation"  # metadata.labels key: "uncurated" on every run with a gap
 UNCURATED = "uncurated"  # its value; also the key that lists the gaps ("gpu,provider")
-MAX_SAFE_INTEGER = 2**53 - 1
-NAME_LIMIT = 200  # metadata names, titles and label values
 
 
 class Gap(StrEnum):
@@ -79,19 +77,8 @@ def gpu_hardware(
 
 
 # --- uncurated workloads ---------------------------------------------------------------------
-_NOT_KEY = re.compile(r"[^a-z0-9_]+")
-
-
-def axis_name(text: str) -> str:
-    """A parameter's name as the schema allows an axis (`^[a-z][a-z0-9_]*$`): `D` is `d`."""
-    key = _NOT_KEY.sub("_", text.lower()).strip("_")
-    if not key or not key[0].isalpha():
-        key = f"x_{key}" if key else UNSPECIFIED
-    return key
-
-
 def _is_size(value: Any) -> bool:
-    return type(value) is int and abs(value) <= MAX_SAFE_INTEGER
+    return is_safe_integer(value)
 
 
 def _setting_text(value: Any) -> str:

@@ -25,18 +25,19 @@ import json
 import secrets
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import ParamSpec, TypeVar
 from urllib.parse import urlsplit
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.catalog import Catalog, load_catalog
-from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
 from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import (
     compute_statistics_plan,
@@ -48,7 +49,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.transforms import IdentityTransform
-from tenacity import retry, stop_after_attempt, wait_random_exponential
+from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
 from pipelines.index.tables import RUN_SORT_COLUMNS, STORED_TABLES, served_schemas
 from pipelines.records.record_objects import FIELD_ID_KEY, UTC_US
@@ -194,6 +195,33 @@ def catalog_properties(settings: Settings, access: S3Access | None = None) -> di
     return properties | file_io_properties(access or s3_access(settings))
 
 
+# How often a catalog step that lost a race to another process starts again (a commit from the
+# table's new head, or the creation of a table or of a new SQL catalog's own tables), with a
+# random exponential wait between tries. Every Iceberg commit of kindex retries this way.
+COMMIT_ATTEMPTS = 8
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def catalog_retry(step: Callable[P, R]) -> Callable[P, R]:
+    """A catalog step retried on any error (creating what another process may create at once)."""
+    return retry(
+        stop=stop_after_attempt(COMMIT_ATTEMPTS),
+        wait=wait_random_exponential(0.05, 2),
+        reraise=True,
+    )(step)
+
+
+def commit_retry(step: Callable[P, R]) -> Callable[P, R]:
+    """An Iceberg commit retried when another writer's commit won (CommitFailedException)."""
+    return retry(
+        retry=retry_if_exception_type(CommitFailedException),
+        stop=stop_after_attempt(COMMIT_ATTEMPTS),
+        wait=wait_random_exponential(0.05, 2),
+        reraise=True,
+    )(step)
+
+
 def open_catalog(settings: Settings, access: S3Access | None = None) -> Catalog:
     properties = catalog_properties(settings, access)
     uri = properties["uri"]
@@ -202,7 +230,7 @@ def open_catalog(settings: Settings, access: S3Access | None = None) -> Catalog:
     return _load_catalog(properties)
 
 
-@retry(stop=stop_after_attempt(5), wait=wait_random_exponential(0.05, 1), reraise=True)
+@catalog_retry
 def _load_catalog(properties: dict[str, str]) -> Catalog:
     # Two processes creating a new SQL catalog's tables at once: one of them may lose the race.
     return load_catalog(CATALOG_NAME, **properties)
@@ -336,7 +364,7 @@ class IndexCatalog:
                 "ingest, or the index asset) rebuilds it from the record sets"
             )
 
-    @retry(stop=stop_after_attempt(5), wait=wait_random_exponential(0.05, 1), reraise=True)
+    @catalog_retry
     def _create(self, name: str) -> Table:
         self.catalog.create_namespace_if_not_exists(self.namespace)
         schema = VERSIONS_SCHEMA if name == VERSIONS_TABLE else STORED_TABLES[name]

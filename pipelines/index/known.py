@@ -10,8 +10,6 @@ index, so neither pays for listing the record sets.
 
 from __future__ import annotations
 
-from typing import Any
-
 import duckdb
 import orjson
 import pyarrow as pa
@@ -29,6 +27,7 @@ from pipelines.index.tables import (
     SNAPSHOT_SCHEMA,
     parquet_select,
 )
+from pipelines.records.manifests import ManifestJson
 from pipelines.records.record_objects import MANIFEST_SCHEMA, QUARANTINE_SCHEMA
 from pipelines.settings import Settings
 from pipelines.storage.base import ObjectStore
@@ -44,7 +43,7 @@ class KnownManifests:
         self.layout = IndexLayout.of(settings)
         self._digests: frozenset[str] | None = None
         self._manifests: str | None = None  # a SELECT over every manifest file
-        self._named: dict[tuple[str, str], dict[str, Any] | None] = {}
+        self._named: dict[tuple[str, str], ManifestJson | None] = {}
         # Manifests of record sets built since (the files before this one in a batch).
         self._learned: set[str] = set()
         # Their texts by (kind, name), parsed only when asked for: few are.
@@ -68,9 +67,9 @@ class KnownManifests:
             )
         return digest in self._digests
 
-    def named(self, kind: str, name: str) -> dict[str, Any] | None:
+    def named(self, kind: str, name: str) -> ManifestJson | None:
         if (kind, name) in self._learned_named:
-            learned: dict[str, Any] = orjson.loads(self._learned_named[kind, name])
+            learned: ManifestJson = orjson.loads(self._learned_named[kind, name])
             return learned
         if (kind, name) not in self._named:
             texts = self._texts(

@@ -36,15 +36,14 @@ import duckdb
 import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.schema import Schema
-from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
 from pipelines.index.catalog import (
     EXPIRE_EVERY_VERSIONS,
     VERSIONS_TABLE,
     IndexCatalog,
     Version,
+    commit_retry,
     duckdb_field_ids,
     publish_lock,
     unidentified_columns,
@@ -368,12 +367,7 @@ def publish_index(store: ObjectStore, settings: Settings) -> IndexVersion:
 
 # Publishers take turns, so a conflict is a catalog shared with a writer outside the lock (a
 # REST catalog on two hosts): start again from the version that won.
-@retry(
-    retry=retry_if_exception_type(CommitFailedException),
-    stop=stop_after_attempt(5),
-    wait=wait_random_exponential(0.1, 2),
-    reraise=True,
-)
+@commit_retry
 def _publish(store: ObjectStore, settings: Settings) -> IndexVersion:
     layout = IndexLayout.of(settings)
     catalog = IndexCatalog.beside(store, settings)

@@ -27,10 +27,14 @@ from typing import TYPE_CHECKING
 
 import duckdb
 import pyarrow as pa
-from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
-from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_random_exponential
+from pyiceberg.exceptions import NoSuchTableError
 
-from pipelines.index.catalog import FIELD_IDS_PROPERTY, TABLE_PROPERTIES, IndexCatalog
+from pipelines.index.catalog import (
+    FIELD_IDS_PROPERTY,
+    TABLE_PROPERTIES,
+    IndexCatalog,
+    commit_retry,
+)
 from pipelines.index.local import open_index
 from pipelines.intake.reconcile import reconcile
 from pipelines.records.record_objects import UTC_US
@@ -226,12 +230,7 @@ class Ledger:
 
     # Writers are sensors and batch runs in other processes: a commit that lost the race
     # starts again from the table's new head.
-    @retry(
-        retry=retry_if_exception_type(CommitFailedException),
-        stop=stop_after_attempt(8),
-        wait=wait_random_exponential(0.05, 2),
-        reraise=True,
-    )
+    @commit_retry
     def _append(self, entries: Sequence[FileEntry]) -> None:
         now = datetime.now(UTC)
         rows = [

@@ -20,9 +20,10 @@ from typing import Any
 import orjson
 import rfc8785
 
+from pipelines.records.rules import MAX_SAFE_INTEGER
+
 FAST_FLOAT_MIN = 1e-5
 FAST_FLOAT_MAX = 1e15
-MAX_SAFE_INTEGER = 2**53 - 1
 
 
 def _fast_path_safe(value: Any) -> bool:

@@ -11,12 +11,17 @@ import json
 from collections.abc import Iterator, Mapping
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Any, TypeAlias
 
 import jsonschema_rs
 from jsonschema import Draft202012Validator
 
 from pipelines import API_VERSION
+
+# A JSON value as a parser reads it, and a manifest read back from a JSON text (the index's
+# `manifest` column): what the schemas validate, before anything picks fields out of it.
+Json: TypeAlias = "str | int | float | bool | None | list[Json] | dict[str, Json]"
+ManifestJson: TypeAlias = "dict[str, Json]"
 
 SCHEMA_FILES: dict[str, str] = {
     "OperationSpec": "operation-spec.v1alpha1.schema.json",

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from pipelines.records import RowOutcome
+from pipelines.records.rules import Reason
 from pipelines.sources.bundles.normalize import PARSER_VERSION, normalize_bundle_bytes
 from pipelines.sources.bundles.sniff import looks_like_bundle
 from pipelines.sources.flashinfer import FlashInferTrace
@@ -72,7 +73,7 @@ class WorkerBundle(RecordsOfOutcomes):
     def parser_version(self) -> str:
         return PARSER_VERSION
 
-    def outcomes(self, data: bytes, context: SourceContext) -> Iterator[RowOutcome]:
+    def read(self, data: bytes, context: SourceContext) -> Iterator[RowOutcome]:
         return normalize_bundle_bytes(data, context.known_digest)
 
 
@@ -130,7 +131,7 @@ class Unrecognized(RecordsOfOutcomes):
     def parser_version(self) -> str:
         return LigerCsvSource().parser_version()
 
-    def outcomes(self, data: bytes, context: SourceContext) -> Iterator[RowOutcome]:
+    def read(self, data: bytes, context: SourceContext) -> Iterator[RowOutcome]:
         return iter([unrecognized(data, self.why)])
 
 
@@ -271,7 +272,7 @@ class Refused(RecordsOfOutcomes):
     def parser_version(self) -> str:
         return LigerCsvSource().parser_version()
 
-    def outcomes(self, data: bytes, context: SourceContext) -> Iterator[RowOutcome]:
+    def read(self, data: bytes, context: SourceContext) -> Iterator[RowOutcome]:
         head = data[:RAW_PREVIEW_BYTES].decode("utf-8", errors="backslashreplace")
         return iter([RowOutcome(1, "quarantined", head, self.reason, self.detail)])
 
@@ -297,5 +298,5 @@ def unrecognized(data: bytes, why: str) -> RowOutcome:
     outcome keeps a readable preview of the start, with undecodable bytes escaped."""
     preview = data[:RAW_PREVIEW_BYTES].decode("utf-8", errors="backslashreplace")
     return RowOutcome(
-        1, "quarantined", preview, "unrecognized_format", f"no source recognizes it; {why}"
+        1, "quarantined", preview, Reason.UNRECOGNIZED_FORMAT, f"no source recognizes it; {why}"
     )

@@ -23,6 +23,8 @@ from json.decoder import JSONObject  # type: ignore[attr-defined]
 from json.scanner import py_make_scanner  # type: ignore[attr-defined]
 from typing import Any
 
+from pipelines.records.rules import Reason
+
 GZIP_MAGIC = b"\x1f\x8b"
 MAX_UNPACKED_BYTES = 512 * 1024 * 1024
 MAX_DOCUMENT_BYTES = 256 * 1024 * 1024  # a document is parsed whole; JSON Lines stream
@@ -31,12 +33,12 @@ MAX_DEPTH = 64
 RAW_LIMIT = 4096  # characters of a record's text kept with a quarantine row
 
 # Reasons a quarantine row gives for JSON that cannot be read.
-TOO_LARGE = "too_large"
-TOO_DEEP = "too_deep"
-NOT_UTF8 = "encoding"
-JSON_SYNTAX = "json_syntax"
-NON_FINITE = "non_finite_number"
-DUPLICATE_KEY = "duplicate_key"
+TOO_LARGE = Reason.TOO_LARGE
+TOO_DEEP = Reason.TOO_DEEP
+NOT_UTF8 = Reason.ENCODING
+JSON_SYNTAX = Reason.JSON_SYNTAX
+NON_FINITE = Reason.NON_FINITE_NUMBER
+DUPLICATE_KEY = Reason.DUPLICATE_KEY
 
 
 class JsonInputError(ValueError):

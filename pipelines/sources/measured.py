@@ -18,20 +18,31 @@ import re
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from datetime import UTC, datetime
-from functools import cache
 from typing import Any, Literal
 
 from pipelines import API_VERSION
 from pipelines.curation import Curation
 from pipelines.curation import load as load_curation
-from pipelines.curation.gaps import UNSPECIFIED, Gap, gap_labels, gpu_hardware
-from pipelines.records import Record, RowOutcome, RunFacts
+from pipelines.curation.gaps import (
+    Gap,
+    gap_labels,
+    gpu_hardware,
+)
+from pipelines.records import Record, RowOutcome, RunFacts, rules
 from pipelines.records.canonical import manifest_digest
 from pipelines.records.manifests import first_schema_error
+from pipelines.records.rules import (
+    DURATION_NS,
+    MAX_SAFE_INTEGER,
+    NAME_LIMIT,
+    SHORT_LIMIT,
+    UNSPECIFIED,
+    Reason,
+    family_of,
+    key_of,
+    name_of,
+)
 from pipelines.sources.json_input import defect, raw_text
-
-NAME_LIMIT = 200
-MAX_SAFE_INTEGER = 2**53 - 1
 
 # The hardware of an environment whose harness reported no GPU (a CPU benchmark).
 NO_GPU = {"vendor": "none", "product": "no GPU", "architecture": "none"}
@@ -175,55 +186,25 @@ class Observation:
     raw: str = ""
 
 
-# --- the one place each rule is stated ------------------------------------------------------
-
-_NOT_NAME = re.compile(r"[^a-z0-9._-]+")
-_NOT_KEY = re.compile(r"[^a-z0-9_]+")
-
-
-def name_of(*parts: str) -> str:
-    """A metadata name: lower case, runs of other characters as one `-`, at most 200."""
-    text = "-".join(p for p in parts if p)
-    slug = _NOT_NAME.sub("-", text.lower()).strip("-._")
-    return (slug or UNSPECIFIED)[:NAME_LIMIT].rstrip("-._")
-
-
-_NOT_FAMILY = re.compile(r"[^a-z0-9]+")
-
-
-def family_of(text: str) -> str:
-    """An operation family (`^[a-z0-9][a-z0-9-]*$`): lower case, words joined by `-`."""
-    return _NOT_FAMILY.sub("-", text.lower()).strip("-") or UNSPECIFIED
-
-
-@cache
-def key_of(text: str) -> str:
-    """An identifier the schema allows as a key or enum-like value (`^[a-z][a-z0-9_]*$`)."""
-    key = _NOT_KEY.sub("_", text.lower()).strip("_")
-    if not key or not key[0].isalpha():
-        key = f"x_{key}" if key else UNSPECIFIED
-    return key
+# --- rules of every source's records: pipelines/records/rules.py states them ---------------
 
 
 def to_ns(value: float, unit: str) -> int:
     """A duration in integer nanoseconds, rounded half up as the Liger rule does."""
-    factor = DURATION_UNITS.get(unit)
+    factor = DURATION_NS.get(unit)
     if factor is None:
-        raise ObservationError("unknown_unit", f"no duration unit {unit!r}")
+        raise ObservationError(Reason.UNKNOWN_UNIT, f"no duration unit {unit!r}")
     return half_up(value * factor)
 
 
-DURATION_UNITS: dict[str, float] = {"ns": 1.0, "us": 1e3, "µs": 1e3, "ms": 1e6, "s": 1e9}
-
-
 def half_up(value: float) -> int:
-    """JavaScript's Math.round: halves round up (DESIGN.md §1)."""
+    """The rulebook's rounding of a value a record stores as a non-negative safe integer."""
     if not math.isfinite(value):
-        raise ObservationError("non_finite_number", f"{value} is not a number")
-    result = math.floor(value + 0.5)
+        raise ObservationError(Reason.NON_FINITE_NUMBER, f"{value} is not a number")
+    result = rules.half_up(value)
     if not 0 <= result <= MAX_SAFE_INTEGER:
-        raise ObservationError("bad_value", f"{value} is out of range")
-    return int(result)
+        raise ObservationError(Reason.BAD_VALUE, f"{value} is out of range")
+    return result
 
 
 def utc_instant(value: str | float | datetime) -> str:
@@ -238,7 +219,7 @@ def utc_instant(value: str | float | datetime) -> str:
         else:
             moment = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
     except (ValueError, OverflowError, OSError) as error:
-        raise ObservationError("bad_timestamp", f"{value!r}: {error}") from None
+        raise ObservationError(Reason.BAD_TIMESTAMP, f"{value!r}: {error}") from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     moment = moment.astimezone(UTC)
@@ -383,17 +364,17 @@ def implementation_manifest(
     if implementation.commit and re.fullmatch(r"[0-9a-f]{40}", implementation.commit):
         revision["commit"] = implementation.commit
     if implementation.version:
-        revision["version"] = implementation.version[:100]
+        revision["version"] = implementation.version[:SHORT_LIMIT]
     call: dict[str, Any] = {"language": key_of(implementation.language)}
     if implementation.symbol:
-        call["symbol"] = implementation.symbol[:200]
+        call["symbol"] = implementation.symbol[:NAME_LIMIT]
     dtypes = sorted({dtype_of(t.dtype, curation) for t in (*operation.inputs, *operation.outputs)})
     support: dict[str, Any] = {
         "hardwareArchitectures": sorted({key_of(a) for a in implementation.architectures}),
         "dtypes": dtypes,
     }
     if implementation.products:
-        support["productsTested"] = sorted({p[:100] for p in implementation.products})
+        support["productsTested"] = sorted({p[:SHORT_LIMIT] for p in implementation.products})
     spec: dict[str, Any] = {
         "projectRevision": revision,
         "operation": {"specDigest": operation_digest},
@@ -408,8 +389,8 @@ def implementation_manifest(
         "ImplementationRevision",
         name,
         spec,
-        title=f"{operation.title or operation.name} · {implementation.name}"[:200],
-        labels={"provider": implementation.name[:200]},
+        title=f"{operation.title or operation.name} · {implementation.name}"[:NAME_LIMIT],
+        labels={"provider": implementation.name[:NAME_LIMIT]},
     )
 
 
@@ -442,15 +423,15 @@ def protocol_manifest(protocol: Protocol) -> dict[str, Any]:
 def environment_manifest(environment: Environment, curation: Curation) -> dict[str, Any]:
     software: dict[str, Any] = {}
     if environment.driver:
-        software["driver"] = environment.driver[:100]
+        software["driver"] = environment.driver[:SHORT_LIMIT]
     if environment.cuda:
-        software["cudaToolkit"] = environment.cuda[:100]
+        software["cudaToolkit"] = environment.cuda[:SHORT_LIMIT]
     if environment.framework:
         framework, version = environment.framework
-        software["framework"] = {"name": key_of(framework), "version": version[:100]}
+        software["framework"] = {"name": key_of(framework), "version": version[:SHORT_LIMIT]}
     if environment.libraries:
         software["libraries"] = {
-            key_of(k): str(v)[:100] for k, v in sorted(environment.libraries.items())
+            key_of(k): str(v)[:SHORT_LIMIT] for k, v in sorted(environment.libraries.items())
         }
     hardware = hardware_of(environment, curation)
     labels = {} if is_curated_gpu(environment, curation) else gap_labels([Gap.GPU])
@@ -490,7 +471,7 @@ def run_manifest(
         spec["measurements"] = [_measurement(m) for m in observation.measurements]
     native: dict[str, Any] = {"source": observation.source}
     if observation.benchmark:
-        native["benchmark"] = observation.benchmark[:200]
+        native["benchmark"] = observation.benchmark[:NAME_LIMIT]
     native["externalId"] = observation.external_id[:500]
     if observation.native_metrics:
         native["metrics"] = {key_of(k): v for k, v in sorted(observation.native_metrics.items())}
@@ -607,7 +588,7 @@ def observation_outcome(observation: Observation, curation: Curation | None = No
     problem = first_invalid(records)
     if problem is not None:
         return quarantined(
-            observation.line, observation.pointer, observation.raw, "invalid_record", problem
+            observation.line, observation.pointer, observation.raw, Reason.INVALID_RECORD, problem
         )
     return RowOutcome(
         observation.line,
@@ -627,7 +608,7 @@ def manifest_outcome(
     records = [record_of(m) for m in manifests]
     problem = first_invalid(records)
     if problem is not None:
-        return quarantined(line, pointer, raw, "invalid_record", problem)
+        return quarantined(line, pointer, raw, Reason.INVALID_RECORD, problem)
     return RowOutcome(line, "ok", raw, records=records, pointer=pointer)
 
 
@@ -680,7 +661,7 @@ def observe(
         return [quarantined(line, pointer, raw, error.reason, error.detail)]
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as error:
         detail = f"{type(error).__name__}: {error}"
-        return [quarantined(line, pointer, raw, "malformed_record", detail)]
+        return [quarantined(line, pointer, raw, Reason.MALFORMED_RECORD, detail)]
     entries = [built] if isinstance(built, Observation | RowOutcome) else list(built)
     return [
         replace(e, line=line, pointer=pointer, raw=raw) if isinstance(e, Observation) else e
@@ -691,15 +672,15 @@ def observe(
 def number(value: Any, what: str) -> float:
     """A number a format wrote as a number or as a string of one (nvbench, TritonBench)."""
     if isinstance(value, bool):
-        raise ObservationError("bad_value", f"{what} is {value!r}, not a number")
+        raise ObservationError(Reason.BAD_VALUE, f"{what} is {value!r}, not a number")
     try:
         result = float(value)
     except (TypeError, ValueError):
-        raise ObservationError("bad_value", f"{what} is {value!r}, not a number") from None
+        raise ObservationError(Reason.BAD_VALUE, f"{what} is {value!r}, not a number") from None
     if not math.isfinite(result):
-        raise ObservationError("non_finite_number", f"{what} is {value!r}")
+        raise ObservationError(Reason.NON_FINITE_NUMBER, f"{what} is {value!r}")
     if result < 0:
-        raise ObservationError("bad_value", f"{what} is negative: {value!r}")
+        raise ObservationError(Reason.BAD_VALUE, f"{what} is negative: {value!r}")
     return result
 
 

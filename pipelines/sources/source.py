@@ -5,7 +5,7 @@ caller's."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -13,8 +13,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pipelines.curation import load
 from pipelines.records import RowOutcome
 from pipelines.records.record_objects import RecordSetBuilder
+from pipelines.records.rules import Reason
 from pipelines.sources.json_input import RAW_LIMIT, JsonInputError
 from pipelines.sources.measured import observation_outcome, quarantined
+from pipelines.sources.seen_keys import digest_of
 
 if TYPE_CHECKING:
     from pipelines.records.record_objects import RecordSetContent
@@ -118,8 +120,44 @@ def record_set_of_outcomes(
     return builder.content(parts_dir)
 
 
+def external_id_of(outcome: RowOutcome) -> str | None:
+    """The externalId its source gave an outcome's run (`spec.sourceNative.externalId`), if any."""
+    run = outcome.run
+    if run is None:
+        return None
+    native = run.manifest["spec"].get("sourceNative")
+    external_id = native.get("externalId") if isinstance(native, dict) else None
+    return external_id if isinstance(external_id, str) else None
+
+
+def one_run_per_external_id(outcomes: Iterable[RowOutcome]) -> Iterator[RowOutcome]:
+    """The rule every source obeys: a file holds one run per externalId, the first one wins; a
+    later run with an externalId already seen is quarantined (`duplicate_external_id`). The
+    keys are kept as 16-byte digests (the Liger source's columnar path applies the same rule
+    with SeenKeys, pipelines/sources/liger/columnar.py)."""
+    seen: set[bytes] = set()
+    for outcome in outcomes:
+        external_id = external_id_of(outcome) if outcome.status == "ok" else None
+        if external_id is not None:
+            key = digest_of(external_id)
+            if key in seen:
+                detail = f"an earlier run of the file has externalId {external_id!r}"
+                yield RowOutcome(
+                    outcome.source_line,
+                    "quarantined",
+                    outcome.raw,
+                    Reason.DUPLICATE_EXTERNAL_ID,
+                    detail,
+                    pointer=outcome.pointer,
+                )
+                continue
+            seen.add(key)
+        yield outcome
+
+
 class RecordsOfOutcomes(ABC):
-    """A source whose record tables are built outcome by outcome."""
+    """A source whose record tables are built outcome by outcome: what it `read`s, with the
+    rules every source obeys applied (one run per externalId)."""
 
     reads_index = False
 
@@ -130,7 +168,11 @@ class RecordsOfOutcomes(ABC):
         return self.parser_version()
 
     @abstractmethod
-    def outcomes(self, data: bytes, context: SourceContext) -> Iterator[RowOutcome]: ...
+    def read(self, data: bytes, context: SourceContext) -> Iterator[RowOutcome]:
+        """The source's own outcomes of an object, one per row or entry, in order."""
+
+    def outcomes(self, data: bytes, context: SourceContext) -> Iterator[RowOutcome]:
+        return one_run_per_external_id(self.read(data, context))
 
     def record_set(
         self, data: bytes, snapshot_digest: str, context: SourceContext, parts_dir: Path
@@ -170,7 +212,7 @@ class HarnessSource(RecordsOfOutcomes):
     def entries(self, data: bytes, context: SourceContext) -> Iterator[Observation | RowOutcome]:
         """What each record of the file measured, in file order."""
 
-    def outcomes(self, data: bytes, context: SourceContext) -> Iterator[RowOutcome]:
+    def read(self, data: bytes, context: SourceContext) -> Iterator[RowOutcome]:
         curation = load()
         try:
             for entry in self.entries(data, context):

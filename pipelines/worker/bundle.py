@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -27,6 +26,7 @@ from ruamel.yaml import YAML
 from pipelines import API_VERSION
 from pipelines.records import RowOutcome
 from pipelines.records.canonical import manifest_digest
+from pipelines.records.rules import name_of
 from pipelines.sources.bundles.canonicalize import canonicalize
 from pipelines.sources.bundles.normalize import KnownDigest, never_known, normalize_bundle_bytes
 from pipelines.storage.base import ObjectInfo, ObjectStore
@@ -60,9 +60,8 @@ def manifest(
 
 
 def slug(text: str) -> str:
-    """A metadata.name: lowercase letters, digits, '.', '_' and '-', at most 200 characters."""
-    value = re.sub(r"[^a-z0-9._-]+", "-", text.lower()).strip("-._")
-    return (value or "unnamed")[:200]
+    """A metadata.name (the rulebook's, pipelines/records/rules.py); "unnamed" when empty."""
+    return name_of(text, empty="unnamed")
 
 
 def utc_now() -> str:

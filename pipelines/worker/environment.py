@@ -17,6 +17,7 @@ from importlib import metadata
 from typing import Any
 
 from pipelines import API_VERSION
+from pipelines.records.rules import SHORT_LIMIT, slug
 
 NVIDIA_SMI_QUERY = "name,memory.total,driver_version,compute_cap"
 LIBRARIES = (
@@ -127,8 +128,7 @@ def cpu_description() -> str:
 
 
 def _slug(text: str) -> str:
-    slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
-    return (slug or "unknown")[:100]
+    return (slug(text) or "unknown")[:SHORT_LIMIT]
 
 
 def capture_environment(name: str | None = None) -> dict[str, Any]:

@@ -18,6 +18,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pipelines.records.rules import half_up
+
 MAX_EXACT_N = 5000
 CONFIDENCE = 0.95
 
@@ -50,8 +52,7 @@ class LatencySummary:
         return latency
 
 
-def round_half_up(value: float) -> int:
-    return math.floor(value + 0.5)
+round_half_up = half_up  # the rulebook's rounding (pipelines/records/rules.py)
 
 
 def percentile(ordered: Sequence[float], q: float) -> float:

@@ -17,12 +17,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from pipelines.sources.bundles import reasons
+from pipelines.records.rules import DURATION_NS, MAX_SAFE_INTEGER, Reason
 
-MAX_SAFE_INTEGER = 2**53 - 1
 # The schemas' own pattern for a duration string (JSON Schema `\d` is ASCII in practice).
 DURATION_PATTERN = re.compile(r"^([0-9]+(?:\.[0-9]+)?)\s?(ns|us|µs|ms|s)$")
-UNIT_NS = {"ns": 1.0, "us": 1e3, "µs": 1e3, "ms": 1e6, "s": 1e9}
 
 LATENCY_STATISTICS = ("median", "mean", "p05", "p95", "minimum", "maximum", "mad")
 SET_LIKE_SUPPORT_LISTS = ("hardwareArchitectures", "productsTested", "axes", "dtypes", "layouts")
@@ -54,7 +52,7 @@ def duration_ns(value: Any) -> Any:
     if match is None:
         return value
     number, unit = match.groups()
-    product = float(number) * UNIT_NS[unit]
+    product = float(number) * DURATION_NS[unit]
     if not product.is_integer() or product > MAX_SAFE_INTEGER:
         raise AmbiguousDuration(f"{value!r} is {product!r} ns, not a whole, safe integer")
     return int(product)
@@ -102,7 +100,7 @@ def _convert(container: dict[str, Any] | list[Any], key: Any, pointer: str) -> I
     try:
         container[key] = duration_ns(container[key])
     except AmbiguousDuration as error:
-        yield Problem(pointer, reasons.AMBIGUOUS_DURATION, str(error))
+        yield Problem(pointer, Reason.AMBIGUOUS_DURATION, str(error))
 
 
 def _run_durations(spec: dict[str, Any]) -> Iterator[Problem]:
@@ -125,6 +123,6 @@ def _observed_at(spec: dict[str, Any]) -> Iterator[Problem]:
     if isinstance(value, str) and not value.endswith("Z"):
         yield Problem(
             "/spec/observedAt",
-            reasons.BAD_TIMESTAMP,
+            Reason.BAD_TIMESTAMP,
             f"observedAt {value!r} must be a UTC instant ending in 'Z' (offsets are not accepted)",
         )

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipelines.sources.bundles import reasons
+from pipelines.records.rules import Reason
 from pipelines.sources.bundles.reader import Defect, Document, escape_pointer_token
 
 # Bundle section -> the kind its manifests must have.
@@ -78,7 +78,7 @@ def _lay_out_document(layout: Layout, document: Document, prefix: str) -> None:
     else:
         shown = "empty" if value is None else type(value).__name__
         detail = f"a document must be a bundle or a manifest, not {shown}"
-        reason = reasons.EMPTY if value is None else reasons.NOT_A_BUNDLE
+        reason = Reason.EMPTY if value is None else Reason.NOT_A_BUNDLE
         layout.stray.append(Defect(prefix, document.line, reason, detail))
 
 
@@ -89,14 +89,14 @@ def _lay_out_bundle(layout: Layout, document: Document, prefix: str) -> None:
         line = document.line_of(items, document.line_of(bundle))
         if key not in SECTIONS:
             layout.stray.append(
-                Defect(pointer, line, reasons.UNKNOWN_FIELD, f"unknown section {key!r}")
+                Defect(pointer, line, Reason.UNKNOWN_FIELD, f"unknown section {key!r}")
             )
             continue
         if items is None:
             continue  # an empty section
         if not isinstance(items, list):
             detail = f"section {key!r} must be a list"
-            layout.stray.append(Defect(pointer, line, reasons.SCHEMA_VIOLATION, detail))
+            layout.stray.append(Defect(pointer, line, Reason.SCHEMA_VIOLATION, detail))
             continue
         for index, item in enumerate(items):
             item_pointer = f"{pointer}/{index}"
@@ -121,7 +121,7 @@ def _lay_out_implementation(
         return
     if not isinstance(item, dict) or "manifest" not in item:
         detail = "an implementation must be {projectSlug, manifest}"
-        layout.stray.append(Defect(pointer, line, reasons.SCHEMA_VIOLATION, detail))
+        layout.stray.append(Defect(pointer, line, Reason.SCHEMA_VIOLATION, detail))
         return
     manifest = item["manifest"]
     slug = item.get("projectSlug")
@@ -135,14 +135,14 @@ def _lay_out_implementation(
     for key in _unknown_keys(item, IMPLEMENTATION_KEYS):
         detail = f"unknown field {key!r}"
         entry.defects.append(
-            Defect(f"{pointer}/{escape_pointer_token(key)}", line, reasons.UNKNOWN_FIELD, detail)
+            Defect(f"{pointer}/{escape_pointer_token(key)}", line, Reason.UNKNOWN_FIELD, detail)
         )
     if "projectSlug" in item and not isinstance(slug, str):
         entry.defects.append(
             Defect(
                 f"{pointer}/projectSlug",
                 line,
-                reasons.SCHEMA_VIOLATION,
+                Reason.SCHEMA_VIOLATION,
                 "projectSlug must be a string",
             )
         )
@@ -154,7 +154,7 @@ def _lay_out_run(
 ) -> None:
     if not isinstance(item, dict) or "run" not in item:
         detail = "a runs item must be {run, protocol, environment}"
-        layout.stray.append(Defect(pointer, line, reasons.SCHEMA_VIOLATION, detail))
+        layout.stray.append(Defect(pointer, line, Reason.SCHEMA_VIOLATION, detail))
         return
     entries = [
         Entry(
@@ -170,7 +170,7 @@ def _lay_out_run(
     for key in _unknown_keys(item, RUN_KEYS):
         detail = f"unknown field {key!r}"
         entries[0].defects.append(
-            Defect(f"{pointer}/{escape_pointer_token(key)}", line, reasons.UNKNOWN_FIELD, detail)
+            Defect(f"{pointer}/{escape_pointer_token(key)}", line, Reason.UNKNOWN_FIELD, detail)
         )
     layout.entries.extend(entries)
 

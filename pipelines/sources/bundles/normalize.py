@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipelines.records import Record, RowOutcome
-from pipelines.sources.bundles import reasons
+from pipelines.records.rules import Reason
 from pipelines.sources.bundles.canonicalize import Problem
 from pipelines.sources.bundles.facts import run_facts
 from pipelines.sources.bundles.layout import Entry, lay_out
@@ -91,7 +91,7 @@ def normalize_bundle_bytes(
         )
         return
     if not documents:
-        yield RowOutcome(1, "quarantined", _head(data), reasons.EMPTY, "no document", pointer="")
+        yield RowOutcome(1, "quarantined", _head(data), Reason.EMPTY, "no document", pointer="")
         return
     layout = lay_out(documents)
     outcomes = [_stray_outcome(defect) for defect in layout.stray]
@@ -175,13 +175,13 @@ def _dependency_problem(
         detail = f"{digest} names the {expected} at {where.entry.pointer}, which is invalid: " + (
             describe(where.problems)
         )
-        return Problem(pointer, reasons.INVALID_DEPENDENCY, detail)
+        return Problem(pointer, Reason.INVALID_DEPENDENCY, detail)
     if known_digest(digest):
         return None
     others = sorted({c.kind or "?" for c in by_digest.get(digest, [])})
     found = f" (it names a {', '.join(others)})" if others else ""
     detail = f"no {expected} with digest {digest} in the bundle or the index{found}"
-    return Problem(pointer, reasons.DANGLING_DIGEST, detail)
+    return Problem(pointer, Reason.DANGLING_DIGEST, detail)
 
 
 def _quarantine_runs_with_bad_parts(checked: list[Checked]) -> None:
@@ -220,7 +220,7 @@ def _outcomes(checked: list[Checked]) -> Iterator[RowOutcome]:
                 item.entry.line,
                 "quarantined",
                 _raw(item.entry.value),
-                "duplicate",
+                Reason.DUPLICATE,
                 detail,
                 pointer=item.entry.pointer,
             )

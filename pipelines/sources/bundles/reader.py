@@ -31,7 +31,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml import events as ev
 from ruamel.yaml.error import YAMLError
 
-from pipelines.sources.bundles import reasons
+from pipelines.records.rules import Reason
 from pipelines.sources.json_input import too_deep_at
 
 DEFAULT_MAX_BYTES = 16 * 1024 * 1024
@@ -116,14 +116,14 @@ def read_documents(data: bytes | str, limits: ReadLimits = DEFAULT_LIMITS) -> Re
 def decode_text(data: bytes | str, limits: ReadLimits) -> str:
     size = len(data.encode("utf-8")) if isinstance(data, str) else len(data)
     if size > limits.max_bytes:
-        raise ReadError(reasons.TOO_LARGE, f"{size} bytes exceeds the limit of {limits.max_bytes}")
+        raise ReadError(Reason.TOO_LARGE, f"{size} bytes exceeds the limit of {limits.max_bytes}")
     if isinstance(data, str):
         return data.removeprefix("\ufeff")
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as error:
         raise ReadError(
-            reasons.ENCODING, f"not UTF-8: {error.reason} at byte {error.start}"
+            Reason.ENCODING, f"not UTF-8: {error.reason} at byte {error.start}"
         ) from None
 
 
@@ -141,7 +141,7 @@ def bracket_depth_guard(text: str, limits: ReadLimits) -> None:
     that nests 64 brackets deep is not a bundle anyway."""
     line = too_deep_at(text, limits.max_depth)
     if line is not None:
-        raise ReadError(reasons.TOO_DEEP, f"nesting deeper than {limits.max_depth}", line)
+        raise ReadError(Reason.TOO_DEEP, f"nesting deeper than {limits.max_depth}", line)
 
 
 def _reject_constant(name: str) -> Any:
@@ -175,7 +175,7 @@ def read_json(text: str, limits: ReadLimits) -> Document:
         value = decoder.decode(text)
     except ValueError as error:
         line = error.lineno if isinstance(error, json.JSONDecodeError) else 1
-        raise _NotJson(ReadError(reasons.JSON_SYNTAX, str(error), line)) from None
+        raise _NotJson(ReadError(Reason.JSON_SYNTAX, str(error), line)) from None
     offsets = _line_offsets(text)
     document = Document(value, 1)
     document.lines = {key: _line_at(offsets, pos) for key, pos in starts.items()}
@@ -185,7 +185,7 @@ def read_json(text: str, limits: ReadLimits) -> Document:
             path = [*paths.get(mapping_id, []), key]
             line = document.lines.get(mapping_id, 1)
             document.defects.append(
-                Defect(pointer_of(path), line, reasons.DUPLICATE_KEY, f"duplicate key {key!r}")
+                Defect(pointer_of(path), line, Reason.DUPLICATE_KEY, f"duplicate key {key!r}")
             )
     return document
 
@@ -316,7 +316,7 @@ class _DocumentBuilder:
         self.budget[1] += nodes
         if self.budget[1] > self.limits.max_nodes:
             raise ReadError(
-                reasons.TOO_MANY_ALIASES,
+                Reason.TOO_MANY_ALIASES,
                 f"more than {self.limits.max_nodes} nodes once aliases are expanded",
                 line,
             )
@@ -338,7 +338,7 @@ class _DocumentBuilder:
     def check_tag(self, tag: str | None, allowed: set[str], line: int) -> bool:
         if tag is None or tag in allowed:
             return True
-        self.defect(reasons.CUSTOM_TAG, f"tag {tag!r} is not allowed", line)
+        self.defect(Reason.CUSTOM_TAG, f"tag {tag!r} is not allowed", line)
         return False
 
     def scalar(self, event: Any, line: int) -> None:
@@ -349,7 +349,7 @@ class _DocumentBuilder:
         elif tag is not None:
             value = _tagged_scalar(tag, event.value)
             if value is _INVALID:
-                self.defect(reasons.CUSTOM_TAG, f"{event.value!r} is not a valid {tag}", line)
+                self.defect(Reason.CUSTOM_TAG, f"{event.value!r} is not a valid {tag}", line)
         elif event.style is None:
             value = resolve_plain(event.value)
         else:
@@ -363,20 +363,20 @@ class _DocumentBuilder:
         self.budget[0] += 1
         if self.budget[0] > self.limits.max_aliases:
             raise ReadError(
-                reasons.TOO_MANY_ALIASES, f"more than {self.limits.max_aliases} aliases", line
+                Reason.TOO_MANY_ALIASES, f"more than {self.limits.max_aliases} aliases", line
             )
         try:
             value, nodes = self.anchors[event.anchor]
         except KeyError:
             raise ReadError(
-                reasons.YAML_SYNTAX, f"alias *{event.anchor} names no complete anchor", line
+                Reason.YAML_SYNTAX, f"alias *{event.anchor} names no complete anchor", line
             ) from None
         self.count(nodes, line)
         self.add(value, nodes, line)
 
     def start(self, event: Any, line: int) -> None:
         if len(self.stack) >= self.limits.max_depth:
-            raise ReadError(reasons.TOO_DEEP, f"nesting deeper than {self.limits.max_depth}", line)
+            raise ReadError(Reason.TOO_DEEP, f"nesting deeper than {self.limits.max_depth}", line)
         is_map = isinstance(event, ev.MappingStartEvent)
         allowed = {f"{_CORE}map" if is_map else f"{_CORE}seq", "!"}
         self.check_tag(event.tag, allowed, line)
@@ -405,12 +405,12 @@ class _DocumentBuilder:
                     )
                     parent = [*self.prefix, *(f.slot() for f in self.stack[:-1])]
                     detail = f"key {shown} is not a string"
-                    self.defect(reasons.NON_STRING_KEY, detail, line, [*parent, shown])
+                    self.defect(Reason.NON_STRING_KEY, detail, line, [*parent, shown])
                 frame.skip_value = True
             elif value in frame.container:
                 parent = [*self.prefix, *(f.slot() for f in self.stack[:-1])]
                 self.defect(
-                    reasons.DUPLICATE_KEY, f"duplicate key {value!r}", line, [*parent, value]
+                    Reason.DUPLICATE_KEY, f"duplicate key {value!r}", line, [*parent, value]
                 )
                 frame.skip_value = True  # first one wins
             frame.key = value
@@ -441,9 +441,9 @@ def read_yaml(text: str, limits: ReadLimits) -> Iterator[Document]:
         mark = getattr(error, "problem_mark", None)
         where = mark.line + 1 if mark is not None else line
         problem = getattr(error, "problem", None) or str(error)
-        raise ReadError(reasons.YAML_SYNTAX, str(problem).strip(), where) from None
+        raise ReadError(Reason.YAML_SYNTAX, str(problem).strip(), where) from None
     except RecursionError:
-        raise ReadError(reasons.TOO_DEEP, "nesting too deep for the parser", line) from None
+        raise ReadError(Reason.TOO_DEEP, "nesting too deep for the parser", line) from None
     if len(builders) > 1:
         # In a stream, pointers are prefixed by the document's index.
         for index, item in enumerate(builders):

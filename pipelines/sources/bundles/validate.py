@@ -11,7 +11,7 @@ from jsonschema.exceptions import ValidationError
 from pipelines import API_VERSION
 from pipelines.records.canonical import manifest_digest
 from pipelines.records.manifests import SCHEMA_FILES, validator
-from pipelines.sources.bundles import reasons
+from pipelines.records.rules import Reason
 from pipelines.sources.bundles.canonicalize import Problem, canonicalize
 from pipelines.sources.bundles.reader import escape_pointer_token
 
@@ -19,17 +19,17 @@ DIGEST_PATTERN = "^sha256:[0-9a-f]{64}$"
 
 # When a manifest has several problems, its reason is the most specific one.
 REASON_PRIORITY = (
-    reasons.DUPLICATE_KEY,
-    reasons.CUSTOM_TAG,
-    reasons.NON_STRING_KEY,
-    reasons.UNKNOWN_KIND,
-    reasons.WRONG_SECTION,
-    reasons.AMBIGUOUS_DURATION,
-    reasons.BAD_TIMESTAMP,
-    reasons.UNKNOWN_FIELD,
-    reasons.BAD_DIGEST,
-    reasons.SCHEMA_VIOLATION,
-    reasons.NON_CANONICAL_NUMBER,
+    Reason.DUPLICATE_KEY,
+    Reason.CUSTOM_TAG,
+    Reason.NON_STRING_KEY,
+    Reason.UNKNOWN_KIND,
+    Reason.WRONG_SECTION,
+    Reason.AMBIGUOUS_DURATION,
+    Reason.BAD_TIMESTAMP,
+    Reason.UNKNOWN_FIELD,
+    Reason.BAD_DIGEST,
+    Reason.SCHEMA_VIOLATION,
+    Reason.NON_CANONICAL_NUMBER,
 )
 MAX_DETAIL_PROBLEMS = 10
 
@@ -81,31 +81,29 @@ def describe(problems: list[Problem]) -> str:
 def check_manifest(value: Any, expected_kind: str | None = None) -> CheckedManifest:
     """Canonicalize, validate and hash one manifest as authored."""
     if not isinstance(value, dict):
-        problem = Problem("", reasons.SCHEMA_VIOLATION, "a manifest must be a mapping")
+        problem = Problem("", Reason.SCHEMA_VIOLATION, "a manifest must be a mapping")
         return CheckedManifest(None, value, None, [problem])
     kind = value.get("kind")
     if not isinstance(kind, str) or kind not in SCHEMA_FILES:
         detail = f"kind {kind!r} is not one of {', '.join(SCHEMA_FILES)}"
-        return CheckedManifest(None, value, None, [Problem("/kind", reasons.UNKNOWN_KIND, detail)])
+        return CheckedManifest(None, value, None, [Problem("/kind", Reason.UNKNOWN_KIND, detail)])
     manifest, problems = canonicalize(value)
     if expected_kind is not None and kind != expected_kind:
         detail = f"expected a {expected_kind} here, found a {kind}"
-        problems.append(Problem("/kind", reasons.WRONG_SECTION, detail))
+        problems.append(Problem("/kind", Reason.WRONG_SECTION, detail))
     problems.extend(schema_problems(manifest))
     digest = None
     if isinstance(manifest.get("spec"), dict):
         try:
             digest = manifest_digest(manifest)
         except Exception as error:  # rfc8785 refuses numbers outside the I-JSON domain
-            problems.append(Problem("/spec", reasons.NON_CANONICAL_NUMBER, str(error)))
+            problems.append(Problem("/spec", Reason.NON_CANONICAL_NUMBER, str(error)))
     return CheckedManifest(kind, manifest, digest, problems)
 
 
 def schema_problems(manifest: Mapping[str, Any]) -> Iterator[Problem]:
     if manifest.get("apiVersion") != API_VERSION:
-        yield Problem(
-            "/apiVersion", reasons.SCHEMA_VIOLATION, f"apiVersion must be {API_VERSION!r}"
-        )
+        yield Problem("/apiVersion", Reason.SCHEMA_VIOLATION, f"apiVersion must be {API_VERSION!r}")
     for error in validator(str(manifest["kind"])).iter_errors(dict(manifest)):
         yield from classify(error)
 
@@ -125,13 +123,13 @@ def classify(error: ValidationError) -> Iterator[Problem]:
         extra = [key for key in error.instance if key not in known] or ["?"]
         for key in extra:
             pointer = f"{base}/{escape_pointer_token(key)}"
-            yield Problem(pointer, reasons.UNKNOWN_FIELD, f"unknown field {key!r}")
+            yield Problem(pointer, Reason.UNKNOWN_FIELD, f"unknown field {key!r}")
         return
     if (
         error.validator == "pattern"
         and isinstance(error.schema, dict)
         and error.schema.get("pattern") == DIGEST_PATTERN
     ):
-        yield Problem(base, reasons.BAD_DIGEST, f"{error.instance!r} is not sha256:<64 hex>")
+        yield Problem(base, Reason.BAD_DIGEST, f"{error.instance!r} is not sha256:<64 hex>")
         return
-    yield Problem(base, reasons.SCHEMA_VIOLATION, error.message)
+    yield Problem(base, Reason.SCHEMA_VIOLATION, error.message)

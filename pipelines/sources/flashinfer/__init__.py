@@ -65,9 +65,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pipelines.curation import load
-from pipelines.curation.gaps import UNSPECIFIED
 from pipelines.records import RowOutcome
 from pipelines.records.canonical import manifest_digest
+from pipelines.records.rules import NAME_LIMIT, UNSPECIFIED, Reason, key_of, name_of
 from pipelines.sources.json_input import (
     JsonInputError,
     KeyedObject,
@@ -91,9 +91,7 @@ from pipelines.sources.measured import (
     RunStatus,
     Tensor,
     implementation_manifest,
-    key_of,
     manifest_outcome,
-    name_of,
     number,
     observe,
     operation_manifest,
@@ -111,7 +109,7 @@ if TYPE_CHECKING:
 
 SOURCE = "flashinfer-trace"
 REPOSITORY = "https://github.com/flashinfer-ai/flashinfer-bench"
-AWAITING_DEFINITION = "awaiting_definition"
+AWAITING_DEFINITION = Reason.AWAITING_DEFINITION
 
 # The project a solution belongs to: a trace names the solution only, not who wrote it.
 SOLUTIONS = Project("FlashInfer-Trace solutions")
@@ -284,14 +282,14 @@ class FlashInferTrace(HarnessSource):
 def operation_of_definition(document: Any) -> Operation:
     """The operation a definition states."""
     if not isinstance(document, dict):
-        raise ObservationError("malformed_record", "a definition is an object")
+        raise ObservationError(Reason.MALFORMED_RECORD, "a definition is an object")
     name = _text(document, "name")
     family = document.get("op_type", document.get("type"))
     if not isinstance(family, str) or not family.strip():
-        raise ObservationError("missing_field", "no op_type")
+        raise ObservationError(Reason.MISSING_FIELD, "no op_type")
     axes_doc = document.get("axes")
     if not isinstance(axes_doc, dict) or not axes_doc:
-        raise ObservationError("missing_field", "no axes")
+        raise ObservationError(Reason.MISSING_FIELD, "no axes")
     axes: dict[str, int | None] = {}
     for axis, spec in axes_doc.items():
         kind = spec.get("type") if isinstance(spec, dict) else None
@@ -300,16 +298,16 @@ def operation_of_definition(document: Any) -> Operation:
         elif kind == "const":
             value = spec.get("value")
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ObservationError("bad_value", f"axis {axis!r} has value {value!r}")
+                raise ObservationError(Reason.BAD_VALUE, f"axis {axis!r} has value {value!r}")
             axes[axis] = value
         else:
-            raise ObservationError("bad_value", f"axis {axis!r} is neither var nor const")
+            raise ObservationError(Reason.BAD_VALUE, f"axis {axis!r} is neither var nor const")
     reference = document.get("reference")
     description = document.get("description")
     return Operation(
         name=operation_name(name),
         family=family,
-        title=name[:200],
+        title=name[:NAME_LIMIT],
         description=description if isinstance(description, str) and description else None,
         axes=axes,
         inputs=_tensors(document, "inputs", axes),
@@ -322,19 +320,19 @@ def operation_of_definition(document: Any) -> Operation:
 def _tensors(document: dict[str, Any], field: str, axes: Mapping[str, Any]) -> tuple[Tensor, ...]:
     tensors = document.get(field)
     if not isinstance(tensors, dict) or not tensors:
-        raise ObservationError("missing_field", f"no {field}")
+        raise ObservationError(Reason.MISSING_FIELD, f"no {field}")
     result = []
     for name, spec in tensors.items():
         if not isinstance(spec, dict):
-            raise ObservationError("bad_value", f"{field} {name!r} is not an object")
+            raise ObservationError(Reason.BAD_VALUE, f"{field} {name!r} is not an object")
         dtype = spec.get("dtype", UNSPECIFIED)  # the first definitions stated none
         if not isinstance(dtype, str) or not dtype:
-            raise ObservationError("bad_value", f"{field} {name!r} has dtype {dtype!r}")
+            raise ObservationError(Reason.BAD_VALUE, f"{field} {name!r} has dtype {dtype!r}")
         shape = spec.get("shape")
         if shape is None:  # a scalar
             shape = []
         if not isinstance(shape, list) or any(a not in axes for a in shape):
-            raise ObservationError("bad_value", f"{field} {name!r} names an axis not defined")
+            raise ObservationError(Reason.BAD_VALUE, f"{field} {name!r} names an axis not defined")
         result.append(Tensor(name, tuple(shape), dtype))
     return tuple(result)
 
@@ -352,7 +350,7 @@ def _labels(tags: Any) -> dict[str, str]:
         if not _LABEL_KEY.match(key) or not value:
             continue
         joined = f"{labels[key]},{value}" if key in labels else value
-        if len(joined) <= 200:
+        if len(joined) <= NAME_LIMIT:
             labels[key] = joined
     return labels
 
@@ -421,7 +419,7 @@ class _Definitions:
             return operation_of_manifest(manifest)
         except (KeyError, TypeError, AttributeError, ValueError) as error:
             detail = f"definition {definition}'s OperationSpec cannot be read: {error!r}"
-            return ObservationError("invalid_definition", detail)
+            return ObservationError(Reason.INVALID_DEFINITION, detail)
 
 
 def _memo(named: Callable[[str, str], dict[str, Any] | None]) -> Callable[..., Any]:
@@ -476,13 +474,13 @@ def definitions_named(data: bytes) -> Iterator[str]:
 def implementation_of(solution: str) -> Implementation:
     """The implementation a trace's solution is: what a trace says of it, its name."""
     if not solution.strip():
-        raise ObservationError("missing_field", "no solution")
-    return Implementation(solution[:200], SOLUTIONS)
+        raise ObservationError(Reason.MISSING_FIELD, "no solution")
+    return Implementation(solution[:NAME_LIMIT], SOLUTIONS)
 
 
 def _solution_outcome(document: Any, lookup: _Definitions) -> RowOutcome:
     if not isinstance(document, dict):
-        raise ObservationError("malformed_record", "a solution is an object")
+        raise ObservationError(Reason.MALFORMED_RECORD, "a solution is an object")
     definition = _text(document, "definition")
     implementation = implementation_of(_text(document, "name"))
     operation = lookup.get(definition)
@@ -533,11 +531,11 @@ def _unmeasured_dropped(trace: Any) -> Any:
 
 def _trace(trace: Any, line: int, operation_of: OperationLookup) -> Entry:
     if not isinstance(trace, dict):
-        raise ObservationError("malformed_record", "a trace is an object")
+        raise ObservationError(Reason.MALFORMED_RECORD, "a trace is an object")
     definition = _text(trace, "definition")
     workload = trace.get("workload")
     if not isinstance(workload, dict):
-        raise ObservationError("missing_field", "no workload")
+        raise ObservationError(Reason.MISSING_FIELD, "no workload")
     axes = _workload_axes(workload.get("axes"))
     operation = operation_of(definition)
     if operation is None:
@@ -546,17 +544,17 @@ def _trace(trace: Any, line: int, operation_of: OperationLookup) -> Entry:
         return _workload_outcome(operation, axes, line, raw_text(trace))
     evaluation = trace.get("evaluation")
     if not isinstance(evaluation, dict):
-        raise ObservationError("missing_field", "no evaluation")
+        raise ObservationError(Reason.MISSING_FIELD, "no evaluation")
     solution = _text(trace, "solution")
     uuid = _workload_id(workload)
     native = str(evaluation.get("status"))
     status = STATUSES.get(native) or STATUSES_2025.get(native)
     if status is None:
-        raise ObservationError("bad_value", f"unknown status {evaluation.get('status')!r}")
+        raise ObservationError(Reason.BAD_VALUE, f"unknown status {evaluation.get('status')!r}")
     labels = {"flashinfer_status": native} if native in STATUSES_2025 else {}
     timestamp = evaluation.get("timestamp")
     if not isinstance(timestamp, str) or not timestamp.strip():
-        raise ObservationError("missing_field", "no evaluation timestamp")
+        raise ObservationError(Reason.MISSING_FIELD, "no evaluation timestamp")
     correctness, nonfinite = _correctness(evaluation.get("correctness"))
     latency, measurements = _performance(evaluation.get("performance"))
     return Observation(
@@ -597,7 +595,7 @@ def _workload_id(workload: Mapping[str, Any]) -> str:
     if isinstance(uuid, str) and uuid:
         return uuid
     if "uuid" in workload:
-        raise ObservationError("bad_value", f"workload uuid is {uuid!r}")
+        raise ObservationError(Reason.BAD_VALUE, f"workload uuid is {uuid!r}")
     content = {"axes": workload.get("axes"), "inputs": workload.get("inputs")}
     canonical = json.dumps(content, sort_keys=True, ensure_ascii=False, default=str)
     return "workload-" + hashlib.sha256(canonical.encode()).hexdigest()[:16]
@@ -622,11 +620,11 @@ def _workload_axes(axes: Any) -> dict[str, int]:
     if axes is None:
         return {}
     if not isinstance(axes, dict):
-        raise ObservationError("bad_value", "workload axes are an object")
+        raise ObservationError(Reason.BAD_VALUE, "workload axes are an object")
     result = {}
     for axis, value in axes.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ObservationError("bad_value", f"workload axis {axis!r} is {value!r}")
+            raise ObservationError(Reason.BAD_VALUE, f"workload axis {axis!r} is {value!r}")
         result[key_of(axis)] = value
     return result
 
@@ -648,7 +646,7 @@ def _correctness(correctness: Any) -> tuple[dict[str, float | str] | None, dict[
     if correctness is None:
         return None, {}
     if not isinstance(correctness, dict):
-        raise ObservationError("bad_value", "correctness is an object")
+        raise ObservationError(Reason.BAD_VALUE, "correctness is an object")
     result: dict[str, float | str] = {"comparator": COMPARATOR}
     nonfinite: dict[str, str] = {}
     for field, target in (
@@ -669,7 +667,7 @@ def _performance(performance: Any) -> tuple[dict[str, int], tuple[Measurement, .
     if performance is None:
         return {}, ()
     if not isinstance(performance, dict):
-        raise ObservationError("bad_value", "performance is an object")
+        raise ObservationError(Reason.BAD_VALUE, "performance is an object")
     latency = {"mean": to_ns(number(performance.get("latency_ms"), "latency_ms"), "ms")}
     measurements = []
     reference = performance.get("reference_latency_ms")
@@ -685,10 +683,10 @@ def _performance(performance: Any) -> tuple[dict[str, int], tuple[Measurement, .
 
 def _environment(environment: Any) -> Environment:
     if not isinstance(environment, dict):
-        raise ObservationError("missing_field", "no environment")
+        raise ObservationError(Reason.MISSING_FIELD, "no environment")
     libs = environment.get("libs") or {}
     if not isinstance(libs, dict):
-        raise ObservationError("bad_value", "environment libs are an object")
+        raise ObservationError(Reason.BAD_VALUE, "environment libs are an object")
     versions = {str(k): str(v) for k, v in libs.items() if v is not None}
     if "hardware" in environment or "device" not in environment:
         hardware = _text(environment, "hardware")
@@ -709,5 +707,5 @@ def _environment(environment: Any) -> Environment:
 def _text(document: Mapping[str, Any], field: str) -> str:
     value = document.get(field)
     if not isinstance(value, str) or not value.strip():
-        raise ObservationError("missing_field", f"no {field}")
+        raise ObservationError(Reason.MISSING_FIELD, f"no {field}")
     return value

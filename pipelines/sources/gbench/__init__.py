@@ -49,7 +49,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
-from pipelines.curation.gaps import UNSPECIFIED
+from pipelines.records.rules import DURATION_NS, NAME_LIMIT, UNSPECIFIED, Reason
 from pipelines.sources.json_input import (
     JsonInputError,
     Marks,
@@ -59,7 +59,6 @@ from pipelines.sources.json_input import (
     read_document,
 )
 from pipelines.sources.measured import (
-    DURATION_UNITS,
     Entry,
     Environment,
     Implementation,
@@ -128,7 +127,6 @@ _STATISTICS = {"stddev": "stdev", "min": "minimum", "max": "maximum"}
 # Name parts that are settings of the harness, not sizes of the case.
 _SETTINGS = frozenset({"repeats", "iterations", "min_time", "min_warmup_time"})
 _TIMERS = frozenset({"real_time", "manual_time", "process_time"})
-MODE_LIMIT = 200
 
 # Custom context keys (AddCustomContext, `--benchmark_context=k=v`) that name the GPU.
 _GPU_KEYS = (
@@ -182,7 +180,7 @@ class GoogleBenchmarkJson(HarnessSource):
     def entries(self, data: bytes, context: SourceContext) -> Iterator[Entry]:
         document = read_document(data, named=self.title)
         if not isinstance(document, dict) or not isinstance(document.get("benchmarks"), list):
-            raise JsonInputError("malformed_record", "Google Benchmark JSON has benchmarks[]")
+            raise JsonInputError(Reason.MALFORMED_RECORD, "Google Benchmark JSON has benchmarks[]")
         header = document.get("context")
         header = header if isinstance(header, dict) else {}
         rows = document["benchmarks"]
@@ -194,7 +192,10 @@ class GoogleBenchmarkJson(HarnessSource):
             line = getattr(row, "line", None) or 1
             problem = defect(row)
             if not isinstance(row, dict) or problem is not None:
-                reason, detail = problem or ("malformed_record", "a benchmark row is an object")
+                reason, detail = problem or (
+                    Reason.MALFORMED_RECORD,
+                    "a benchmark row is an object",
+                )
                 outcomes[i] = [quarantined(line, pointer, raw_text(row), reason, detail)]
                 continue
             try:
@@ -217,18 +218,8 @@ class GoogleBenchmarkJson(HarnessSource):
                 f"/benchmarks/{i}",
                 partial(_group_observation, file, group),
             )
-        seen: set[str] = set()
         for i in sorted(outcomes):
-            for entry in outcomes[i]:
-                if isinstance(entry, Observation):
-                    if entry.external_id in seen:
-                        detail = f"{entry.external_id!r} is reported twice in the file"
-                        yield quarantined(
-                            entry.line, entry.pointer, entry.raw, "duplicate_run", detail
-                        )
-                        continue
-                    seen.add(entry.external_id)
-                yield entry
+            yield from outcomes[i]
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,7 +240,7 @@ class _Row:
     def of(cls, index: int, row: Mapping[str, Any], names: set[Any]) -> _Row:
         name = row.get("name")
         if not isinstance(name, str) or not name.strip():
-            raise ObservationError("missing_field", "the row has no name")
+            raise ObservationError(Reason.MISSING_FIELD, "the row has no name")
         aggregate = row.get("aggregate_name")
         run_name = row.get("run_name")
         if row.get("run_type") == "aggregate" or aggregate is not None:
@@ -259,7 +250,7 @@ class _Row:
             if aggregate is None:  # an aggregate that names no statistic: its numbers stay,
                 aggregate = UNSPECIFIED  # under no statistic
             if not isinstance(aggregate, str) or not aggregate:
-                raise ObservationError("bad_value", f"aggregate_name is {aggregate!r}")
+                raise ObservationError(Reason.BAD_VALUE, f"aggregate_name is {aggregate!r}")
         elif row.get("run_type") is None:  # files before run_type: `BM_x/repeats:3_mean`
             old = re.fullmatch(r"(.+)_(mean|median|stddev|cv)", name)
             if old and ("repeats:" in old.group(1) or old.group(1) in names):
@@ -362,7 +353,7 @@ class _File:
         else:
             received = context.received_time()
             if received is None:
-                raise ObservationError("missing_field", "no time: the context has no date")
+                raise ObservationError(Reason.MISSING_FIELD, "no time: the context has no date")
             observed_at = utc_instant(received)
         executable = header.get("executable")
         program = UNSPECIFIED
@@ -426,7 +417,7 @@ def _observation(file: _File | ObservationError, group: _Group) -> Observation:
     row = group.representative
     if row.row.get("skipped") is True:
         message = row.row.get("skip_message")
-        raise ObservationError("skipped_state", str(message) if message else "skipped")
+        raise ObservationError(Reason.SKIPPED_STATE, str(message) if message else "skipped")
     family, axes, parameters, timer, mode = _case(group.run_name)
     labels: dict[str, str] = {}
     label = row.row.get("label")
@@ -459,7 +450,7 @@ def _observation(file: _File | ObservationError, group: _Group) -> Observation:
     elif group.kind == "complexity":
         external_id = f"{group.run_name}_BigO"
     if status == "passed" and not facts.latency and not facts.measurements:
-        raise ObservationError("missing_field", "the row has no time or counter")
+        raise ObservationError(Reason.MISSING_FIELD, "the row has no time or counter")
     return Observation(
         source=SOURCE,
         external_id=external_id,
@@ -499,8 +490,8 @@ class _Facts:
 
 def _time_unit(row: Mapping[str, Any]) -> str:
     unit = row.get("time_unit", "ns")
-    if unit not in DURATION_UNITS:
-        raise ObservationError("unknown_unit", f"time_unit {unit!r}")
+    if unit not in DURATION_NS:
+        raise ObservationError(Reason.UNKNOWN_UNIT, f"time_unit {unit!r}")
     return str(unit)
 
 
@@ -531,7 +522,7 @@ def _aggregates(group: _Group) -> _Facts:
     for row in group.rows:
         name = row.aggregate or "value"
         if name in seen:
-            raise ObservationError("duplicate_aggregate", f"aggregate {name!r} appears twice")
+            raise ObservationError(Reason.DUPLICATE_AGGREGATE, f"aggregate {name!r} appears twice")
         seen.add(name)
         statistic = _statistic(name)
         fraction = row.row.get("aggregate_unit") == "percentage"
@@ -557,7 +548,7 @@ def _complexity(group: _Group, labels: dict[str, str]) -> _Facts:
     facts = _Facts()
     for row in group.rows:
         if row.aggregate == "BigO":
-            factor = DURATION_UNITS[_time_unit(row.row)]
+            factor = DURATION_NS[_time_unit(row.row)]
             for key in ("real_coefficient", "cpu_coefficient"):
                 if key in row.row:
                     value = number(row.row[key], key) * factor
@@ -622,4 +613,4 @@ def _case(run_name: str) -> tuple[str, dict[str, int], dict[str, str], str, str 
             parameters[key] = value
             if key not in _SETTINGS:
                 variant.append(part)
-    return family or run_name, axes, parameters, timer, "/".join(variant)[:MODE_LIMIT] or None
+    return family or run_name, axes, parameters, timer, "/".join(variant)[:NAME_LIMIT] or None

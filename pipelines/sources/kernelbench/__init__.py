@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from functools import partial
 from typing import Any
 
-from pipelines.curation.gaps import UNSPECIFIED
+from pipelines.records.rules import UNSPECIFIED, Reason
 from pipelines.sources.json_input import (
     JsonInputError,
     Marks,
@@ -62,7 +62,7 @@ REPOSITORY = "https://github.com/ScalingIntelligence/KernelBench"
 _PROBLEM = re.compile(r'"[^"\\]+\.py"\s*:\s*(?:\{|null\b)')
 _PROBLEM_TIMED = re.compile(r'"[^"\\]+\.py"\s*:\s*\{')
 _TIMING = re.compile(r'"(?:num_trials|mean)"\s*:\s*-?[\d.]')
-MEASUREMENT_FAILED = "measurement_failed"
+MEASUREMENT_FAILED = Reason.MEASUREMENT_FAILED
 MARKS = Marks.of(
     (_PROBLEM.pattern, "no level holds a problem file"),
     (_TIMING.pattern, "no problem with a mean or num_trials in any level"),
@@ -111,12 +111,14 @@ class KernelBenchTiming(HarnessSource):
     def entries(self, data: bytes, context: SourceContext) -> Iterator[Entry]:
         document = read_document(data, named=self.title)
         if not isinstance(document, dict):
-            raise JsonInputError("malformed_record", "KernelBench timing is an object of levels")
+            raise JsonInputError(
+                Reason.MALFORMED_RECORD, "KernelBench timing is an object of levels"
+            )
         for level, problems in document.items():
             if not isinstance(problems, dict):
                 detail = f"{level!r} is not a level of problem files"
                 yield quarantined(
-                    1, f"/{escape(level)}", raw_text(problems), "malformed_record", detail
+                    1, f"/{escape(level)}", raw_text(problems), Reason.MALFORMED_RECORD, detail
                 )
                 continue
             line = getattr(problems, "line", None) or 1
@@ -140,15 +142,15 @@ class KernelBenchTiming(HarnessSource):
 def _observation(level: str, problem: str, timing: Any, *, context: SourceContext) -> Observation:
     if not isinstance(timing, dict):
         detail = f"a problem's timing is an object, not {type(timing).__name__}"
-        raise ObservationError("malformed_record", detail)
+        raise ObservationError(Reason.MALFORMED_RECORD, detail)
     received = context.received_time()
     if received is None:
-        raise ObservationError("missing_field", "no time: the file records none")
+        raise ObservationError(Reason.MISSING_FIELD, "no time: the file records none")
     if _mean_only(timing):
         return _mean_only_observation(level, problem, timing, received)
     hardware = timing.get("hardware")
     if not isinstance(hardware, str) or not hardware.strip():
-        raise ObservationError("missing_field", "no hardware")
+        raise ObservationError(Reason.MISSING_FIELD, "no hardware")
     latency = {
         "mean": to_ns(number(timing["mean"], "mean"), "ms"),
         "minimum": to_ns(number(timing["min"], "min"), "ms"),

@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 
 from pipelines.records import Record, RowOutcome
 from pipelines.records.canonical import canonical_json, number_text
+from pipelines.records.rules import SHORT_LIMIT, Reason, joined_slugs, safe_columns
 from pipelines.sources.liger.model import (
     Layout,
     Normalizer,
@@ -42,14 +43,10 @@ from pipelines.sources.liger.model import (
 )
 from pipelines.sources.liger.read import CsvRecord, LigerCsv, open_liger_csv
 from pipelines.sources.liger.rules import (
-    NAME_LIMIT,
     CsvLayout,
-    Reason,
     RowRejected,
     Stamp,
     epoch_stamps,
-    in_range,
-    joined_slugs,
     parse_positive,
     parse_spread,
     positive_numbers,
@@ -213,7 +210,7 @@ def _read(
     scale = np.array([s.scale if isinstance(s, Series) else 1.0 for s in series])[series_ids]
     with np.errstate(invalid="ignore"):  # an absent statistic is NaN, and stays NaN
         rounded = stored_values(np.stack(stats, axis=1), scale[:, None])
-    for row in np.flatnonzero(~in_range(rounded) & ~failures.failed).tolist():
+    for row in np.flatnonzero(~safe_columns(rounded) & ~failures.failed).tolist():
         largest = max(float(s[row]) for s in stats if not np.isnan(s[row]))
         failures.set(row, RowRejected(Reason.BAD_NUMBER, f"value out of range: {largest!r}"))
     index = np.flatnonzero(~failures.failed)
@@ -379,7 +376,7 @@ def _assemble(rows: Runs) -> None:
         "workload": by_workload([json_string(w.record.digest) for w in rows.workloads]),
         # slugs are ASCII: cutting code units is cutting characters, and nothing is escaped
         "name": pc.binary_join_element_wise(
-            '"', pc.utf8_slice_codeunits(names, 0, NAME_LIMIT), '"', ""
+            '"', pc.utf8_slice_codeunits(names, 0, SHORT_LIMIT), '"', ""
         ),
         "labels": _Lookup(label_codes)([canonical_json(label).decode() for label in labels]),
     }

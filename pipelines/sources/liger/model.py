@@ -33,10 +33,8 @@ from pipelines.curation import (
     load,
 )
 from pipelines.curation.gaps import (
-    UNSPECIFIED,
     Gap,
     UncuratedCase,
-    axis_name,
     gap_labels,
     gpu_hardware,
 )
@@ -46,11 +44,12 @@ from pipelines.records.canonical import (
     identity,
     manifest_digest,
 )
+from pipelines.records.rules import NAME_LIMIT, SHORT_LIMIT, UNSPECIFIED, joined_slugs, slug
+from pipelines.records.rules import key_of as axis_name
 from pipelines.sources.liger.read import layout_columns, layout_of
 from pipelines.sources.liger.rules import (
     LABEL,
     LAYOUTS,
-    NAME_LIMIT,
     ORIGIN,
     QUANTILES,
     SOURCE,
@@ -68,7 +67,6 @@ from pipelines.sources.liger.rules import (
     is_baseline,
     is_integer,
     is_memory,
-    joined_slugs,
     kernel_of,
     metric_kind,
     named_metric,
@@ -79,7 +77,6 @@ from pipelines.sources.liger.rules import (
     run_title,
     scalars_of,
     sizes_of,
-    slug,
     stored_metric,
     workload_title,
 )
@@ -205,7 +202,7 @@ class Normalizer:
     def _project(self, provider: str) -> Record:
         entry = self._provider(provider)
         if entry is None:  # a provider the curation lacks: a project of its name
-            metadata = {"name": f"uncurated-{slug(provider) or UNSPECIFIED}"[:200]}
+            metadata = {"name": f"uncurated-{slug(provider) or UNSPECIFIED}"[:NAME_LIMIT]}
             labels = gap_labels([Gap.PROVIDER])
             return _record(
                 manifest("SoftwareProject", {**metadata, "labels": labels}, {"name": provider})
@@ -219,7 +216,7 @@ class Normalizer:
         metadata: dict[str, Any] = {
             "name": implementation_name(kernel_name, provider_name),
             "title": f"{self.kernel_title(kernel_name)} · "
-            f"{provider_name if provider is None else provider.title}"[:200],
+            f"{provider_name if provider is None else provider.title}"[:NAME_LIMIT],
         }
         if provider is not None:
             metadata["description"] = provider.description
@@ -243,7 +240,7 @@ class Normalizer:
         title = self.curation.gpus[gpu_name].title if curated else gpu_name
         metadata: dict[str, Any] = {
             "name": environment_name(gpu_name),
-            "title": f"Liger benchmark host · {title}"[:200],
+            "title": f"Liger benchmark host · {title}"[:NAME_LIMIT],
         }
         if not curated:
             metadata["labels"] = gap_labels([Gap.GPU])
@@ -268,14 +265,14 @@ class Normalizer:
         measured = f" · {metric_name}" if metric_name else " · peak memory" if memory else ""
         metadata: dict[str, Any] = {
             "name": protocol_name(mode, memory, metric_name, statistic),
-            "title": f"Liger benchmark harness · {passing.title}{measured}"[:200],
+            "title": f"Liger benchmark harness · {passing.title}{measured}"[:NAME_LIMIT],
         }
         notes = method["notes"].format(**{"pass": passing.timed})
         family = method["family"]
         gaps = [Gap.MODE] if mode not in self.curation.passes else []
         if metric_name is not None and metric_name != metric:
             gaps.append(Gap.METRIC)
-            family = f"{family}_{axis_name(metric_name)}"[:100]
+            family = f"{family}_{axis_name(metric_name)}"[:SHORT_LIMIT]
             notes = f"Metric {metric_name!r}, as the file names it (uncurated). {notes}"
         if gaps:
             metadata["labels"] = gap_labels(gaps)
@@ -313,7 +310,7 @@ class Normalizer:
             }
         spec["correctness"] = {"comparator": "not_asserted"}
         metadata = {
-            "name": f"{kernel.slug}-{slug(key)}"[:NAME_LIMIT],
+            "name": f"{kernel.slug}-{slug(key)}"[:SHORT_LIMIT],
             "title": workload_title(kernel.title, ((n, str(v)) for n, v in axes.items()), dtype),
         }
         record = _record(manifest("WorkloadCase", metadata, spec))
@@ -345,8 +342,8 @@ class Normalizer:
         title = self.kernel_title(kernel_name)
         name = f"{_kernel_slug(self.curation, kernel_name)}-{slug(case.case_key)}"
         metadata = {
-            "name": name[:NAME_LIMIT],
-            "title": f"{title} · uncurated · {case.title}"[:200],
+            "name": name[:SHORT_LIMIT],
+            "title": f"{title} · uncurated · {case.title}"[:NAME_LIMIT],
             "description": case.description,
             "labels": gap_labels([Gap.CONFIG]),
         }
@@ -632,12 +629,12 @@ def _uncurated_operation(kernel: str) -> dict[str, Any]:
     """The OperationSpec of a kernel the curation lacks: its name as the file wrote it, and
     nothing the file does not say (its axes and tensors are unknown)."""
     metadata = {
-        "name": f"liger-uncurated-{slug(kernel) or UNSPECIFIED}"[:200],
-        "title": kernel[:200],
+        "name": f"liger-uncurated-{slug(kernel) or UNSPECIFIED}"[:NAME_LIMIT],
+        "title": kernel[:NAME_LIMIT],
         "labels": gap_labels([Gap.KERNEL]),
     }
     spec = {
-        "family": (slug(kernel) or UNSPECIFIED)[:100],
+        "family": (slug(kernel) or UNSPECIFIED)[:SHORT_LIMIT],
         "axes": {},
         "inputs": [{"name": UNSPECIFIED}],
         "outputs": [{"name": UNSPECIFIED}],
@@ -652,7 +649,10 @@ def _kernel_slug(curation: Curation, kernel: str) -> str:
 
 
 def _uncurated_pass(mode: str) -> Pass:
-    return Pass(title=mode[:100], timed=f"the pass the file names {mode[:100]!r} (uncurated)")
+    return Pass(
+        title=mode[:SHORT_LIMIT],
+        timed=f"the pass the file names {mode[:SHORT_LIMIT]!r} (uncurated)",
+    )
 
 
 # The implementation of a provider the curation lacks: nothing known but that it ran.

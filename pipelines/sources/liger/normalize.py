@@ -29,6 +29,7 @@ import orjson
 from pipelines.forked import usable_cpus, worker_context
 from pipelines.records import RowOutcome
 from pipelines.records.record_objects import RecordSetContent
+from pipelines.records.rules import Reason
 from pipelines.sources.liger.columnar import (
     BATCH_ROWS,
     batch_outcomes,
@@ -45,7 +46,6 @@ from pipelines.sources.liger.model import (
     shared_normalizer,
 )
 from pipelines.sources.liger.read import NotLigerCsv, open_liger_csv
-from pipelines.sources.liger.rules import Reason
 from pipelines.sources.liger.tables import FilesTables, files_record_tables
 from pipelines.sources.seen_keys import SeenKeys
 

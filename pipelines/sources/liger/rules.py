@@ -17,7 +17,6 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
-from enum import StrEnum
 from functools import lru_cache
 from typing import Any, Literal, NamedTuple
 
@@ -27,37 +26,26 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipelines.curation import ABSENT, Binding, Curation, ExpressionError, Kernel
-from pipelines.curation.gaps import NAME_LIMIT as SCHEMA_NAME_LIMIT
 from pipelines.curation.gaps import Gap, gap_labels
-from pipelines.records.canonical import MAX_SAFE_INTEGER
+from pipelines.records.rules import (
+    MAX_SAFE_INTEGER,
+    NAME_LIMIT,
+    Reason,
+    half_up_columns,
+    slug,
+)
 
 SOURCE = "liger-kernel-bench"  # sourceNative.source of every run
 STATUS = "passed"  # spec.status of every run: the CSV lists only benchmarks that ran
 ORIGIN: Literal["reported"] = (
     "reported"  # a run the CSV reports, as opposed to one a worker measured
 )
-NAME_LIMIT = 100  # metadata.name length the reference importer cuts at
 # A real field is under 300 characters; a longer one than this is garbage or an attack, and would
 # ride every record and index row of its run (README: `field_too_large`).
 FIELD_LIMIT = 2**20
 
 
-# --- quarantine reasons ----------------------------------------------------------------------
-class Reason(StrEnum):
-    """Every reason a Liger row is quarantined for (README lists them for users)."""
-
-    WRONG_COLUMN_COUNT = "wrong_column_count"  # not as many fields as the header
-    BAD_ENCODING = "bad_encoding"  # not UTF-8 (pipelines/sources/liger/read.py)
-    UNPARSEABLE_ROW = "unparseable_row"  # CSV that does not parse (read.py)
-    FIELD_TOO_LARGE = "field_too_large"  # a field over FIELD_LIMIT characters
-    # A unit no metric of protocols.yaml `units` converts, or one another metric's: a number
-    # kindex cannot store. (A name the curation lacks is no reason: pipelines/curation/gaps.py.)
-    UNKNOWN_METRIC = "unknown_metric"
-    BAD_CONFIG_JSON = "bad_config_json"  # extra_benchmark_config_str is not a JSON object
-    BAD_NUMBER = "bad_number"  # not a number, or out of range
-    NON_POSITIVE_VALUE = "non_positive_value"  # zero or negative
-    BAD_TIMESTAMP = "bad_timestamp"  # not Liger's timestamp, or no such time
-    DUPLICATE_EXTERNAL_ID = "duplicate_external_id"  # an earlier row had its externalId
+# --- quarantine reasons: the one enum of every source, pipelines/records/rules.py --------
 
 
 class Uncurated(Exception):
@@ -98,25 +86,6 @@ def record_rejection(
 
 
 # --- names -----------------------------------------------------------------------------------
-SLUG_BREAK = re.compile(r"[^a-z0-9]+")
-
-
-@lru_cache(maxsize=4096)
-def slug(text: str) -> str:
-    """Lowercase, every run of other characters one hyphen, none at the ends."""
-    return SLUG_BREAK.sub("-", text.lower()).strip("-")
-
-
-def joined_slugs(slugs: list[pa.Array]) -> pa.Array:
-    """Each row's slug("-".join(parts)), from the slugs of its parts: a slug has no hyphen at
-    either end, so the slugs joined by hyphens are the slug of the parts joined, but where a
-    part slugs to nothing and leaves two hyphens to merge, or one at an end to strip."""
-    joined = pc.binary_join_element_wise(*slugs, "-")
-    if all(pc.min(pc.binary_length(part)).as_py() for part in slugs):
-        return joined
-    return pc.utf8_trim(pc.replace_substring_regex(joined, "-{2,}", "-"), "-")
-
-
 # --- numbers ---------------------------------------------------------------------------------
 # What the column-wise number check accepts: digits with an optional fraction. Anything else
 # ("1e-05", " 1", "+1", "nan") is read by parse_positive and its full grammar.
@@ -231,26 +200,11 @@ def parse_spread(text: str, column: str) -> float | None:
     return value
 
 
-def js_round(values: np.ndarray) -> np.ndarray:
-    """JavaScript's Math.round, element-wise (the nearest integer, halves toward +infinity),
-    still as floats."""
-    floor = np.floor(values)
-    with np.errstate(invalid="ignore"):  # inf - inf: past 2**53, rejected by the caller
-        rounded: np.ndarray = floor + (values - floor >= 0.5)
-    return rounded
-
-
 def stored_values(native: np.ndarray, scale: np.ndarray | float) -> np.ndarray:
     """A row's numbers in the stored unit (integer ns or bytes), as floats: its native numbers
     times its metric's scale, rounded as JavaScript does. A value past 2**53 - 1 (104 days in
-    ns, 8 PiB) is garbage, and RFC 8785 has no exact form for it: see `in_range`."""
-    return js_round(native * scale)
-
-
-def in_range(stored: np.ndarray) -> np.ndarray:
-    """Which stored values JSON holds exactly (a mask over the last axis's rows); an absent
-    value (NaN: an optional statistic a row left empty) is no number to hold."""
-    return np.asarray(np.asarray((stored <= MAX_SAFE_INTEGER) | np.isnan(stored)).all(axis=-1))
+    ns, 8 PiB) is garbage, and RFC 8785 has no exact form for it: see `safe_columns`."""
+    return half_up_columns(native * scale)
 
 
 class MetricKind(NamedTuple):
@@ -437,7 +391,7 @@ def run_name_parts(
     kernel: str, mode: str, provider: str, gpu: str, memory: bool, metric: str | None = None
 ) -> tuple[str, ...]:
     """The constant parts of a series' run names; a run's name is the slug of these parts, its
-    case key and its stamp form joined by hyphens (`joined_slugs`), cut at NAME_LIMIT."""
+    case key and its stamp form joined by hyphens (`joined_slugs`), cut at SHORT_LIMIT."""
     part = _metric_part(memory, metric)
     return ("liger", kernel, f"{mode}-{part}" if part else mode, provider, gpu)
 
@@ -474,11 +428,11 @@ def run_title(
 
 
 def implementation_name(kernel: str, provider: str) -> str:
-    return f"liger-bench-{slug(kernel)}-{slug(provider)}"[:SCHEMA_NAME_LIMIT]
+    return f"liger-bench-{slug(kernel)}-{slug(provider)}"[:NAME_LIMIT]
 
 
 def environment_name(gpu: str) -> str:
-    return f"liger-bench-{slug(gpu)}"[:SCHEMA_NAME_LIMIT]
+    return f"liger-bench-{slug(gpu)}"[:NAME_LIMIT]
 
 
 def protocol_name(
@@ -489,7 +443,7 @@ def protocol_name(
     measure = slug(metric) if metric is not None else "memory" if memory else "do-bench"
     if statistic != QUANTILES.primary:
         measure = f"{measure}-{slug(statistic)}"
-    return f"liger-bench-{measure}-{slug(mode)}"[:SCHEMA_NAME_LIMIT]
+    return f"liger-bench-{measure}-{slug(mode)}"[:NAME_LIMIT]
 
 
 def case_key(sorted_axes: Iterable[tuple[str, str]], dtype: str) -> str:

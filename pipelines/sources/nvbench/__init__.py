@@ -46,7 +46,7 @@ from collections.abc import Iterator, Mapping
 from functools import partial
 from typing import Any
 
-from pipelines.curation.gaps import UNSPECIFIED
+from pipelines.records.rules import UNSPECIFIED, Reason
 from pipelines.sources.json_input import (
     JsonInputError,
     Marks,
@@ -67,7 +67,6 @@ from pipelines.sources.measured import (
     Protocol,
     number,
     observe,
-    quarantined,
     to_ns,
     utc_instant,
 )
@@ -173,17 +172,11 @@ class NvbenchJson(HarnessSource):
     def entries(self, data: bytes, context: SourceContext) -> Iterator[Entry]:
         document = read_document(data, named=self.title)
         if not isinstance(document, dict) or not isinstance(document.get("benchmarks"), list):
-            raise JsonInputError("malformed_record", "nvbench JSON is an object with benchmarks")
+            raise JsonInputError(
+                Reason.MALFORMED_RECORD, "nvbench JSON is an object with benchmarks"
+            )
         header = _Header.of(document)
-        seen: set[str] = set()
-        for entry in self._entries(document, header, context):
-            if isinstance(entry, Observation):
-                if entry.external_id in seen:
-                    detail = f"{entry.external_id!r} is reported twice in the file"
-                    yield quarantined(entry.line, entry.pointer, entry.raw, "duplicate_run", detail)
-                    continue
-                seen.add(entry.external_id)
-            yield entry
+        yield from self._entries(document, header, context)
 
     def _entries(
         self, document: Mapping[str, Any], header: _Header, context: SourceContext
@@ -210,8 +203,8 @@ class NvbenchJson(HarnessSource):
 def _no_states(bench: Any) -> Entry:
     """A benchmark with no states measured nothing (a `--list` file, or all filtered out)."""
     if not isinstance(bench, dict):
-        raise ObservationError("malformed_record", "a benchmark is an object")
-    raise ObservationError("no_states", "the benchmark lists no measured states")
+        raise ObservationError(Reason.MALFORMED_RECORD, "a benchmark is an object")
+    raise ObservationError(Reason.NO_STATES, "the benchmark lists no measured states")
 
 
 class _Header:
@@ -255,7 +248,7 @@ class _Header:
                     if problem is not None:
                         raise ObservationError(problem[0], f"device {device_id}: {problem[1]}")
                     return device
-        raise ObservationError("missing_field", f"device {device_id!r} is not in devices[]")
+        raise ObservationError(Reason.MISSING_FIELD, f"device {device_id!r} is not in devices[]")
 
 
 def _state_entry(
@@ -267,10 +260,12 @@ def _state_entry(
     context: SourceContext,
 ) -> Entry:
     if not isinstance(state, dict):
-        raise ObservationError("malformed_record", "a state is an object")
+        raise ObservationError(Reason.MALFORMED_RECORD, "a state is an object")
     if state.get("is_skipped") is True:
         reason = state.get("skip_reason")
-        raise ObservationError("skipped_state", str(reason) if reason else "skipped (no reason)")
+        raise ObservationError(
+            Reason.SKIPPED_STATE, str(reason) if reason else "skipped (no reason)"
+        )
     return _observation(header, bench, state, key, context)
 
 
@@ -283,11 +278,11 @@ def _observation(
 ) -> Observation:
     bench_name = bench.get("name")
     if not isinstance(bench_name, str) or not bench_name.strip():
-        raise ObservationError("missing_field", "the benchmark has no name")
+        raise ObservationError(Reason.MISSING_FIELD, "the benchmark has no name")
     device = header.device(state.get("device"))
     received = context.received_time()
     if received is None:
-        raise ObservationError("missing_field", "no time: the file records none")
+        raise ObservationError(Reason.MISSING_FIELD, "no time: the file records none")
     axes, parameters = _case(state.get("axis_values"))
     latency: dict[str, int] = {}
     samples: int | None = None
@@ -310,7 +305,7 @@ def _observation(
         if samples:
             measurements.append(Measurement("cold_sample_size", "count", "count", samples))
         if not measurements:
-            raise ObservationError("missing_field", "the state has no summary with a value")
+            raise ObservationError(Reason.MISSING_FIELD, "the state has no summary with a value")
         measurements.sort(key=lambda m: m.unit != "ns")
     state_name = state.get("name") or key or state.get("description") or _state_name(state)
     return Observation(
@@ -344,12 +339,14 @@ def _summaries(summaries: Any) -> Iterator[tuple[str, str | None, dict[str, tupl
     if isinstance(summaries, dict):
         for name, body in summaries.items():
             if not isinstance(body, dict):
-                raise ObservationError("malformed_record", f"summary {name!r} is not an object")
+                raise ObservationError(
+                    Reason.MALFORMED_RECORD, f"summary {name!r} is not an object"
+                )
             listed.append((_tag_of(name), None, _named_values(body)))
     elif isinstance(summaries, list):
         for summary in summaries:
             if not isinstance(summary, dict):
-                raise ObservationError("malformed_record", "a summary is not an object")
+                raise ObservationError(Reason.MALFORMED_RECORD, "a summary is not an object")
             tag, name = summary.get("tag"), summary.get("name")
             if isinstance(tag, str):
                 hint = summary.get("hint")
@@ -357,11 +354,13 @@ def _summaries(summaries: Any) -> Iterator[tuple[str, str | None, dict[str, tupl
             elif isinstance(name, str) and "values" in summary:
                 listed.append((_tag_of(name), None, summary.get("values")))
             else:
-                raise ObservationError("malformed_record", "a summary has neither tag nor name")
+                raise ObservationError(
+                    Reason.MALFORMED_RECORD, "a summary has neither tag nor name"
+                )
     elif summaries is None:
         return
     else:
-        raise ObservationError("malformed_record", "summaries is neither a list nor an object")
+        raise ObservationError(Reason.MALFORMED_RECORD, "summaries is neither a list nor an object")
     for tag, hint, data in listed:
         values: dict[str, tuple[str, Any]] = {}
         for item in data if isinstance(data, list) else []:
@@ -405,7 +404,7 @@ def _measurement(tag: str, hint: str | None, kind: str, raw: Any) -> Measurement
     try:
         value = number(raw, tag)
     except ObservationError as error:
-        if error.reason == "non_finite_number":
+        if error.reason == Reason.NON_FINITE_NUMBER:
             return None  # nvbench writes "nan"/"inf" noise for too few samples: no number
         raise
     unit = _UNITS.get(hint or "") or (key_of_hint(hint) if hint else None)
@@ -425,7 +424,7 @@ def key_of_hint(hint: str) -> str:
 def _count(raw: Any, what: str) -> int:
     value = number(raw, what)
     if not value.is_integer():
-        raise ObservationError("bad_value", f"{what} is {raw!r}, not a count")
+        raise ObservationError(Reason.BAD_VALUE, f"{what} is {raw!r}, not a count")
     return int(value)
 
 
@@ -440,10 +439,10 @@ def _case(axis_values: Any) -> tuple[dict[str, int], dict[str, str]]:
             {"name": k, **v} if isinstance(v, dict) else v for k, v in axis_values.items()
         ]
     if not isinstance(axis_values, list):
-        raise ObservationError("malformed_record", "axis_values is a list")
+        raise ObservationError(Reason.MALFORMED_RECORD, "axis_values is a list")
     for item in axis_values:
         if not isinstance(item, dict) or not isinstance(item.get("name"), str):
-            raise ObservationError("malformed_record", "an axis value has no name")
+            raise ObservationError(Reason.MALFORMED_RECORD, "an axis value has no name")
         name, kind, value = item["name"], item.get("type"), item.get("value")
         if kind == "int64":
             size = _count(value, f"axis {name}") if not _is_negative(value) else None
@@ -454,7 +453,7 @@ def _case(axis_values: Any) -> tuple[dict[str, int], dict[str, str]]:
         elif isinstance(value, str | int | float) and not isinstance(value, bool):
             parameters[name] = str(value)
         else:
-            raise ObservationError("bad_value", f"axis {name} has value {value!r}")
+            raise ObservationError(Reason.BAD_VALUE, f"axis {name} has value {value!r}")
     return axes, parameters
 
 
@@ -511,7 +510,7 @@ def _protocol(header: _Header, state: Mapping[str, Any], timed: bool) -> Protoco
 def _environment(device: Mapping[str, Any]) -> Environment:
     name = device.get("name")
     if not isinstance(name, str) or not name.strip():
-        raise ObservationError("missing_field", f"device {device.get('id')!r} has no name")
+        raise ObservationError(Reason.MISSING_FIELD, f"device {device.get('id')!r} has no name")
     sm = device.get("sm_version")
     architecture = None
     if isinstance(sm, int) and not isinstance(sm, bool) and sm > 0:

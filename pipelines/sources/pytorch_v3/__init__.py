@@ -51,8 +51,8 @@ same repository; a record without `repo` names no project (`unspecified`). Integ
 the inputs' dtypes are run labels; `dependencies` are the environment's libraries (a version,
 else `<name>_commit`), PyTorch's version its framework. The external id is the record's names
 (benchmark, mode, dtype, model, backend, metric) and a digest of its extra_info settings; a
-second record of one external id in a file is quarantined (`duplicate_run`). The records state
-no timer, warm-up or iteration count, nor shapes.
+second record of one external id in a file is quarantined (`duplicate_external_id`, as in any
+source). The records state no timer, warm-up or iteration count, nor shapes.
 """
 
 from __future__ import annotations
@@ -66,8 +66,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pipelines.curation.gaps import UNSPECIFIED
 from pipelines.records import RowOutcome
+from pipelines.records.rules import DURATION_NS, NAME_LIMIT, UNSPECIFIED, Reason, key_of
 from pipelines.sources.json_input import (
     JsonInputError,
     Marks,
@@ -78,7 +78,6 @@ from pipelines.sources.json_input import (
     read_lines,
 )
 from pipelines.sources.measured import (
-    DURATION_UNITS,
     LATENCY_STATISTICS,
     Entry,
     Environment,
@@ -89,7 +88,6 @@ from pipelines.sources.measured import (
     Operation,
     Project,
     Protocol,
-    key_of,
     number,
     observe,
     quarantined,
@@ -207,7 +205,7 @@ PER_INPUT_PRODUCERS = frozenset({"helion"})
 ZERO_IS_FAILED = frozenset({"helion", "tritonbench"})
 # A device as a device type (`cuda`, `cuda:0`, `cpu`), not a GPU's name (`NVIDIA H100`).
 _DEVICE_TYPE = re.compile(r"^(?:cpu|cuda|hip|rocm|xpu|mps|npu|mtia|tpu|meta)(?::\d+)?$")
-FAILED_INPUT = "measurement_failed"
+FAILED_INPUT = Reason.MEASUREMENT_FAILED
 
 
 def producer_of(record: Mapping[str, Any]) -> str:
@@ -237,7 +235,7 @@ class MetricName:
 
     @property
     def is_duration(self) -> bool:
-        return self.unit in DURATION_UNITS
+        return self.unit in DURATION_NS
 
     @property
     def is_latency(self) -> bool:
@@ -257,7 +255,7 @@ def _statistic_word(word: str) -> str | None:
 def _unit_text(text: str) -> str:
     unit = text.strip().lower()
     unit = UNIT_SPELLINGS.get(unit, unit)
-    if unit in DURATION_UNITS:
+    if unit in DURATION_NS:
         return unit
     return key_of(unit.replace("/", "_per_").replace("%", "percent"))
 
@@ -300,7 +298,7 @@ def metric_of(name: str, extra_info: Mapping[str, Any], producer: str = "") -> M
     if unit is None and isinstance(stated_unit, str) and stated_unit.strip():
         unit = _unit_text(stated_unit)
     if unit is None:
-        raise ObservationError("unknown_metric_unit", f"no unit in the metric name {name!r}")
+        raise ObservationError(Reason.UNKNOWN_METRIC_UNIT, f"no unit in the metric name {name!r}")
     aggregation = extra_info.get("aggregation")
     if statistic is None and isinstance(aggregation, str):
         statistic = _statistic_word(key_of(aggregation)) or key_of(aggregation)
@@ -336,7 +334,6 @@ class PyTorchBenchmarkV3(HarnessSource):
         return "not PyTorch OSS benchmark v3 records (no metric with benchmark_values)"
 
     def entries(self, data: bytes, context: SourceContext) -> Iterator[Entry]:
-        seen: set[str] = set()
         for item in _records(data):
             if isinstance(item, RowOutcome):
                 yield item
@@ -347,14 +344,6 @@ class PyTorchBenchmarkV3(HarnessSource):
                     at = f"{pointer}/metric/benchmark_values/{entry.index}"
                     yield quarantined(line, at, raw_text(value), entry.reason, entry.detail)
                     continue
-                if isinstance(entry, Observation):
-                    if entry.external_id in seen:
-                        detail = f"a second record of {entry.external_id!r} in one file"
-                        yield quarantined(
-                            entry.line, entry.pointer, entry.raw, "duplicate_run", detail
-                        )
-                        continue
-                    seen.add(entry.external_id)
                 yield entry
 
 
@@ -369,7 +358,7 @@ def _records(data: bytes) -> Iterator[tuple[int, str, Any] | RowOutcome]:
         try:
             document = read_document(data, named=PyTorchBenchmarkV3.title)
         except JsonInputError as unreadable:
-            if unreadable.reason != "json_syntax" or not _some_line_is_a_record(data):
+            if unreadable.reason != Reason.JSON_SYNTAX or not _some_line_is_a_record(data):
                 raise
             lines = True
     if lines:
@@ -408,10 +397,10 @@ def _object(record: Mapping[str, Any], field: str) -> Mapping[str, Any]:
     if isinstance(value, list) and names is not None:  # a tuple as an array of its fields
         if len(value) > len(names):
             detail = f"{field} has {len(value)} fields, the table's tuple {len(names)}"
-            raise ObservationError("malformed_record", detail)
+            raise ObservationError(Reason.MALFORMED_RECORD, detail)
         return dict(zip(names, value, strict=False))
     if not isinstance(value, dict):
-        raise ObservationError("malformed_record", f"{field} is not an object")
+        raise ObservationError(Reason.MALFORMED_RECORD, f"{field} is not an object")
     return value
 
 
@@ -435,9 +424,9 @@ class FailedInput:
 
 def _observation(record: Any, context: SourceContext) -> Observation | list[Any]:
     if not isinstance(record, dict):
-        raise ObservationError("malformed_record", "a v3 record is an object")
+        raise ObservationError(Reason.MALFORMED_RECORD, "a v3 record is an object")
     if "metric" not in record:
-        raise ObservationError("missing_field", "no metric: not a benchmark record")
+        raise ObservationError(Reason.MISSING_FIELD, "no metric: not a benchmark record")
     record = {**record, **{f: _object(record, f) for f in TUPLE_FIELDS if f in record}}
     benchmark = _object(record, "benchmark")
     model = _object(record, "model")
@@ -448,14 +437,16 @@ def _observation(record: Any, context: SourceContext) -> Observation | list[Any]
     metric_name = _text(metric.get("name"))
     model_name = _text(model.get("name"))
     if not metric_name:
-        raise ObservationError("missing_field", "metric.name")
+        raise ObservationError(Reason.MISSING_FIELD, "metric.name")
     if not model_name:
-        raise ObservationError("missing_field", "model.name")
+        raise ObservationError(Reason.MISSING_FIELD, "model.name")
     producer = producer_of(record)
     named = metric_of(metric_name, metric_extra, producer)
     values = metric.get("benchmark_values")
     if not isinstance(values, list) or not values:
-        raise ObservationError("missing_field", "metric.benchmark_values is not a list of values")
+        raise ObservationError(
+            Reason.MISSING_FIELD, "metric.benchmark_values is not a list of values"
+        )
     inputs = _inputs_of(record, producer, values)
     if inputs is not None:
         return _per_input(record, context, named, metric_name, values, inputs)
@@ -557,11 +548,11 @@ def _built(
     model_type = _text(model.get("type"))
     origins = model.get("origins")
     run_labels = dict(labels or {})
-    labels = {"benchmark": benchmark_name[:200]}
+    labels = {"benchmark": benchmark_name[:NAME_LIMIT]}
     if model_type:
-        labels["model_type"] = model_type[:200]
+        labels["model_type"] = model_type[:NAME_LIMIT]
     if isinstance(origins, list) and origins:
-        labels["origins"] = ",".join(_text(o) for o in origins)[:200]
+        labels["origins"] = ",".join(_text(o) for o in origins)[:NAME_LIMIT]
     external_id = _external_id(benchmark, model, metric, benchmark_name, backend, metric_name)
     if case:
         external_id += "".join(f"[{k}={v}]" for k, v in case.items())
@@ -620,7 +611,7 @@ def _numbers(
         return {}, (Measurement(named.metric, unit, statistic, value),), None, statistic
     if named.statistic is not None:
         raise ObservationError(
-            "ambiguous_values",
+            Reason.AMBIGUOUS_VALUES,
             f"{len(values)} values for {metric_name!r}, which names one statistic",
         )
     count = len(values)
@@ -760,10 +751,10 @@ def _observed_at(record: Mapping[str, Any], context: SourceContext) -> str:
     if timestamp == 0:  # the table's default: not set
         timestamp = None
     if isinstance(timestamp, bool):
-        raise ObservationError("bad_timestamp", f"timestamp is {timestamp!r}")
+        raise ObservationError(Reason.BAD_TIMESTAMP, f"timestamp is {timestamp!r}")
     if isinstance(timestamp, int | float | str) and timestamp != "":
         return utc_instant(timestamp)
     received = context.received_time()
     if received is None:
-        raise ObservationError("missing_field", "no timestamp, and no time the file arrived")
+        raise ObservationError(Reason.MISSING_FIELD, "no timestamp, and no time the file arrived")
     return utc_instant(received)

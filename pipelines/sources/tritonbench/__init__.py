@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from pipelines.curation.gaps import UNSPECIFIED
+from pipelines.records.rules import UNSPECIFIED, Reason, name_of
 from pipelines.sources.json_input import (
     JsonInputError,
     KeyedObject,
@@ -71,7 +71,6 @@ from pipelines.sources.measured import (
     Operation,
     Project,
     Protocol,
-    name_of,
     number,
     observe,
     quarantined,
@@ -147,7 +146,7 @@ class TritonBenchJson(HarnessSource):
     def entries(self, data: bytes, context: SourceContext) -> Iterator[Entry]:
         document = read_document(data, named=self.title)
         if not isinstance(document, dict):
-            raise JsonInputError("malformed_record", "TritonBench --output-json is an object")
+            raise JsonInputError(Reason.MALFORMED_RECORD, "TritonBench --output-json is an object")
         wrapped = isinstance(document.get("metrics"), dict)
         metrics: dict[str, Any] = document["metrics"] if wrapped else document
         prefix = "/metrics" if wrapped else ""
@@ -165,7 +164,9 @@ class TritonBenchJson(HarnessSource):
                 metric = per_input["metric"]
                 if metric != LATENCY and metric not in METRICS:
                     detail = f"TritonBench metric {metric!r} of {key!r} has no known unit"
-                    order.append(_single(line, pointer, key, value, "unknown_metric_unit", detail))
+                    order.append(
+                        _single(line, pointer, key, value, Reason.UNKNOWN_METRIC_UNIT, detail)
+                    )
                     continue
                 case = key[: -len(metric) - 1]
                 group = groups.get(case)
@@ -175,10 +176,10 @@ class TritonBenchJson(HarnessSource):
                 group.add(key, value, metric, pointer, line, key in duplicates)
             elif per_input or _AGGREGATE.match(key):
                 detail = f"{key!r} aggregates the file's runs (an average or the pass status)"
-                order.append(_single(line, pointer, key, value, "aggregate_metric", detail))
+                order.append(_single(line, pointer, key, value, Reason.AGGREGATE_METRIC, detail))
             else:
                 detail = f"{key!r} is not a TritonBench metric key"
-                order.append(_single(line, pointer, key, value, "malformed_record", detail))
+                order.append(_single(line, pointer, key, value, Reason.MALFORMED_RECORD, detail))
         for item in order:
             if isinstance(item, _Group):
                 build = partial(_observation, item, run)
@@ -254,10 +255,10 @@ class _Run:
     def observed_at(self) -> str:
         if self.date is not None:
             if not isinstance(self.date, str):
-                raise ObservationError("bad_timestamp", f"benchmark_date is {self.date!r}")
+                raise ObservationError(Reason.BAD_TIMESTAMP, f"benchmark_date is {self.date!r}")
             return utc_instant(self.date)
         if self.received is None:
-            raise ObservationError("missing_field", "no benchmark_date, and no receipt time")
+            raise ObservationError(Reason.MISSING_FIELD, "no benchmark_date, and no receipt time")
         return utc_instant(self.received)
 
     @classmethod
@@ -294,7 +295,7 @@ def _observation(group: _Group, run: _Run, record: Any) -> Observation:
         amount = float(value) if isinstance(value, bool) else number(value, metric)
         measurements.append(Measurement(metric, unit, statistic, amount))
     if not latency and not measurements:
-        raise ObservationError("missing_field", f"no value for {group.case!r}")
+        raise ObservationError(Reason.MISSING_FIELD, f"no value for {group.case!r}")
     axes, parameters = _input(op, case_input)
     project = PYTORCH if backend == "aten" or backend.startswith("aten_") else TRITONBENCH
     commit_of = "pytorch" if project is PYTORCH else "tritonbench"
