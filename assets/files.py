@@ -55,7 +55,7 @@ from assets.conventions import (
 from assets.partitions import ARRIVAL_WINDOWS
 from assets.published import file_records, publish_report, records_table
 from assets.resources import KindexResource
-from pipelines.charts import geometric_mean, speedup_bars_png, speedups
+from pipelines.charts import SPEEDUP_COLUMNS, geometric_mean, speedup_bars_png, speedup_series
 from pipelines.index.local import open_index
 from pipelines.ingest import (
     SCHEMA_CHECKED_RUNS,
@@ -107,8 +107,8 @@ WINDOW_KEYS = {
     "batch": "The batch this run processed (the sensors' id, or the run's).",
     "index_version": "The index version this run published.",
     "speedups": "Per kernel, pass, GPU and provider: the geometric-mean speedup over the "
-    "cohort's baseline provider, over the window's runs.",
-    "speedup_chart": "The same as bars, the extremes where there are many (from 500 runs).",
+    "cohort's baseline provider, of the window's runs (the index's speedups view).",
+    "speedup_chart": "The same as bars, the extremes where there are many (from 500 speedups).",
     "warnings": "What could not be reported (never a failure of a file).",
 }
 
@@ -477,7 +477,8 @@ def window_entries(ledger: Ledger, windows: Sequence[str]) -> dict[str, list[Fil
 def window_runs(
     kindex: KindexResource, entries: Mapping[str, Sequence[FileEntry]]
 ) -> dict[str, "pa.Table"]:
-    """The runs in the index of each window's files (by their snapshots), every batch's."""
+    """The rows of the index's `speedups` view (latency) of each window's files' runs (by their
+    snapshots), every batch's: the view defines a speedup and its baseline once."""
 
     con = open_index(kindex.settings)
     try:
@@ -488,7 +489,9 @@ def window_runs(
                 continue
             marks = ", ".join("?" for _ in digests)
             found[window] = con.execute(
-                f"select {', '.join(SPEEDUP_COLUMNS)} from runs where snapshot_digest in ({marks})",
+                f"select {', '.join(WINDOW_SPEEDUP_COLUMNS)} from speedups where metric = 'latency'"
+                " and run_digest in (select run_digest from runs where snapshot_digest in"
+                f" ({marks}))",
                 digests,
             ).to_arrow_table()
     finally:
@@ -497,27 +500,36 @@ def window_runs(
 
 
 # Drawing the chart costs more CPU than processing a small file: a window gets it from this many
-# runs (so its latest materialization has it, whatever batch came last); a table below.
+# speedups (so its latest materialization has it, whatever batch came last); a table below.
 CHART_MIN_RUNS = 500
 # Bars in a chart: its cost grows with them (a bar a series of a kernel, pass, GPU and provider,
 # hundreds in a big window); the chart shows the extremes, the table has every series.
 CHART_MAX_BARS = 30
-SPEEDUP_COLUMNS = ["kernel", "provider", "mode", "gpu", "case_key", "metric", "median"]
-COLUMNS = [*SPEEDUP_COLUMNS, "external_id", "manifest"]
+WINDOW_SPEEDUP_COLUMNS = ["mode", "gpu", *SPEEDUP_COLUMNS]
+COLUMNS = [
+    "kernel",
+    "provider",
+    "mode",
+    "gpu",
+    "case_key",
+    "metric",
+    "median",
+    "external_id",
+    "manifest",
+]
 
 
 def series_speedups(tables: Sequence["pa.Table"]) -> dict[str, list[float]]:
-    """Speedups per kernel, pass, GPU and provider (pipelines/charts.py), over the latency runs
-    only: never averaged across GPUs or passes. A cohort is of one kernel, pass and GPU already,
-    so naming the series by all three splits nothing else."""
+    """Speedups per kernel, pass, GPU and provider (rows of the `speedups` view): never
+    averaged across GPUs or passes. A cohort is of one kernel, pass and GPU already, so naming
+    the series by all three splits nothing else."""
 
     if not tables:
         return {}
-    runs = pa.concat_tables([t.select(SPEEDUP_COLUMNS) for t in tables])
-    latency = runs.filter(pc.equal(runs.column("metric"), "latency")).to_pylist()
-    for run in latency:
-        run["kernel"] = f"{run['kernel']} {run['mode']} on {run['gpu']}"
-    return speedups(latency)
+    rows = pa.concat_tables([t.select(WINDOW_SPEEDUP_COLUMNS) for t in tables]).to_pylist()
+    for row in rows:
+        row["kernel"] = f"{row['kernel']} {row['mode']} on {row['gpu']}"
+    return speedup_series(rows)
 
 
 def chart_series(

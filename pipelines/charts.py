@@ -15,39 +15,23 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from pipelines import curation
-
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
     from matplotlib.legend import Legend
 
 
-def speedups(
-    runs: Iterable[Mapping[str, Any]], baseline_ranks: Mapping[str, int] | None = None
-) -> dict[str, list[float]]:
-    """Per kernel/provider, the speedups over the cohort's baseline provider (same kernel,
-    mode, GPU and case; latency only). The baseline is the lowest-ranked curated one present."""
-    ranks = curation.load().baseline_ranks() if baseline_ranks is None else baseline_ranks
-    cohorts: dict[tuple[str, str, str, str], dict[str, int]] = defaultdict(dict)
-    newest: dict[tuple[str, str, str, str, str], tuple[Any, Any]] = {}
-    for r in runs:
-        if r["metric"] == "latency" and r["median"] and r["median"] > 0:
-            cohort = (r["kernel"], r["mode"], r["gpu"], r["case_key"])
-            # A provider's newest run of the cohort, as the `speedups` view takes it (rows
-            # without a time: the last one).
-            when = (r.get("observed_at") or "", r.get("run_digest") or "")
-            if when >= newest.get((*cohort, r["provider"]), ("", "")):
-                newest[(*cohort, r["provider"])] = when
-                cohorts[cohort][r["provider"]] = r["median"]
+# The columns of the `speedups` view (pipelines/index/views.sql, where a speedup, its cohort and
+# its baseline are defined once) a speedup chart reads.
+SPEEDUP_COLUMNS = ("kernel", "provider", "baseline_provider", "speedup")
+
+
+def speedup_series(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[float]]:
+    """Rows of the `speedups` view as the chart's series: per kernel and provider, its speedups
+    over the baseline provider of each cohort, labelled `kernel: provider vs baseline`."""
     result: dict[str, list[float]] = defaultdict(list)
-    for (kernel, *_), medians in cohorts.items():
-        present = [p for p in medians if p in ranks]
-        if not present:
-            continue
-        baseline = min(present, key=lambda p: ranks[p])
-        for provider, median in medians.items():
-            if provider != baseline:
-                result[f"{kernel}: {provider} vs {baseline}"].append(medians[baseline] / median)
+    for r in rows:
+        label = f"{r['kernel']}: {r['provider']} vs {r['baseline_provider']}"
+        result[label].append(float(r["speedup"]))
     return dict(result)
 
 
@@ -59,14 +43,14 @@ def _plain_number(value: float, _position: int) -> str:
     return f"{value:g}"
 
 
-def speedup_chart_png(runs: Iterable[Mapping[str, Any]], title: str) -> bytes | None:
-    """A horizontal bar chart of geometric-mean speedups per kernel and provider, or None when
-    the rows hold no comparable cohort."""
-    return speedup_bars_png(speedups(runs), title)
+def speedup_chart_png(rows: Iterable[Mapping[str, Any]], title: str) -> bytes | None:
+    """A horizontal bar chart of geometric-mean speedups per kernel and provider, from rows of
+    the `speedups` view, or None when there are none."""
+    return speedup_bars_png(speedup_series(rows), title)
 
 
 def speedup_bars_png(by_series: Mapping[str, Sequence[float]], title: str) -> bytes | None:
-    """The speedup chart of speedups already computed (`speedups`' result)."""
+    """The speedup chart of series already made (`speedup_series`' result)."""
     if not by_series:
         return None
     labels = sorted(by_series, key=lambda s: geometric_mean(by_series[s]))

@@ -1,6 +1,6 @@
 """`kindex chart KIND -o FILE.png`: a chart of the index, drawn from the views people query.
 
-- `speedups`: the Dagster UI's chart (pipelines.charts.speedup_chart_png) over `latest_runs`;
+- `speedups`: the Dagster UI's chart (pipelines.charts.speedup_chart_png), from `speedups`;
 - `versions --kernel K`: one kernel across Liger versions (median latency per version, from
   `version_changes`, which keeps each version's newest run of a series);
 - `gpus --kernel K`: one kernel across GPUs (geometric-mean speedup per GPU and pass, from
@@ -26,10 +26,10 @@ from pipelines.settings import Settings
 
 DEFAULT_SERIES = 10
 
-SPEEDUP_RUNS_SQL = """
-SELECT kernel, mode, gpu, case_key, provider, metric, median FROM latest_runs
-WHERE ($kernel IS NULL OR kernel = $kernel) AND ($gpu IS NULL OR gpu = $gpu)
-  AND ($mode IS NULL OR mode = $mode)
+SPEEDUP_RUNS_SQL = f"""
+SELECT {", ".join(charts.SPEEDUP_COLUMNS)} FROM speedups
+WHERE metric = 'latency' AND ($kernel IS NULL OR kernel = $kernel)
+  AND ($gpu IS NULL OR gpu = $gpu) AND ($mode IS NULL OR mode = $mode)
 """
 # Each version's median of a series: both ends of every pair of versions that measured it.
 VERSION_POINTS_SQL = """

@@ -29,7 +29,7 @@ WHERE live = true AND (superseded_by IS NULL OR NOT live)
 ;
 -- baseline_providers (provider, rank): the curation's baseline ranks (providers.yaml), a view
 -- pipelines/index/tables.py writes from `curation.load().baseline_ranks()` before these; a
--- cohort's baseline is its lowest-ranked provider present, as in pipelines/charts.py.
+-- cohort's baseline is its lowest-ranked provider present.
 -- Speedups compare within one benchmark (kernel) too: KernelIndex's importer gives some
 -- benchmarks one OperationSpec (GRPO with token- and sequence-level importance sampling).
 CREATE OR REPLACE VIEW cohort_baselines AS
@@ -43,7 +43,8 @@ QUALIFY row_number() OVER (
 ;
 -- Speedup of each provider's newest latest run of a cohort against the cohort's baseline
 -- provider's: baseline median / run median (> 1 means faster, or smaller for memory, than the
--- baseline). pipelines/charts.py's speedups takes the same runs.
+-- baseline). The one definition of a speedup: charts (pipelines/charts.py, the Dagster UI's
+-- window report, `kindex chart`) read this view.
 CREATE OR REPLACE VIEW speedups AS
 WITH newest AS (
     SELECT * FROM latest_runs
