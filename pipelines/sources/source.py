@@ -14,7 +14,7 @@ from pipelines.curation import load
 from pipelines.records import RowOutcome
 from pipelines.records.record_objects import RecordSetBuilder
 from pipelines.records.rules import Reason
-from pipelines.sources.json_input import RAW_LIMIT, JsonInputError
+from pipelines.sources.json_input import RAW_LIMIT, JsonInputError, Marks, head_text, read_document
 from pipelines.sources.measured import observation_outcome, quarantined
 from pipelines.sources.seen_keys import digest_of
 
@@ -194,19 +194,50 @@ class RecordsOfOutcomes(ABC):
 
 
 class HarnessSource(RecordsOfOutcomes):
-    """A benchmark harness's result format (a folder beside this file). Its `entries` are what
-    each record measured, as `Observation`s (pipelines/sources/measured.py builds their records,
-    each rule once), or a record's quarantined outcome; a file that cannot be read at all is one
-    quarantined outcome that says why."""
+    """A benchmark harness's result format (a folder beside this file), read in one skeleton:
+    recognized by the start of a file (`shows`; its `marks` say how near another file comes and
+    what it lacks), then read record by record. Its `entries` are what each record measured, as
+    `Observation`s (pipelines/sources/measured.py builds their records, each rule once), or a
+    record's quarantined outcome; a file that cannot be read at all is one quarantined outcome
+    that says why. A format's folder states only its own rules: these marks, its test of a
+    file's start, and what its records mean."""
 
     name: str
     format_version: str  # the format reader's own version, before the curation's fingerprint
+    title: str  # the format's name as its users know it
+    marks: Marks  # what its files show near their start, each with what a file lacking it lacks
+    shape: str  # what a file of it is at all: what a file lacks that shows every mark
 
     def parser_version(self) -> str:
         return f"{self.format_version}+{load().fingerprint}"
 
     @abstractmethod
-    def recognize(self, key: str, data: bytes) -> str | None: ...
+    def shows(self, head: str) -> bool:
+        """Whether the start of a file (json_input.head_text) is this format's."""
+
+    def recognize(self, key: str, data: bytes) -> str | None:
+        return self.lacks(head_text(data))
+
+    def lacks(self, head: str) -> str | None:
+        """What the start of a file lacks to be this format's; None when it is."""
+        if self.shows(head):
+            return None
+        return self.marks.lacks(head) or self.shape
+
+    def closeness(self, head: str) -> int:
+        """How many of the format's marks the start of a file shows (0: none)."""
+        return self.marks.found(head)
+
+    def json_object(self, data: bytes, *, listing: str | None = None) -> dict[str, Any]:
+        """The file as one JSON object (json_input's bounds and checks), with a list under the
+        key `listing` where the format has one; a file that is not is one quarantine row."""
+        document = read_document(data, named=self.title)
+        if isinstance(document, dict) and (
+            listing is None or isinstance(document.get(listing), list)
+        ):
+            return document
+        detail = f"{self.title} is a JSON object" + (f" with a list {listing}" if listing else "")
+        raise JsonInputError(Reason.MALFORMED_RECORD, detail)
 
     @abstractmethod
     def entries(self, data: bytes, context: SourceContext) -> Iterator[Observation | RowOutcome]:

@@ -207,24 +207,19 @@ class FlashInferTrace(HarnessSource):
     format_version = "kindex-flashinfer/2"
     reads_index = True  # a trace names its definition, which another file carries
 
-    def recognize(self, key: str, data: bytes) -> str | None:
-        if kind_of(data) is not None:
-            return None
-        return "not FlashInfer-Trace (no trace line, definition or solution)"
-
     title = "FlashInfer-Trace"
+    marks = MARKS  # how near a file comes; what it lacks is one of three kinds, not a mark
+    shape = (
+        "no trace line (a definition's name and a workload on its first line), definition "
+        "(axes typed var or const, and tensors) nor solution (a definition, sources and an "
+        "entry point or author)"
+    )
+
+    def shows(self, head: str) -> bool:
+        return kind_of(head.encode()) is not None
 
     def lacks(self, head: str) -> str | None:
-        if kind_of(head.encode()) is not None:
-            return None
-        return (
-            "no trace line (a definition's name and a workload on its first line), definition "
-            "(axes typed var or const, and tensors) nor solution (a definition, sources and an "
-            "entry point or author)"
-        )
-
-    def closeness(self, head: str) -> int:
-        return MARKS.found(head)
+        return None if self.shows(head) else self.shape
 
     def version_of(self, data: bytes, context: SourceContext) -> str:
         """The parser version, and for traces and solutions the definitions the index resolved

@@ -51,12 +51,9 @@ from typing import Any
 
 from pipelines.records.rules import DURATION_NS, NAME_LIMIT, UNSPECIFIED, Reason
 from pipelines.sources.json_input import (
-    JsonInputError,
     Marks,
     defect,
-    head_text,
     raw_text,
-    read_document,
 )
 from pipelines.sources.measured import (
     Entry,
@@ -161,26 +158,15 @@ class GoogleBenchmarkJson(HarnessSource):
     name = "google-benchmark-json"
     format_version = "kindex-gbench/2"
 
-    def recognize(self, key: str, data: bytes) -> str | None:
-        head = head_text(data)
-        if _OPENING.match(head) and _CONTEXT_KEY.search(head):
-            return None
-        return "not Google Benchmark JSON (no context with num_cpus or library_build_type)"
-
     title = "Google Benchmark JSON"
+    marks = MARKS
+    shape = "not a JSON object with a context"
 
-    def lacks(self, head: str) -> str | None:
-        if _OPENING.match(head) and _CONTEXT_KEY.search(head):
-            return None
-        return MARKS.lacks(head) or "not a JSON object with a context"
-
-    def closeness(self, head: str) -> int:
-        return MARKS.found(head)
+    def shows(self, head: str) -> bool:
+        return bool(_OPENING.match(head) and _CONTEXT_KEY.search(head))
 
     def entries(self, data: bytes, context: SourceContext) -> Iterator[Entry]:
-        document = read_document(data, named=self.title)
-        if not isinstance(document, dict) or not isinstance(document.get("benchmarks"), list):
-            raise JsonInputError(Reason.MALFORMED_RECORD, "Google Benchmark JSON has benchmarks[]")
+        document = self.json_object(data, listing="benchmarks")
         header = document.get("context")
         header = header if isinstance(header, dict) else {}
         rows = document["benchmarks"]

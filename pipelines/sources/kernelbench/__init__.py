@@ -29,12 +29,9 @@ from typing import Any
 
 from pipelines.records.rules import UNSPECIFIED, Reason
 from pipelines.sources.json_input import (
-    JsonInputError,
     Marks,
     escape,
-    head_text,
     raw_text,
-    read_document,
 )
 from pipelines.sources.measured import (
     Entry,
@@ -88,15 +85,17 @@ class KernelBenchTiming(HarnessSource):
     name = "kernelbench-timing"
     format_version = "kindex-kernelbench/2"
 
-    def recognize(self, key: str, data: bytes) -> str | None:
-        return self.lacks(head_text(data))
-
     title = "KernelBench timing JSON"
+    marks = MARKS
+    shape = "not a JSON object of levels"
+
+    def shows(self, head: str) -> bool:
+        return self.lacks(head) is None
 
     def lacks(self, head: str) -> str | None:
         """What the start of a file lacks to be a timing file; None when it is one."""
         if not head.startswith("{"):
-            return "not a JSON object of levels"
+            return self.shape
         if not _PROBLEM.search(head):
             return "no level holds a problem file (`<n>_<name>.py`)"
         if not _TIMING.search(head) and _PROBLEM_TIMED.search(head):
@@ -105,15 +104,8 @@ class KernelBenchTiming(HarnessSource):
             return "no problem with a mean or num_trials in any level"
         return None
 
-    def closeness(self, head: str) -> int:
-        return MARKS.found(head)
-
     def entries(self, data: bytes, context: SourceContext) -> Iterator[Entry]:
-        document = read_document(data, named=self.title)
-        if not isinstance(document, dict):
-            raise JsonInputError(
-                Reason.MALFORMED_RECORD, "KernelBench timing is an object of levels"
-            )
+        document = self.json_object(data)
         for level, problems in document.items():
             if not isinstance(problems, dict):
                 detail = f"{level!r} is not a level of problem files"

@@ -48,12 +48,9 @@ from typing import Any
 
 from pipelines.records.rules import UNSPECIFIED, Reason
 from pipelines.sources.json_input import (
-    JsonInputError,
     Marks,
     defect,
     escape,
-    head_text,
-    read_document,
 )
 from pipelines.sources.measured import (
     Entry,
@@ -154,27 +151,14 @@ class NvbenchJson(HarnessSource):
     format_version = "kindex-nvbench/2"
 
     title = "nvbench JSON"
+    marks = MARKS
+    shape = "not a JSON object with benchmarks"
 
-    def lacks(self, head: str) -> str | None:
-        if head.startswith("{") and '"benchmarks"' in head and _SNIFF.search(head):
-            return None
-        return MARKS.lacks(head) or "not a JSON object with benchmarks"
-
-    def closeness(self, head: str) -> int:
-        return MARKS.found(head)
-
-    def recognize(self, key: str, data: bytes) -> str | None:
-        head = head_text(data)
-        if head.startswith("{") and '"benchmarks"' in head and _SNIFF.search(head):
-            return None
-        return "not nvbench JSON (no devices with sm_version, nv/ summary tags or nvbench version)"
+    def shows(self, head: str) -> bool:
+        return head.startswith("{") and '"benchmarks"' in head and bool(_SNIFF.search(head))
 
     def entries(self, data: bytes, context: SourceContext) -> Iterator[Entry]:
-        document = read_document(data, named=self.title)
-        if not isinstance(document, dict) or not isinstance(document.get("benchmarks"), list):
-            raise JsonInputError(
-                Reason.MALFORMED_RECORD, "nvbench JSON is an object with benchmarks"
-            )
+        document = self.json_object(data, listing="benchmarks")
         header = _Header.of(document)
         yield from self._entries(document, header, context)
 

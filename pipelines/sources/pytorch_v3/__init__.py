@@ -71,7 +71,6 @@ from pipelines.records.rules import DURATION_NS, NAME_LIMIT, UNSPECIFIED, Reason
 from pipelines.sources.json_input import (
     JsonInputError,
     Marks,
-    head_text,
     is_json_lines,
     raw_text,
     read_document,
@@ -313,25 +312,16 @@ class PyTorchBenchmarkV3(HarnessSource):
     format_version = "kindex-pytorch-v3/2"
 
     title = "PyTorch OSS benchmark v3 records"
+    marks = MARKS
+    shape = "not a JSON array, object or lines of records"
 
-    def lacks(self, head: str) -> str | None:
-        if self.recognize("", head.encode()) is None:
-            return None
-        return MARKS.lacks(head) or "not a JSON array, object or lines of records"
-
-    def closeness(self, head: str) -> int:
-        return MARKS.found(head)
-
-    def recognize(self, key: str, data: bytes) -> str | None:
-        head = head_text(data)
-        if (
+    def shows(self, head: str) -> bool:
+        return bool(
             _SNIFF_START.match(head)
             and _SNIFF_VALUES.search(head)
             and _SNIFF_BENCHMARK.search(head)
             and '"metric"' in head
-        ):
-            return None
-        return "not PyTorch OSS benchmark v3 records (no metric with benchmark_values)"
+        )
 
     def entries(self, data: bytes, context: SourceContext) -> Iterator[Entry]:
         for item in _records(data):

@@ -52,13 +52,10 @@ from typing import Any
 
 from pipelines.records.rules import UNSPECIFIED, Reason, name_of
 from pipelines.sources.json_input import (
-    JsonInputError,
     KeyedObject,
     Marks,
     escape,
-    head_text,
     raw_text,
-    read_document,
     unpacked,
 )
 from pipelines.sources.measured import (
@@ -128,25 +125,15 @@ class TritonBenchJson(HarnessSource):
     name = "tritonbench-json"
     format_version = "kindex-tritonbench/1"
 
-    def recognize(self, key: str, data: bytes) -> str | None:
-        if _SNIFF.search(head_text(data)):
-            return None
-        return "not TritonBench --output-json (no tritonbench_<op>[x_<input>-<backend>] keys)"
-
     title = "TritonBench --output-json"
+    marks = MARKS
+    shape = "not a JSON object"
 
-    def lacks(self, head: str) -> str | None:
-        if _SNIFF.search(head):
-            return None
-        return MARKS.lacks(head) or "not a JSON object"
-
-    def closeness(self, head: str) -> int:
-        return MARKS.found(head)
+    def shows(self, head: str) -> bool:
+        return bool(_SNIFF.search(head))
 
     def entries(self, data: bytes, context: SourceContext) -> Iterator[Entry]:
-        document = read_document(data, named=self.title)
-        if not isinstance(document, dict):
-            raise JsonInputError(Reason.MALFORMED_RECORD, "TritonBench --output-json is an object")
+        document = self.json_object(data)
         wrapped = isinstance(document.get("metrics"), dict)
         metrics: dict[str, Any] = document["metrics"] if wrapped else document
         prefix = "/metrics" if wrapped else ""
