@@ -17,7 +17,7 @@ from importlib import metadata
 from typing import Any
 
 from pipelines import API_VERSION
-from pipelines.records.rules import SHORT_LIMIT, slug
+from pipelines.records.rules import NAME_LIMIT, SHORT_LIMIT, slug
 
 NVIDIA_SMI_QUERY = "name,memory.total,driver_version,compute_cap"
 LIBRARIES = (
@@ -155,7 +155,7 @@ def capture_environment(name: str | None = None) -> dict[str, Any]:
     else:
         hardware = {
             "vendor": "none",
-            "product": f"no GPU ({cpu_description()})"[:200],
+            "product": f"no GPU ({cpu_description()})"[:NAME_LIMIT],
             "architecture": _slug(platform.machine()).replace("-", "_") or "unknown",
         }
         labels["accelerator"] = "none"
