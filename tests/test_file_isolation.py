@@ -191,13 +191,13 @@ def test_a_transient_fault_of_the_batch_is_retried_by_the_step(
 def test_broken_speedups_are_a_warning_not_a_failure(
     s3_store: Any, instance: DagsterInstance, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    rows = csv_lines([2212, 1843])
+    rows = csv_lines([2212, 2208])  # one cohort: liger's jsd and its torch baseline
     s3_store.put_bytes("incoming/two.csv", (f"{HEADER}\n" + "\n".join(rows) + "\n").encode())
 
-    def broken(runs: Any) -> dict[str, list[float]]:
+    def broken(rows: Any) -> dict[str, list[float]]:
         raise ValueError("ParseException in a shared mathtext parser")
 
-    monkeypatch.setattr(assets.files, "speedups", broken)
+    monkeypatch.setattr(assets.files, "speedup_series", broken)
     driver = SensorDriver(instance)
     (request,) = driver.tick().run_requests or []
 
