@@ -59,8 +59,8 @@ from pipelines.sources.liger.rules import (
 )
 from pipelines.sources.seen_keys import SeenKeys, digests_of
 
-# Where Arrow's float formatting is ECMAScript's (tests/test_liger_columnar.py); numbers outside
-# it are formatted by canonical.number_text.
+# Where Arrow's float formatting is ECMAScript's (tests/sources/liger/test_liger_columnar.py);
+# numbers outside it are formatted by canonical.number_text.
 ARROW_FLOAT_TEXT = (1e-6, 1e10)
 
 Value = TypeVar("Value")

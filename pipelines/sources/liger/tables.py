@@ -1,7 +1,7 @@
 """Step 5: a batch's record tables (runs, manifests, quarantine, lineage), column by column:
 Python runs once per distinct series and workload, Arrow does the rest. The tables are those
-RecordSetBuilder makes of the batch's outcomes in input order (tests/test_liger_tables.py): a
-manifest met twice keeps its first row.
+RecordSetBuilder makes of the batch's outcomes in input order
+(tests/sources/liger/test_liger_tables.py): a manifest met twice keeps its first row.
 
 Many small files are read together (`files_record_tables`): their batches hold several files'
 rows, each row keeps its file, and each file's rows of a table are a run of that table's rows,

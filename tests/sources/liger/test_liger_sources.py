@@ -45,7 +45,7 @@ def test_the_chosen_source_names_the_result_and_builds_its_records() -> None:
 def test_reasons_are_one_table_of_codes() -> None:
     codes = {reason.value for reason in Reason}
     assert len(codes) == len(Reason)
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    readme = (Path(__file__).parents[3] / "README.md").read_text()
     assert all(f"`{code}`" in readme for code in codes), sorted(
         c for c in codes if f"`{c}`" not in readme
     )

@@ -2,7 +2,7 @@
 curated binding, mutated configs and odd x values: a schema-valid WorkloadCase whose digest is
 its canonical identity's (curated, or uncurated: its parameters as they stand), or a
 quarantine for a malformed row, never anything else. Digest-for-digest parity with KernelIndex's
-importer is tests/test_liger_parity.py's and tests/test_liger_corpus.py's."""
+importer is test_liger_parity.py's and test_liger_corpus.py's (beside this file)."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from pipelines.sources.bundles.normalize import PARSER_VERSION, normalize_bundle
 from pipelines.sources.bundles.reader import read_documents
 from pipelines.sources.bundles.validate import check_manifest
 
-DATA = Path(__file__).parent / "data" / "kernelindex"
+DATA = Path(__file__).parents[2] / "data" / "kernelindex"
 FIXTURE = DATA / "submissions" / "example-fixture.yaml"
 
 
@@ -365,7 +365,7 @@ def test_sources_dispatch_bundles_by_content_not_name() -> None:
     assert [o.status for o in result.outcomes] == ["ok"]
     result = normalize_object("incoming/r", as_json(fixture()))
     assert result.source == "worker-bundle"
-    csv = (Path(__file__).parent / "data" / "liger").glob("*.csv")
+    csv = (Path(__file__).parents[2] / "data" / "liger").glob("*.csv")
     first = next(iter(csv), None)
     if first is not None:
         assert normalize_object("incoming/x.csv", first.read_bytes()[:20000]).source == "liger-csv"

@@ -17,7 +17,7 @@ from pipelines.records import RowOutcome
 from pipelines.sources import SourceContext, normalize_object, source_of
 from pipelines.sources.gbench import GoogleBenchmarkJson
 
-FORMATS = Path(__file__).parent / "data" / "formats"
+FORMATS = Path(__file__).parents[2] / "data" / "formats"
 SAMPLES = FORMATS / "google-benchmark"
 TEST1 = SAMPLES / "gbench_test1_run1.json"
 GOOGLECPP = SAMPLES / "github-action-benchmark_googlecpp_output.json"
@@ -152,8 +152,8 @@ def test_the_same_bytes_give_the_same_digests_and_gzip_reads_alike() -> None:
 def test_other_formats_are_not_google_benchmark() -> None:
     others = [p for p in FORMATS.rglob("*") if p.is_file() and p.parent != SAMPLES]
     others += [
-        Path(__file__).parent / "data" / "liger" / "all_benchmark_data.csv",
-        Path(__file__).parent / "data" / "kernelindex" / "examples" / "benchmark-run.yaml",
+        Path(__file__).parents[2] / "data" / "liger" / "all_benchmark_data.csv",
+        Path(__file__).parents[2] / "data" / "kernelindex" / "examples" / "benchmark-run.yaml",
     ]
     source = GoogleBenchmarkJson()
     for path in others:

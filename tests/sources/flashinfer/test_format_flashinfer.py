@@ -26,7 +26,7 @@ from pipelines.sources.flashinfer import (
 )
 from pipelines.sources.measured import Observation, observation_outcome, operation_manifest
 
-FORMATS = Path(__file__).parent / "data" / "formats"
+FORMATS = Path(__file__).parents[2] / "data" / "formats"
 SAMPLES = FORMATS / "flashinfer-trace"
 TRACES = SAMPLES / "gemm_n128_k2048.traces.jsonl"
 DEFINITION = SAMPLES / "gemm_n128_k2048.definition.json"
@@ -85,7 +85,7 @@ def test_other_formats_are_not_this_source() -> None:
     assert len(others) >= 8
     for path in others:
         assert SOURCE.recognize(path.name, path.read_bytes()) is not None, path
-    liger = next((Path(__file__).parent / "data" / "liger").rglob("*.csv"))
+    liger = next((Path(__file__).parents[2] / "data" / "liger").rglob("*.csv"))
     assert SOURCE.recognize(liger.name, liger.read_bytes()) is not None
     bundle = json.dumps({"operations": [definition_manifest()]}).encode()
     assert SOURCE.recognize("b.json", bundle) is not None

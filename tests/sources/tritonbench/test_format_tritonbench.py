@@ -14,7 +14,7 @@ from pipelines.records import RowOutcome
 from pipelines.sources import SourceContext, normalize_object, source_of
 from pipelines.sources.tritonbench import TritonBenchJson
 
-FORMATS = Path(__file__).parent / "data" / "formats"
+FORMATS = Path(__file__).parents[2] / "data" / "formats"
 SAMPLE = FORMATS / "tritonbench" / "SYNTHETIC_nightly_result.json"
 CONTEXT = SourceContext(received_at="2026-01-01T00:00:00Z")
 SOURCE = "tritonbench-json"

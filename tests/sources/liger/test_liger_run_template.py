@@ -1,7 +1,7 @@
 """Liger runs are written by filling a per-series template (pipelines/sources/liger/model.py); they
 must equal, digest and manifest, the runs built as dicts and canonicalized by the reference
 RFC 8785 serializer (tests/liger_oracle.py): on generated rows here, on every row of the shared
-CSV in tests/test_liger_columnar.py."""
+CSV in tests/sources/liger/test_liger_columnar.py."""
 
 from __future__ import annotations
 

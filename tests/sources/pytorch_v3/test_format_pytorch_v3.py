@@ -15,7 +15,7 @@ from pipelines.sources import SourceContext, normalize_object, source_of
 from pipelines.sources.measured import ObservationError
 from pipelines.sources.pytorch_v3 import PyTorchBenchmarkV3, metric_of
 
-FORMATS = Path(__file__).parent / "data" / "formats"
+FORMATS = Path(__file__).parents[2] / "data" / "formats"
 SAMPLES = FORMATS / "pytorch-v3"
 CONTEXT = SourceContext(received_at="2026-01-01T00:00:00Z")
 SOURCE = "pytorch-benchmark-v3"

@@ -192,7 +192,7 @@ def test_a_grown_curation_turns_an_uncurated_run_into_the_curated_one(curation: 
     assert curated.records[0].digest != uncurated.records[0].digest
 
 
-SAMPLE = Path(__file__).parent / "data" / "liger" / "curation_gaps_sample.csv"
+SAMPLE = Path(__file__).parents[2] / "data" / "liger" / "curation_gaps_sample.csv"
 
 
 def _without(folder: Path, name: str, *drops: str) -> None:

@@ -15,7 +15,7 @@ from pipelines.records import RowOutcome
 from pipelines.sources import SourceContext, normalize_object, source_of
 from pipelines.sources.nvbench import NvbenchJson
 
-FORMATS = Path(__file__).parent / "data" / "formats"
+FORMATS = Path(__file__).parents[2] / "data" / "formats"
 SAMPLE = FORMATS / "nvbench" / "test_ref.json"
 CONTEXT = SourceContext(received_at="2026-01-01T00:00:00Z")
 SOURCE = NvbenchJson.name
@@ -196,8 +196,8 @@ def test_digests_do_not_depend_on_order() -> None:
 def test_other_formats_are_not_nvbench() -> None:
     others = [p for p in FORMATS.rglob("*") if p.is_file() and p.parent.name != "nvbench"]
     others += [
-        Path(__file__).parent / "data" / "liger" / "all_benchmark_data.csv",
-        Path(__file__).parent / "data" / "kernelindex" / "examples" / "benchmark-run.yaml",
+        Path(__file__).parents[2] / "data" / "liger" / "all_benchmark_data.csv",
+        Path(__file__).parents[2] / "data" / "kernelindex" / "examples" / "benchmark-run.yaml",
     ]
     source = NvbenchJson()
     for path in others:

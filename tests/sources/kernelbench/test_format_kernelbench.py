@@ -14,7 +14,7 @@ from pipelines.records import RowOutcome
 from pipelines.sources import SourceContext, closest_format, normalize_object, source_of
 from pipelines.sources.kernelbench import MEASUREMENT_FAILED
 
-DATA = Path(__file__).parent / "data" / "formats" / "kernelbench"
+DATA = Path(__file__).parents[2] / "data" / "formats" / "kernelbench"
 CONTEXT = SourceContext(received_at="2026-01-01T00:00:00Z")
 FAILED_FIRST = DATA / "L4_GCP_baseline_time_torch_compile_inductor_max-autotune.json"
 LEVEL_TK = DATA / "tk_baseline_time.json"

@@ -28,7 +28,7 @@ from pipelines.storage.s3 import S3Store
 
 __all__ = ["index_settings"]
 
-FORMATS = Path(__file__).parent / "data" / "formats"
+FORMATS = Path(__file__).parents[1] / "data" / "formats"
 CONTEXT = SourceContext(received_at="2026-01-01T00:00:00Z")
 
 # Every shared sample file and the source that must read it.
@@ -421,7 +421,7 @@ def test_the_corpus_script_fails_on_a_file_holding_results_that_yields_none(
     import subprocess
     import sys
 
-    script = Path(__file__).parent.parent / "benchmarks" / "formats_corpus.py"
+    script = Path(__file__).parents[2] / "benchmarks" / "formats_corpus.py"
     (tmp_path / "tk.json").write_bytes(
         (FORMATS / "kernelbench" / "tk_baseline_time.json").read_bytes()
     )
