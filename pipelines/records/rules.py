@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 from enum import StrEnum
-from functools import lru_cache
+from functools import cache, lru_cache
 
 import numpy as np
 import pyarrow as pa
@@ -87,7 +87,7 @@ def name_of(*parts: str, empty: str = UNSPECIFIED, limit: int = NAME_LIMIT) -> s
     return (name or empty)[:limit].rstrip("-._")
 
 
-@lru_cache(maxsize=4096)
+@cache  # few distinct texts: the names of axes, tensors, labels and statistics
 def key_of(text: str) -> str:
     """An identifier the schema allows as a key, an axis or an enum-like value
     (`^[a-z][a-z0-9_]*$`): `D` is `d`, `2x` is `x_2x`."""
