@@ -36,7 +36,7 @@ def half_up(value: float) -> int:
     Measured from the floor, so that adding 0.5 cannot round a large value up twice. Raises
     ValueError or OverflowError for a value that is no finite number."""
     floor = math.floor(value)
-    return floor + (value - floor >= 0.5)
+    return floor + 1 if value - floor >= 0.5 else floor
 
 
 def half_up_columns(values: np.ndarray) -> np.ndarray:

@@ -9,6 +9,7 @@ from pathlib import Path
 from liger_support import LIGER_CSV
 
 from pipelines.records.record_objects import LINEAGE_SCHEMA
+from pipelines.records.rules import Reason
 from pipelines.sources import (
     SOURCES,
     LigerCsvSource,
@@ -17,7 +18,6 @@ from pipelines.sources import (
     normalize_object,
     source_of,
 )
-from pipelines.sources.liger.rules import Reason
 
 
 def test_each_source_recognizes_its_own_bytes_and_no_other() -> None:
