@@ -37,16 +37,23 @@ class Snapshotted:
     kept_now: bool = False  # kept just now: no record set of these bytes can exist yet
 
 
-@dataclass(frozen=True, slots=True)
-class Parsed:
-    """The source that recognizes its bytes."""
+class _OfSnapshotted:
+    """A type past the snapshot step, whose ledger row is its snapshotted file's."""
 
+    __slots__ = ()
     file: Snapshotted
-    source: Source
 
     @property
     def entry(self) -> FileEntry:
         return self.file.entry
+
+
+@dataclass(frozen=True, slots=True)
+class Parsed(_OfSnapshotted):
+    """The source that recognizes its bytes."""
+
+    file: Snapshotted
+    source: Source
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,30 +67,22 @@ class Place:
 
 
 @dataclass(frozen=True, slots=True)
-class Normalized:
+class Normalized(_OfSnapshotted):
     """Its record set, built, not written yet."""
 
     file: Snapshotted
     place: Place
     content: RecordSetContent
 
-    @property
-    def entry(self) -> FileEntry:
-        return self.file.entry
-
 
 @dataclass(frozen=True, slots=True)
-class Reused:
+class Reused(_OfSnapshotted):
     """Its record set, written before (the same bytes under another key, or a retry): nothing
     to normalize or write."""
 
     file: Snapshotted
     place: Place
     summary: RecordSetSummary
-
-    @property
-    def entry(self) -> FileEntry:
-        return self.file.entry
 
 
 Prepared = Normalized | Reused

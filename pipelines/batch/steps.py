@@ -44,6 +44,7 @@ from pipelines.sources import (
     SourceObject,
     manifests_offered,
     offered_first,
+    offering,
     source_of,
 )
 from pipelines.storage.base import ObjectStore
@@ -121,7 +122,9 @@ def parse(file: Snapshotted) -> Parsed:
 
 def offered(files: Sequence[Parsed | Failed]) -> Offered:
     """What the batch's files offer each other (a FlashInfer definition its traces name)."""
-    return manifests_offered((f.entry.key, f.file.data) for f in files if isinstance(f, Parsed))
+    return manifests_offered(
+        (f.entry.key, f.file.data) for f in files if isinstance(f, Parsed) and offering(f.source)
+    )
 
 
 # -- 4. normalize --------------------------------------------------------------------------------

@@ -193,7 +193,16 @@ class Offering(Protocol):
         ...
 
 
+# The names of the sources whose files may offer others manifests.
+_OFFERING = frozenset(source.name for source in SOURCES if isinstance(source, Offering))
+
+
 Offered = Mapping[tuple[str, str], dict[str, Any]]
+
+
+def offering(source: Source) -> bool:
+    """Whether files this source read may offer manifests to others (a batch asks only them)."""
+    return source.name in _OFFERING
 
 
 def may_offer(head: bytes) -> bool:
