@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from tqdm import tqdm
 
-from pipelines.batch.awaiting import mark_due
+from pipelines.batch.awaiting import landed_meanwhile, mark_due
 from pipelines.batch.checks import (
     SCHEMA_CHECKED_RUNS,
     SchemaVerdict,
@@ -114,18 +114,19 @@ def finish(
     files: Sequence[Snapshotted | Failed],
     *,
     publish: bool,
-    waiting: Sequence[tuple[str, str]] = (),
 ) -> BatchResult:
-    """The steps after the snapshot, and the commit; then, when the batch's files offer others
-    what they may wait for, the files waiting (those the index holds, and `waiting`: ones
-    written since its publish) are marked due again; then the index, when `publish`."""
+    """The steps after the snapshot, and the commit. Then files that wait for another are
+    marked due again: every one the bucket holds when the batch's files offer others what they
+    may wait for; this batch's own when what they wait for landed while it ran. Then the index,
+    when `publish`."""
     parsed = each_file(files, parse)
     offers = offered(parsed)
     with parts_folder(settings) as parts_dir:
         written = write(store, settings, normalize(store, settings, parsed, parts_dir, offers))
     result = commit(store, settings, batch, written)
-    if offers:
-        result.due = mark_due(store, settings, waiting)
+    landed = landed_meanwhile(store, settings, parsed, result.files)
+    if offers or landed:
+        result.due = mark_due(store, settings, landed, everywhere=bool(offers))
     if publish and files:
         result.index = publish_index(store, settings)
     return result
@@ -218,13 +219,8 @@ def ingest_paths(
     with bar, uploader(store, settings) as upload:
         for batch in bounded_batches(sizes, [path.name for path in files]):
             bar.set_description(f"{files[batch[0]].name} and {len(batch) - 1} more")
-            waiting = [
-                (f.records.snapshot_digest, f.records.source_key)
-                for f in done
-                if f.records is not None and f.records.awaiting
-            ]
             uploaded = upload([files[i] for i in batch])
-            result = finish(store, settings, INGEST_BATCH, uploaded, publish=False, waiting=waiting)
+            result = finish(store, settings, INGEST_BATCH, uploaded, publish=False)
             done += result.files
             due += result.due
             bar.update(sum(sizes[i] for i in batch))
@@ -234,8 +230,14 @@ def ingest_paths(
             again = process_batch(
                 store, settings, list(versions.values()), INGEST_BATCH, publish=False
             )
-            # a file read again is listed once, as it is now
-            now = {f.entry.version: f for f in again.files}
+            # a file of these batches read again is listed once, as it is now; one of an earlier
+            # ingest, when its records changed
+            ours = {f.entry.version for f in done}
+            now = {
+                f.entry.version: f
+                for f in again.files
+                if f.entry.version in ours or f.records is None or not f.records.reused
+            }
             done = [now.pop(f.entry.version, f) for f in done] + list(now.values())
         bar.set_description("publishing index")
         index = publish_index(store, settings)

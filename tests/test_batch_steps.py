@@ -95,3 +95,33 @@ def test_a_definition_that_lands_later_marks_its_traces_due_for_the_next_batch(
     assert query(settings, "SELECT count(*) FROM runs") == [(TRACE_RUNS,)]
     assert query(settings, "SELECT count(*) FROM quarantine") == [(0,)]
     assert ledger.due(now, stale_before=now - timedelta(hours=1)) == []
+
+
+def test_a_definition_finds_the_traces_of_a_batch_not_published_yet(s3_store: Any) -> None:
+    settings = Settings.from_env()
+    process_batch(s3_store, settings, dropped(s3_store, TRACES), "b1", publish=False)
+    second = process_batch(s3_store, settings, dropped(s3_store, DEFINITION), "b2", publish=False)
+    assert [e.key for e in second.due] == [f"incoming/{TRACES.name}"]
+
+
+def test_traces_whose_definition_lands_while_their_batch_runs_are_due_again(
+    s3_store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The definition's batch runs beside the traces' and is durable before the traces are
+    (it cannot see them): the traces' batch sees it once its own record sets are written."""
+    settings = Settings.from_env()
+    real_write = ingest.write
+    beside: list[Any] = []
+
+    def write_after_the_definition(*args: Any) -> Any:
+        monkeypatch.setattr(ingest, "write", real_write)  # the definition's batch writes as is
+        if not beside:  # the traces' batch, normalized without the definition
+            beside.append(process_batch(s3_store, settings, dropped(s3_store, DEFINITION), "b2"))
+        return real_write(*args)
+
+    monkeypatch.setattr(ingest, "write", write_after_the_definition)
+    result = process_batch(s3_store, settings, dropped(s3_store, TRACES), "b1")
+    assert beside[0].due == []  # nothing waited yet when the definition landed
+    records = result.files[0].records
+    assert records is not None and records.awaiting
+    assert [e.key for e in result.due] == [f"incoming/{TRACES.name}"]
