@@ -38,7 +38,6 @@ from pipelines.batch.records import (
     IngestSummary,
     SnapshotRecords,
     describe,
-    done_entry,
 )
 from pipelines.batch.sets_file import SetsFile
 from pipelines.batch.stages import Failed, Found, Snapshotted, known_info
@@ -75,7 +74,6 @@ __all__ = [
     "SnapshotRecords",
     "bounded_batches",
     "describe",
-    "done_entry",
     "ingest_paths",
     "known_info",
     "process_batch",
