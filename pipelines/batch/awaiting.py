@@ -12,8 +12,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from pipelines.batch.records import FileResult, utc_text
+from pipelines.batch.records import FileResult
 from pipelines.batch.stages import Failed, Parsed
+from pipelines.batch.steps import judged_version
 from pipelines.index.known import awaiting_files, is_awaiting, known_manifests
 from pipelines.index.layout import IndexLayout
 from pipelines.index.local import load_current
@@ -46,8 +47,7 @@ def landed_meanwhile(
     context = SourceContext(known_digest=known, manifest_named=known.named)
     landed = []
     for file, records in waiting:
-        received = replace(context, received_at=utc_text(file.file.snapshot.last_modified))
-        if file.source.version_of(file.file.data, received) != records.parser_version:
+        if judged_version(file, context) != records.parser_version:
             landed.append((records.snapshot_digest, records.source_key))
     return landed
 

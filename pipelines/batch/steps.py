@@ -142,6 +142,12 @@ class _Placed:
         return self.parsed.entry
 
 
+def judged_version(parsed: Parsed, context: SourceContext) -> str:
+    """The parser version the file's source gives its bytes under what `context` finds."""
+    received = replace(context, received_at=utc_text(parsed.file.snapshot.last_modified))
+    return parsed.source.version_of(parsed.file.data, received)
+
+
 @dataclass(slots=True)
 class _Lookups:
     """What normalizing looks up beyond a file's bytes: the index's manifests (and those of the
@@ -156,8 +162,7 @@ class _Lookups:
         """The file's parser version, as its source judges it now, and its record set's place;
         the record set itself when it is written already."""
         file = parsed.file
-        received = replace(self.context, received_at=utc_text(file.snapshot.last_modified))
-        version = parsed.source.version_of(file.data, received)
+        version = judged_version(parsed, self.context)
         prefix = self.layout.record_set_prefix(version, file.snapshot.digest)
         place = Place(version, parsed.source.name, prefix)
         # Bytes kept before may have their record set written already (the same bytes under
