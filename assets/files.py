@@ -276,7 +276,7 @@ def log_publish(
     query) with the index's checks: the batch run is what publishes it."""
     if result.index is None:
         return
-    report = publish_report(kindex, result.index, result.resolved, context.job_name)
+    report = publish_report(kindex, result.index, result.requeued, context.job_name)
     for event in report.events():
         log_event(context, event)
 

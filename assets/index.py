@@ -24,7 +24,7 @@ from assets.conventions import (
 )
 from assets.published import INDEX_CHECKS, INDEX_KEYS, keys_markdown, publish_report
 from assets.resources import KindexResource
-from pipelines.ingest import publish_resolving
+from pipelines.index.publish import publish_index as publish_the_index
 
 
 @asset(
@@ -46,8 +46,8 @@ from pipelines.ingest import publish_resolving
 def index(
     context: AssetExecutionContext, kindex: KindexResource
 ) -> Iterator[MaterializeResult[None] | AssetCheckResult]:
-    version, resolved = publish_resolving(kindex.store, kindex.settings)
-    report = publish_report(kindex, version, resolved, context.job_name)
+    version = publish_the_index(kindex.store, kindex.settings)
+    report = publish_report(kindex, version, 0, context.job_name)
     yield MaterializeResult(metadata=report.index)  # type: ignore[arg-type]
     for table in report.tables:
         context.log_event(table)

@@ -109,7 +109,8 @@ INDEX_KEYS = {
     "index_version": "The version published (or, when nothing was new, the current one).",
     "published": "Whether this publish made a new version (false: nothing new to add).",
     "new_runs": "Runs this version added.",
-    "files_resolved": "Files whose rows awaited another file, processed again by this publish.",
+    "files_requeued": "Files whose rows awaited another file, which this batch brought: marked "
+    "due again, for the next batch.",
     "runs": "Runs in the index.",
     "quarantine": "Quarantine rows in the index.",
     "manifests": "Manifests (operations, workloads, implementations...) in the index.",
@@ -188,7 +189,7 @@ class PublishReport:
 
 
 def publish_report(
-    kindex: KindexResource, version: IndexVersion, resolved: int, job: str
+    kindex: KindexResource, version: IndexVersion, requeued: int, job: str
 ) -> PublishReport:
     """What one publish reports: the index's metadata, each queried table's materialization,
     the index's checks. What cannot be read for the report is a warning on it, never an error
@@ -204,7 +205,7 @@ def publish_report(
         "index_version": str(version.version),
         "published": version.published,
         "new_runs": MetadataValue.int(version.new_runs),
-        "files_resolved": MetadataValue.int(resolved),
+        "files_requeued": MetadataValue.int(requeued),
         **{name: MetadataValue.int(int(n)) for name, n in sorted(version.counts.items())},
         "published_by": job,
     }

@@ -294,7 +294,8 @@ class LedgerCursor:
 @sensor(
     name="ledger_sensor",
     description="Requests again the files the ledger says are due: failed ones whose backoff "
-    "has passed, and pending ones whose run never reported.",
+    "has passed, pending ones whose run never reported, and pending ones a batch marked due "
+    "again (their rows awaited a file it brought).",
     minimum_interval_seconds=LEDGER_INTERVAL_SECONDS,
     default_status=DefaultSensorStatus.RUNNING,
     job=ingest_batch,

@@ -151,7 +151,7 @@ def test_a_transient_fault_of_the_batch_is_retried_by_the_step(
     """The index's publish fails once (after the batch's ledger commit): the step runs again,
     finds the record sets written and adds no run twice."""
     drop_files(s3_store, 3)
-    real = pipelines.ingest.publish_resolving
+    real = pipelines.ingest.publish_index
     calls: list[int] = []
 
     def flaky(store: Any, settings: Any) -> Any:
@@ -161,8 +161,8 @@ def test_a_transient_fault_of_the_batch_is_retried_by_the_step(
         return real(store, settings)
 
     # wherever a publish is called from: the batch's own step, and the index asset
-    monkeypatch.setattr(pipelines.ingest, "publish_resolving", flaky)
-    monkeypatch.setattr(assets.index, "publish_resolving", flaky)
+    monkeypatch.setattr(pipelines.ingest, "publish_index", flaky)
+    monkeypatch.setattr(assets.index, "publish_the_index", flaky)
     driver = SensorDriver(instance)
     (request,) = driver.tick().run_requests or []
 

@@ -14,6 +14,7 @@ import pytest
 from index_support import csv_bytes, index_settings, liger_rows, query
 
 from pipelines import ingest
+from pipelines.batch import uploads
 from pipelines.storage.s3 import S3Store
 
 __all__ = ["index_settings"]
@@ -49,7 +50,7 @@ def test_a_store_sent_to_another_process_is_made_again_with_a_client_of_its_own(
 def test_a_batch_uploaded_from_worker_processes_lands_whole_and_in_order(
     s3_store: S3Store, index_settings: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    paths = small_csvs(tmp_path / "files", ingest.PROCESS_UPLOAD_FILES + 5)
+    paths = small_csvs(tmp_path / "files", uploads.PROCESS_UPLOAD_FILES + 5)
     pools: list[int] = []
     ended: list[bool] = []
 
@@ -62,8 +63,8 @@ def test_a_batch_uploaded_from_worker_processes_lands_whole_and_in_order(
             ended.append(wait)
             super().shutdown(wait, **options)
 
-    monkeypatch.setattr(ingest, "ProcessPoolExecutor", CountedPool)
-    monkeypatch.setattr(ingest, "usable_cpus", lambda: 2)  # workers even on one CPU
+    monkeypatch.setattr(uploads, "ProcessPoolExecutor", CountedPool)
+    monkeypatch.setattr(uploads, "usable_cpus", lambda: 2)  # workers even on one CPU
     summary = ingest.ingest_paths(paths, index_settings, progress=False, store=s3_store)
     assert pools == [2]
     assert ended == [True]  # and ended with the ingest
@@ -86,7 +87,7 @@ def test_a_small_batch_goes_up_from_this_process(
     s3_store: S3Store, index_settings: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     paths = small_csvs(tmp_path / "files", 3)
-    monkeypatch.setattr(ingest, "ProcessPoolExecutor", None)  # would fail if asked for
-    monkeypatch.setattr(ingest, "usable_cpus", lambda: 2)
+    monkeypatch.setattr(uploads, "ProcessPoolExecutor", None)  # would fail if asked for
+    monkeypatch.setattr(uploads, "usable_cpus", lambda: 2)
     summary = ingest.ingest_paths(paths, index_settings, progress=False, store=s3_store)
     assert [f.runs for f in summary.files] == [ROWS] * 3

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,10 +25,15 @@ from tqdm import tqdm
 
 from pipelines.forked import collect_garbage_rarely
 from pipelines.settings import Settings
-from pipelines.sources import SourceContext, normalize_object
-from pipelines.sources.flashinfer import kind_of
-from pipelines.sources.json_input import looks_gzipped
+from pipelines.sources import (
+    SourceContext,
+    manifests_offered,
+    may_offer,
+    normalize_object,
+    offered_first,
+)
 from pipelines.sources.liger.normalize import NotLigerCsv, write_outcomes
+from pipelines.sources.source import ManifestNamed
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -102,39 +107,26 @@ class Unrecognized(ValueError):
     """No source recognizes the file: dropped, it would be one `unrecognized_format` row."""
 
 
-ManifestNamed = Callable[[str, str], "dict[str, Any] | None"]
-
-
 @contextmanager
 def definitions_of(paths: Sequence[Path], *, index: bool = True) -> Iterator[ManifestNamed]:
-    """What a trace's definition lookup finds: the OperationSpecs the FlashInfer definitions
-    among `paths` state, then (with `index`) those of the local index when this home has one."""
-
-    given: dict[tuple[str, str], dict[str, Any]] = {}
+    """What a trace's definition lookup finds: the manifests the files among `paths` offer each
+    other (the OperationSpecs of FlashInfer definitions), then (with `index`) those of the local
+    index when this home has one."""
+    files: list[tuple[str, bytes]] = []
     for path in paths:
         try:
             with path.open("rb") as stream:
                 data = stream.read(HEAD_BYTES)
-                if looks_gzipped(data) or kind_of(data) == "definition":
-                    data += stream.read(DEFINITION_BYTES)
+                if may_offer(data):
+                    files.append((path.name, data + stream.read(DEFINITION_BYTES)))
         except OSError:
             continue  # said when the file itself is read
-        if kind_of(data) != "definition":
-            continue
-        for outcome in normalize_object(path.name, data).outcomes:
-            for record in outcome.records:
-                given.setdefault(
-                    (record.kind, record.manifest["metadata"]["name"]), record.manifest
-                )
+    given = manifests_offered(files)
     with _index_lookup() if index else nullcontext(_nothing) as indexed:
-
-        def named(kind: str, name: str) -> dict[str, Any] | None:
-            return given.get((kind, name)) or indexed(kind, name)
-
-        yield named
+        yield offered_first(given, indexed)
 
 
-HEAD_BYTES = 64 * 1024  # enough to tell a definition (flashinfer.kind_of reads as much)
+HEAD_BYTES = 64 * 1024  # enough to tell a definition (head_text reads as much)
 DEFINITION_BYTES = 16 * 2**20  # a definition is a few KiB: no more is read of one
 
 

@@ -308,10 +308,12 @@ class Ledger:
         return {entry.version: entry for entry in entries}
 
     def due(self, now: datetime, stale_before: datetime) -> list[FileEntry]:
-        """Versions to process (again): failed ones whose backoff has passed, and pending ones
-        whose batch never reported (a run lost before it started, or killed)."""
+        """Versions to process (again): failed ones whose backoff has passed, pending ones
+        whose batch never reported (a run lost before it started, or killed), and pending ones
+        marked due again (rows that awaited another file, which landed)."""
         return self.current(
-            "(state = 'failed' AND next_attempt_at <= ?) OR (state = 'pending' AND updated_at < ?)",
+            "(state IN ('failed', 'pending') AND next_attempt_at <= ?) "
+            "OR (state = 'pending' AND updated_at < ?)",
             [now, stale_before],
         )
 

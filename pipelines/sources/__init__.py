@@ -15,10 +15,10 @@ gzip bomb is one `too_large` row): every source, the Liger CSV too, reads plain 
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from pipelines.records import RowOutcome
 from pipelines.records.rules import Reason
@@ -39,6 +39,7 @@ from pipelines.sources.nvbench import NvbenchJson
 from pipelines.sources.pytorch_v3 import PyTorchBenchmarkV3
 from pipelines.sources.source import (
     HarnessSource,
+    ManifestNamed,
     RecordsOfOutcomes,
     Source,
     SourceContext,
@@ -60,6 +61,8 @@ __all__ = [
     "SOURCES",
     "source_of",
     "normalize_object",
+    "manifests_offered",
+    "offered_first",
 ]
 
 
@@ -175,6 +178,73 @@ class Diagnosable(Protocol):
     def closeness(self, head: str) -> int:
         """How many of the format's distinctive marks the start of a file shows (0: none)."""
         ...
+
+
+@runtime_checkable
+class Offering(Protocol):
+    """A source whose files state manifests that files of another may name (a FlashInfer
+    definition, named by its traces and solutions): the cross-file references, resolved here."""
+
+    def may_offer(self, head: bytes) -> bool:
+        """Whether a file that starts so may offer any (its start alone decides no)."""
+        ...
+
+    def offers(self, data: bytes) -> Iterator[tuple[str, str, dict[str, Any]]]:
+        """(kind, metadata name, manifest) of each manifest these plain bytes offer others."""
+        ...
+
+
+# The names of the sources whose files may offer others manifests.
+_OFFERING = frozenset(source.name for source in SOURCES if isinstance(source, Offering))
+
+
+Offered = Mapping[tuple[str, str], dict[str, Any]]
+
+
+def offering(source: Source) -> bool:
+    """Whether files this source read may offer manifests to others (a batch asks only them)."""
+    return source.name in _OFFERING
+
+
+def may_offer(head: bytes) -> bool:
+    """Whether a file whose start is `head` may offer manifests to others (a gzip file: maybe),
+    so that a reader of many files reads the whole of those only."""
+    return looks_gzipped(head) or any(
+        isinstance(source, Offering) and source.may_offer(head) for source in SOURCES
+    )
+
+
+def _offers(data: bytes) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    for source in SOURCES:
+        if isinstance(source, Offering) and source.may_offer(data):
+            yield from source.offers(data)
+
+
+def manifests_offered(files: Iterable[tuple[str, bytes]]) -> dict[tuple[str, str], dict[str, Any]]:
+    """The manifests the files (key, bytes) of one batch or dry run offer each other, by kind
+    and name, the first of a name kept. A file that cannot be unpacked or read offers nothing:
+    its own read says why."""
+    given: dict[tuple[str, str], dict[str, Any]] = {}
+    for _, data in files:
+        try:
+            plain = unpacked(data)
+            for kind, name, manifest in _offers(plain):
+                given.setdefault((kind, name), manifest)
+        except JsonInputError:
+            continue
+    return given
+
+
+def offered_first(offered: Offered, then: ManifestNamed) -> ManifestNamed:
+    """A manifest lookup that finds what the files beside one offer, then asks `then` (the
+    index): where a FlashInfer trace finds its definition, whichever file or batch brought it."""
+    if not offered:
+        return then
+
+    def named(kind: str, name: str) -> dict[str, Any] | None:
+        return offered.get((kind, name)) or then(kind, name)
+
+    return named
 
 
 def source_of(key: str, data: bytes) -> Source:

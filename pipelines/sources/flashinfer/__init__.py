@@ -23,12 +23,14 @@ A trace file (JSON Lines, `traces/<op_type>/<definition>.jsonl`) holds one evalu
 
 One run a line, read line by line. A trace names its definition, which holds the constant axes
 and the dtypes: the index is asked for the definition's OperationSpec by name
-(`SourceContext.manifest_named`) and the operation is rebuilt from it, so a run is the same
-whichever file brought the definition and whenever. A trace whose definition the index does not
-hold yet is quarantined (`awaiting_definition`), and the file's record set is written under a
-version that names the definitions it resolved (`version_of`), so it is read again once they
-arrive. A line with a workload but no solution nor evaluation (a workload file) is the
-definition's WorkloadCase, with no run.
+(`SourceContext.manifest_named`: the definitions among the files of the same batch, then the
+index) and the operation is rebuilt from it, so a run is the same whichever file brought the
+definition and whenever (`offers`: what a definition file gives the files beside it). A trace
+whose definition is found nowhere yet is quarantined (`awaiting_definition`), and the file's
+record set is written under a version that names the definitions it resolved (`version_of`): once
+a definition lands, the waiting file is due again and its next read finds it. A line with a
+workload but no solution nor evaluation (a workload file) is the definition's WorkloadCase, with
+no run.
 
 A solution (`solutions/<author>/<op_type>/<definition>/<name>.json`) is code for a definition:
 its language, entry point, author and sources. A run's implementation is built from what the
@@ -243,6 +245,18 @@ class FlashInferTrace(HarnessSource):
             return f"{version}+defs-none"
         text = "\n".join(sorted(digests)).encode()
         return f"{version}+defs-{hashlib.sha256(text).hexdigest()[:12]}"
+
+    def may_offer(self, head: bytes) -> bool:
+        return kind_of(head) == "definition"
+
+    def offers(self, data: bytes) -> Iterator[tuple[str, str, dict[str, Any]]]:
+        """What a definition file offers the files beside it: (kind, name, manifest) of each
+        record it states, the OperationSpec its traces and solutions name. Other files: none."""
+        if kind_of(data) != "definition":
+            return
+        for outcome in self.outcomes(data, SourceContext()):
+            for record in outcome.records:
+                yield record.kind, record.manifest["metadata"]["name"], record.manifest
 
     def record_set(
         self, data: bytes, snapshot_digest: str, context: SourceContext, parts_dir: Path
