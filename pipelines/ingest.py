@@ -39,17 +39,13 @@ import pyarrow.compute as pc
 from tqdm import tqdm
 
 from pipelines.forked import usable_cpus, worker_context
+from pipelines.index.bucket_format import RecordSet, SetsFileContent
 from pipelines.index.faults import RECORD_FILES_WRITTEN, pause_point
 from pipelines.index.known import awaiting_files, is_awaiting, known_manifests
 from pipelines.index.layout import IndexLayout
+from pipelines.index.listing import list_record_sets
 from pipelines.index.local import PARQUET_CONTENT_TYPE, cache_bytes, cache_file, put_file
-from pipelines.index.publish import (
-    IndexVersion,
-    RecordObjects,
-    RecordSet,
-    list_record_sets,
-    publish_index,
-)
+from pipelines.index.publish import IndexVersion, RecordObjects, publish_index
 from pipelines.intake.incoming import upload_incoming
 from pipelines.intake.ledger import FileEntry, FileState, Ledger, version_of
 from pipelines.intake.snapshots import (
@@ -172,6 +168,8 @@ def process_snapshot(
         write_files(store, settings, [work])
         work.raise_failure()
     assert work.records is not None
+    # Its ledger row names its sets file: what the next publish reads.
+    Ledger.of(store, settings).append([work.result().entry])
     return work.records
 
 
@@ -915,12 +913,21 @@ class SetsFile:
         work.records = records_from_summary(summary, snapshot.key, prepared.prefix, reused=reused)
 
     def put(self, store: ObjectStore, layout: IndexLayout) -> None:
+        """Write the sets file, then name it in each of its files' ledger rows. It carries the
+        summary of every record set its files name, those written before too: a publish reads
+        only the sets files of the ledger rows committed since its version."""
         if not self.summaries and not self.reads:
             return
         key = self.folder + SETS_FILE
-        sets = [{"prefix": prefix, "summary": s} for prefix, s in self.summaries.items()]
-        data = orjson.dumps({"sets": sets, "reads": self.reads})
+        summaries = dict(self.summaries)
+        for work in self.files:
+            prepared = work.prepared
+            if prepared is not None and prepared.existing is not None:
+                summaries.setdefault(prepared.prefix, prepared.existing)
+        data = SetsFileContent.dumps(summaries, self.reads)
         _put_cached(store, layout, key, data, content_type="application/json")
+        for work in self.files:
+            work.entry = replace(work.entry, sets_file=key)
 
 
 def done_entry(entry: FileEntry, records: SnapshotRecords) -> FileEntry:

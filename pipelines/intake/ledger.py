@@ -31,6 +31,7 @@ from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
 from pipelines.index.catalog import FIELD_IDS_PROPERTY, TABLE_PROPERTIES, IndexCatalog
+from pipelines.index.catalog import LEDGER_TABLE as LEDGER_TABLE
 from pipelines.index.local import open_index
 from pipelines.intake.reconcile import reconcile
 from pipelines.records.record_objects import UTC_US
@@ -42,7 +43,6 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
 
 
-LEDGER_TABLE = "file_ledger"
 # Arrival windows: the hour of an object version's LastModified (the store's clock). Dagster's
 # partitions are these windows (assets/partitions.py), so their number grows with time, not with
 # files; an hour is the unit a person backfills, and a fleet's hour is a batch-sized set of files.
@@ -69,6 +69,9 @@ LEDGER_SCHEMA = pa.schema(
         ("quarantined", pa.int64()),
         ("updated_at", UTC_US),
         ("next_attempt_at", UTC_US),
+        # The sets file its batch wrote (pipelines/index/bucket_format.py): what a publish
+        # reads of the rows committed since its version.
+        ("sets_file", pa.string()),
     ]
 )
 VERSION_COLUMNS = ("bucket", "key", "etag", "last_modified")
@@ -132,6 +135,7 @@ class FileEntry:
     quarantined: int = 0
     updated_at: datetime | None = None
     next_attempt_at: datetime | None = None
+    sets_file: str | None = None
 
     @property
     def version(self) -> tuple[str, str, datetime]:
@@ -208,9 +212,13 @@ class Ledger:
                 schema=LEDGER_SCHEMA,
                 properties=TABLE_PROPERTIES,
             )
-        elif table.properties.get(FIELD_IDS_PROPERTY) != "1":
-            # Compaction by an older kindex merged files without field IDs: rewritten once.
-            self.catalog.identify(LEDGER_TABLE)
+        else:
+            if table.properties.get(FIELD_IDS_PROPERTY) != "1":
+                # Compaction by an older kindex merged files without field IDs: rewritten once.
+                self.catalog.identify(LEDGER_TABLE)
+            if "sets_file" not in table.schema().column_names:  # a ledger of an older kindex
+                with self.catalog.table(LEDGER_TABLE, refresh=True).update_schema() as update:
+                    update.union_by_name(LEDGER_SCHEMA)
         return self.catalog.table(LEDGER_TABLE, refresh=True)
 
     def append(self, entries: Sequence[FileEntry]) -> None:
