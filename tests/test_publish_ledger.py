@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
 from index_support import (
+    as_legacy_layout,
     csv_bytes,
     drop_and_process,
     index_settings,
@@ -21,6 +23,7 @@ from pipelines.index.bucket_format import SetsFileContent
 from pipelines.index.catalog import IndexCatalog
 from pipelines.index.committed import committed_since
 from pipelines.index.layout import IndexLayout
+from pipelines.index.listing import LEGACY_SETS_FILE
 from pipelines.index.publish import publish_index, unpublished_record_sets
 from pipelines.ingest import process_batch
 from pipelines.intake.ledger import FileEntry, Ledger
@@ -153,3 +156,25 @@ def test_an_index_published_before_ledger_points_is_caught_up_once_from_a_listin
     sent.clear()
     assert not publish_index(s3_store, index_settings).published
     assert lists(sent, "records/") == []
+
+
+def test_a_home_written_before_batch_files_is_migrated_once_into_a_sets_file(
+    s3_store: Any, index_settings: Any
+) -> None:
+    for n in range(2):
+        drop_and_process(s3_store, index_settings, f"incoming/old-{n}.csv", small_csv(n))
+    as_legacy_layout(s3_store)  # a summary object per record set, a read object per read
+    (Path(index_settings.home) / "catalog.db").unlink()  # and an index of its own time
+    legacy = [o.key for o in s3_store.list("records/") if o.key.endswith(".json")]
+    assert legacy and not any(key.endswith("/sets.json") for key in legacy)
+
+    assert publish_index(s3_store, index_settings).new_runs == 2
+
+    left = [o.key for o in s3_store.list("records/") if o.key.endswith(".json")]
+    assert left == [IndexLayout.of(index_settings).batches_prefix + LEGACY_SETS_FILE]
+    content = SetsFileContent.loads(s3_store.get_bytes(left[0]))
+    assert len(content.summaries) == 2 and len(content.reads) == 2
+    assert {r.key for r in list_reads(s3_store, index_settings)} == {
+        "incoming/old-0.csv",
+        "incoming/old-1.csv",
+    }

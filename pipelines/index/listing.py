@@ -1,9 +1,10 @@
-"""Every record set in the bucket, from a listing of the records prefix: what a publish read
-before its versions named a ledger point, and what it reads once more to catch up an index
-published before (pipelines/index/committed.py), or rebuilt.
+"""Every record set in the bucket, from a listing of the records prefix: what a publish reads
+once to catch up an index published before its versions named a ledger point
+(pipelines/index/committed.py), or rebuilt.
 
-A listing finds each batch's sets file, and the summary and read objects of homes written before
-those files (`records/<parser_version>/<hex>/summary.json`, `…/reads/<read id>.json`).
+A listing finds each batch's sets file. The summary and read objects of homes written before
+those files (`records/<parser_version>/<hex>/summary.json`, `…/reads/<read id>.json`) are
+rewritten once as a sets file (`migrate_legacy`), and deleted.
 """
 
 from __future__ import annotations
@@ -16,25 +17,23 @@ import orjson
 
 from pipelines.index.bucket_format import ObjectRead, ReadJson, RecordSet, SetsFileContent, read_of
 from pipelines.index.layout import IndexLayout
-from pipelines.index.local import fetch_all
+from pipelines.index.local import cache_bytes, fetch_all
 from pipelines.records.record_objects import READS_DIR, SETS_FILE, SUMMARY_FILE, RecordSetSummary
-from pipelines.storage.base import ObjectStore
+from pipelines.storage.base import NoSuchKey, ObjectStore
 
 
 @dataclass(frozen=True, slots=True)
 class Listed:
-    """Where a summary or a read is: an object of its own (a home written before batch files),
-    or entry `member` of a batch's sets file."""
+    """Where a summary or a read is: entry `member` of the batch sets file at `key`."""
 
     key: str
-    member: int | None = None
+    member: int
 
 
 @dataclass(slots=True)
 class RecordSetListing:
     """The complete record sets in the bucket and the reads registered with them: each batch's
-    sets file (its summaries and reads, written once its record objects are durable), and the
-    summary and read objects of homes written before those files."""
+    sets file (its summaries and reads, written once its record objects are durable)."""
 
     summaries: dict[str, Listed] = field(default_factory=dict)  # prefix -> its summary
     reads: dict[str, dict[str, Listed]] = field(default_factory=dict)  # prefix -> read id ->
@@ -64,64 +63,44 @@ class RecordSetListing:
     def record_sets(
         self, store: ObjectStore, layout: IndexLayout, prefixes: Sequence[str]
     ) -> list[RecordSet]:
-        """The record sets at these prefixes, their summaries read from the cache or fetched."""
-        places = [self.summaries[p] for p in prefixes]
-        own = self._own(store, layout, places)
-        return [
-            RecordSet(
-                prefix,
-                cast(RecordSetSummary, orjson.loads(own[place.key]))
-                if place.member is None
-                else self._member_summary(place),
-            )
-            for prefix, place in zip(prefixes, places, strict=True)
-        ]
+        """The record sets at these prefixes."""
+        return [RecordSet(prefix, self._summary(self.summaries[prefix])) for prefix in prefixes]
 
-    def _member_summary(self, place: Listed) -> RecordSetSummary:
-        assert place.member is not None
-        content = self.batch_files[place.key]
-        return list(content.summaries.values())[place.member]
+    def _summary(self, place: Listed) -> RecordSetSummary:
+        return list(self.batch_files[place.key].summaries.values())[place.member]
 
     def object_reads(
         self, store: ObjectStore, layout: IndexLayout, ids: Sequence[tuple[str, str]]
     ) -> list[ObjectRead]:
         """The reads of these (prefix, read id) pairs."""
         places = [self.reads[prefix][read] for prefix, read in ids]
-        own = self._own(store, layout, places)
-        return [
-            read_of(cast(ReadJson, orjson.loads(own[place.key])))
-            if place.member is None
-            else self.batch_files[place.key].reads[place.member].read
-            for place in places
-        ]
+        return [self.batch_files[place.key].reads[place.member].read for place in places]
 
-    @staticmethod
-    def _own(store: ObjectStore, layout: IndexLayout, places: Sequence[Listed]) -> dict[str, bytes]:
-        """The bytes of the objects of their own among `places`, by key."""
-        keys = [place.key for place in places if place.member is None]
-        return {
-            key: path.read_bytes()
-            for key, path in zip(keys, fetch_all(store, layout, keys), strict=True)
-        }
+
+# The sets file the objects of a home written before batch files become: named to sort before
+# every batch's, so that a prefix a batch wrote since is the batch's.
+LEGACY_SETS_FILE = "00000000T000000000000-legacy/" + SETS_FILE
 
 
 def list_record_sets(store: ObjectStore, layout: IndexLayout) -> RecordSetListing:
     """Every complete record set and read, from one listing of the records prefix and the
     batches' sets files (each fetched once: the cache keeps them, they never change). A prefix
-    several batches wrote (its file processed again before the index had it) is the newest's."""
+    several batches wrote (its file processed again before the index had it) is the newest's.
+    The summary and read objects of a home written before batch files are migrated first."""
     listing = RecordSetListing()
     batches = layout.batches_prefix
-    batch_keys = []
+    batch_keys, legacy = [], []
     for info in store.list(layout.records_prefix):
         key = info.key
         if key.endswith("/" + SETS_FILE) and key.startswith(batches):
             batch_keys.append(key)
-        elif key.endswith("/" + SUMMARY_FILE):
-            listing.summaries[key.removesuffix(SUMMARY_FILE)] = Listed(key)
-        elif f"/{READS_DIR}/" in key and key.endswith(".json"):
-            prefix, _, name = key.rpartition(f"{READS_DIR}/")
-            listing.reads.setdefault(prefix, {})[name.removesuffix(".json")] = Listed(key)
-    batch_keys.sort()  # named by when they were written
+        elif key.endswith("/" + SUMMARY_FILE) or (
+            f"/{READS_DIR}/" in key and key.endswith(".json") and not key.startswith(batches)
+        ):
+            legacy.append(key)
+    if legacy:
+        batch_keys.append(migrate_legacy(store, layout, legacy))
+    batch_keys = sorted(set(batch_keys))  # named by when they were written
     for key, path in zip(batch_keys, fetch_all(store, layout, batch_keys), strict=True):
         content = SetsFileContent.loads(path.read_bytes(), key)
         listing.batch_files[key] = content
@@ -131,3 +110,42 @@ def list_record_sets(store: ObjectStore, layout: IndexLayout) -> RecordSetListin
             places = listing.reads.setdefault(registered.prefix, {})
             places[registered.read.read_id] = Listed(key, n)
     return listing
+
+
+def migrate_legacy(store: ObjectStore, layout: IndexLayout, keys: Sequence[str]) -> str:
+    """Rewrite the summary and read objects of a home written before batch files (a
+    `summary.json` and `reads/<read id>.json` in each record set's prefix) as one sets file,
+    then delete them: from then on, the sets file is all there is to read. Run again after a
+    crash between the two, it writes the same sets file again. Returns its key."""
+    summaries: dict[str, RecordSetSummary] = {}
+    reads: list[bytes] = []
+    for key, path in zip(keys, fetch_all(store, layout, keys), strict=True):
+        data = path.read_bytes()
+        if key.endswith("/" + SUMMARY_FILE):
+            summaries[key.removesuffix(SUMMARY_FILE)] = cast(RecordSetSummary, orjson.loads(data))
+        else:
+            prefix = key.rpartition(f"{READS_DIR}/")[0]
+            read = read_of(cast(ReadJson, orjson.loads(data)))
+            reads.append(b'{"prefix":%s,"read":%s}' % (orjson.dumps(prefix), read.to_json()))
+    if keys and (existing := _legacy_sets_file(store, layout)) is not None:
+        # Migrated before, and objects left: their entries join those written then.
+        summaries = existing.summaries | summaries
+        reads = [
+            b'{"prefix":%s,"read":%s}' % (orjson.dumps(r.prefix), r.read.to_json())
+            for r in existing.reads
+        ] + reads
+    target = layout.batches_prefix + LEGACY_SETS_FILE
+    data = SetsFileContent.dumps(summaries, reads)
+    store.put(target, data, content_type="application/json")
+    cache_bytes(layout.cached_path(target), data)
+    for key in keys:
+        store.delete(key)
+    return target
+
+
+def _legacy_sets_file(store: ObjectStore, layout: IndexLayout) -> SetsFileContent | None:
+    key = layout.batches_prefix + LEGACY_SETS_FILE
+    try:
+        return SetsFileContent.loads(store.get_bytes(key), key)
+    except NoSuchKey:
+        return None

@@ -39,7 +39,7 @@ import orjson
 
 from pipelines.index.bucket_format import ObjectRead, SetsFileContent
 from pipelines.index.catalog import IndexCatalog, Version
-from pipelines.index.committed import committed_since
+from pipelines.index.committed import committed_since, ledger_head
 from pipelines.index.layout import IndexLayout
 from pipelines.index.local import fetch_all, published
 from pipelines.index.reads import newest_order
@@ -391,32 +391,42 @@ def latest_read_per_key(
 class RegisteredReads:
     """The reads the batches' sets files registered, by object key: those the published index
     holds (its `snapshots` table, read with DuckDB from its local files, a key at a time), and
-    those of the sets files named by the ledger rows committed since (few, held here). Nothing
-    outlives the object: a lookup costs what the index and the new batches hold, not a parse
-    of every batch ever written. An index whose version names no ledger point (published
-    before versions named one, or none yet) is read from the batches' listing instead."""
+    those of the sets files named by the ledger rows committed since (few, held here). A lookup
+    costs what the index and the new batches hold, not a parse of every batch ever written. An
+    index whose version names no ledger point (published before versions named one, or none
+    yet) is read from the batches' listing instead."""
 
-    def __init__(self, store: ObjectStore, settings: Settings) -> None:
-        self.bucket = store.bucket
+    def __init__(
+        self, con: duckdb.DuckDBPyConnection | None, new: dict[str, list[Snapshot]]
+    ) -> None:
+        self._con = con  # over the published snapshots table; None: no point, read the listing
+        self._new = new
+
+    @classmethod
+    def of(cls, store: ObjectStore, settings: Settings) -> RegisteredReads:
+        """The reads as the bucket has them now. The newest is kept for the next caller while
+        the index's version and the ledger's head stay as they were (one, whatever the
+        history): a batch of files read again asks for each of them."""
         layout = IndexLayout.of(settings)
         catalog = IndexCatalog.beside(store, settings)
         version = Version.empty() if catalog.outdated() else catalog.current()
-        self._con: duckdb.DuckDBPyConnection | None = None
         if version.ledger_point is None:
             keys = sorted(
                 o.key for o in store.list(layout.batches_prefix) if o.key.endswith("/" + SETS_FILE)
             )
-        else:
-            keys = committed_since(catalog, version.ledger_point).sets_files
-            index = published(catalog, version, store.bucket)
-            paths = [str(p) for p in fetch_all(store, layout, index.files["snapshots"])]
-            self._con = duckdb.connect()
-            self._con.execute(f"CREATE VIEW snapshots AS {parquet_select(paths, SNAPSHOT_SCHEMA)}")
-        self._new: dict[str, list[Snapshot]] = {}
-        for key, path in zip(keys, fetch_all(store, layout, keys), strict=True):
-            for registered in SetsFileContent.loads(path.read_bytes(), key).reads:
-                read = Snapshot.of_read(registered.read)
-                self._new.setdefault(read.key, []).append(read)
+            return cls(None, _reads_of(store, layout, keys))
+        state = (store.bucket, version.version, ledger_head(catalog))
+        latest = _latest.get(store.bucket)
+        if latest is not None and latest[0] == state:
+            return latest[1]
+        keys = committed_since(catalog, version.ledger_point).sets_files
+        index = published(catalog, version, store.bucket)
+        paths = [str(p) for p in fetch_all(store, layout, index.files["snapshots"])]
+        con = duckdb.connect()
+        con.execute(f"CREATE VIEW snapshots AS {parquet_select(paths, SNAPSHOT_SCHEMA)}")
+        reads = cls(con, _reads_of(store, layout, keys))
+        _latest[store.bucket] = (state, reads)
+        return reads
 
     def get(self, key: str, default: Iterable[Snapshot] = ()) -> list[Snapshot]:
         """The reads of one object key (`default` when there are none)."""
@@ -473,10 +483,26 @@ class RegisteredReads:
         ]
 
 
+# The newest RegisteredReads per bucket, with the (bucket, version, ledger head) it is of.
+_latest: dict[str, tuple[tuple[str, str | None, int | None], RegisteredReads]] = {}
+
+
+def _reads_of(
+    store: ObjectStore, layout: IndexLayout, keys: Sequence[str]
+) -> dict[str, list[Snapshot]]:
+    """The reads these sets files registered, by object key."""
+    by_key: dict[str, list[Snapshot]] = {}
+    for key, path in zip(keys, fetch_all(store, layout, keys), strict=True):
+        for registered in SetsFileContent.loads(path.read_bytes(), key).reads:
+            read = Snapshot.of_read(registered.read)
+            by_key.setdefault(read.key, []).append(read)
+    return by_key
+
+
 def sets_file_reads(store: ObjectStore, settings: Settings) -> list[RegisteredReads]:
     """The reads the batches registered (RegisteredReads), for a caller that looks up many
     keys: one lookup of the index and the ledger for all of them."""
-    return [RegisteredReads(store, settings)]
+    return [RegisteredReads.of(store, settings)]
 
 
 # -- helpers -----------------------------------------------------------------------------------
