@@ -169,6 +169,11 @@ class SetsFileContent:
         fragments = [r if isinstance(r, orjson.Fragment) else orjson.Fragment(r) for r in reads]
         return orjson.dumps({"sets": sets, "reads": fragments})
 
+    @staticmethod
+    def read_entry(prefix: str, read: ObjectRead) -> bytes:
+        """One read's entry, as `dumps` takes it (a batch's `SetsFile.add` writes the same)."""
+        return b'{"prefix":%s,"read":%s}' % (orjson.dumps(prefix), read.to_json())
+
     @classmethod
     def loads(cls, data: bytes, where: str = "a sets file") -> SetsFileContent:
         try:

@@ -126,14 +126,11 @@ def migrate_legacy(store: ObjectStore, layout: IndexLayout, keys: Sequence[str])
         else:
             prefix = key.rpartition(f"{READS_DIR}/")[0]
             read = read_of(cast(ReadJson, orjson.loads(data)))
-            reads.append(b'{"prefix":%s,"read":%s}' % (orjson.dumps(prefix), read.to_json()))
+            reads.append(SetsFileContent.read_entry(prefix, read))
     if keys and (existing := _legacy_sets_file(store, layout)) is not None:
         # Migrated before, and objects left: their entries join those written then.
         summaries = existing.summaries | summaries
-        reads = [
-            b'{"prefix":%s,"read":%s}' % (orjson.dumps(r.prefix), r.read.to_json())
-            for r in existing.reads
-        ] + reads
+        reads = [SetsFileContent.read_entry(r.prefix, r.read) for r in existing.reads] + reads
     target = layout.batches_prefix + LEGACY_SETS_FILE
     data = SetsFileContent.dumps(summaries, reads)
     store.put(target, data, content_type="application/json")
