@@ -8,6 +8,7 @@ each home, and their ratios (large over small): a publish reads the ledger rows 
 its version and their sets files, never a listing of `records/`, so the ratios stay near 1.
 
     python benchmarks/publish_history.py [--small 10] [--large 300] [--files 5] [--repeats 5]
+        [--write-docs]
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 S3_PORT = 18400
+
+from report import Figure, add_write_docs, write_figures  # noqa: E402
 
 
 class CountingProxy:
@@ -112,6 +115,7 @@ def main() -> int:
     parser.add_argument("--files", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--port", type=int, default=S3_PORT)
+    add_write_docs(parser)
     args = parser.parse_args()
 
     from index_support import csv_bytes, liger_rows
@@ -188,13 +192,32 @@ def main() -> int:
         proxy.close()
         server.stop()
         shutil.rmtree(root, ignore_errors=True)
+    time_ratio = large["publish_s"] / small["publish_s"]
+    requests_ratio = large["requests"] / small["requests"]
+    if args.write_docs:
+        name = f"publish after {args.large} vs {args.small} batches"
+        write_figures(
+            [
+                Figure(
+                    f"{name}: time",
+                    f"{time_ratio:.2f}x ({large['publish_s']:.2f} vs {small['publish_s']:.2f} s)",
+                    "<= 1.25x",
+                ),
+                Figure(
+                    f"{name}: S3 requests",
+                    f"{requests_ratio:.2f}x ({large['requests']:g} vs {small['requests']:g}), "
+                    f"{large['records_lists']:g} listings of records/",
+                    "<= 1.1x",
+                ),
+            ]
+        )
     print(
         json.dumps(
             {
                 "small_batches": small["batches"],
                 "large_batches": large["batches"],
-                "publish_time_ratio": round(large["publish_s"] / small["publish_s"], 2),
-                "publish_requests_ratio": round(large["requests"] / small["requests"], 2),
+                "publish_time_ratio": round(time_ratio, 2),
+                "publish_requests_ratio": round(requests_ratio, 2),
                 "publish_s_small": round(small["publish_s"], 3),
                 "publish_s_large": round(large["publish_s"], 3),
                 "requests_small": small["requests"],
