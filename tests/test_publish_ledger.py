@@ -178,3 +178,17 @@ def test_a_home_written_before_batch_files_is_migrated_once_into_a_sets_file(
         "incoming/old-0.csv",
         "incoming/old-1.csv",
     }
+
+
+def test_a_ledger_point_no_longer_in_the_ledgers_history_reads_every_row(
+    s3_store: Any, index_settings: Any
+) -> None:
+    """A point whose snapshot was expired: every row's sets file, once, rather than none."""
+    for n in range(2):
+        drop_and_process(s3_store, index_settings, f"incoming/x-{n}.csv", small_csv(n))
+    catalog = IndexCatalog.beside(s3_store, index_settings)
+    head = committed_since(catalog, None)
+    assert head.whole and len(head.sets_files) == 2
+    assert committed_since(catalog, head.point) == replace(head, sets_files=[], whole=False)
+    gone = committed_since(catalog, -1)  # no such snapshot
+    assert gone.whole and gone.sets_files == head.sets_files
