@@ -38,6 +38,7 @@ from pipelines.batch.records import (
     IngestSummary,
     SnapshotRecords,
     describe,
+    done_entry,
 )
 from pipelines.batch.sets_file import SetsFile
 from pipelines.batch.stages import Failed, Found, Snapshotted, known_info
@@ -50,7 +51,7 @@ from pipelines.batch.uploads import (
     uploader,
 )
 from pipelines.index.publish import publish_index
-from pipelines.intake.ledger import FileEntry
+from pipelines.intake.ledger import FileEntry, Ledger
 from pipelines.intake.snapshots import read_snapshot, sets_file_reads
 from pipelines.settings import Settings
 from pipelines.storage.base import ObjectStore
@@ -173,8 +174,8 @@ def process_snapshot(
     store: ObjectStore, settings: Settings, snapshot: Snapshot, taken: TakenSnapshot | None = None
 ) -> SnapshotRecords:
     """Normalize a snapshot's bytes and write its record objects (once per parser version):
-    the batch steps over a batch of one, whose failure is raised, and which the ledger does
-    not hear of. `taken`: the snapshot as this process just took it. Its bytes are not read
+    the batch steps over a batch of one, whose failure is raised, and whose ledger row is
+    appended. `taken`: the snapshot as this process just took it. Its bytes are not read
     again; if it kept them first, no record set of them can exist yet, and none is looked
     for."""
     data = read_snapshot(store, settings, snapshot) if taken is None else taken.data
@@ -184,6 +185,8 @@ def process_snapshot(
         [written] = write(store, settings, normalize(store, settings, [parse(file)], parts_dir))
     if isinstance(written, Failed):
         raise written.error
+    # Its ledger row names its sets file: what the next publish reads.
+    Ledger.of(store, settings).append([done_entry(written.entry, written.records)])
     return written.records
 
 

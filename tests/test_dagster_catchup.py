@@ -109,17 +109,17 @@ def test_requests_the_index_only_while_record_sets_are_unpublished(
 
 
 def test_looks_only_once_the_ledger_moved(s3_store: Any, instance: DagsterInstance) -> None:
-    """Record sets the index lacks without a ledger commit (written outside the sensors' runs,
-    e.g. `kindex ingest` before its publish) wait for the next commit: the sensor does not list
-    the bucket on every tick."""
+    """Record sets reach a publish through the ledger rows that name their sets files, so the
+    sensor looks only once the ledger moved: it does not list the bucket on every tick."""
     s3_store.put_bytes("incoming/one.csv", one_row())
     assert execute(instance, (SensorDriver(instance).tick().run_requests or [])[0]).success
     catchup = Catchup(instance)
     assert not requests(catchup.tick())
+    assert isinstance(catchup.tick(), SkipReason)  # nothing moved since
 
-    drop_and_process(s3_store, Settings.from_env(), "incoming/two.csv", one_row(1))
+    drop_and_process(s3_store, Settings.from_env(), "incoming/two.csv", one_row(1))  # commits
 
-    assert isinstance(catchup.tick(), SkipReason)
+    assert requests(catchup.tick())
     died_before_its_publish(s3_store, instance, "incoming/three.csv", extra=2)  # the ledger moves
     assert requests(catchup.tick())
 

@@ -19,9 +19,9 @@ from index_support import (
 )
 
 from pipelines.cli import main
+from pipelines.index.bucket_format import ObjectRead
 from pipelines.index.layout import IndexLayout
 from pipelines.index.publish import publish_index
-from pipelines.index.reads import ObjectRead
 from pipelines.intake.snapshots import (
     latest_read_per_key,
 )

@@ -22,7 +22,13 @@ from assets.reconcile import reconcile_sensor
 from assets.resources import KindexResource
 from assets.sensors import batch_of, ledger_sensor
 from pipelines.ingest import process_batch
-from pipelines.intake.ledger import FileEntry, FileState, Ledger, unprocessed_versions
+from pipelines.intake.ledger import (
+    LEDGER_TABLE,
+    FileEntry,
+    FileState,
+    Ledger,
+    unprocessed_versions,
+)
 from pipelines.intake.reconcile import reconcile
 from pipelines.intake.snapshots import content_digest, list_reads, put_by_snapshot, take_snapshot
 from pipelines.settings import Settings
@@ -202,6 +208,8 @@ def test_the_first_tick_rebuilds_a_missing_ledger_from_the_bucket(
     ingest_bytes(s3_store, settings, [("incoming/done.csv", one_row_csv())])
     s3_store.put_bytes("incoming/new.csv", one_row_csv(1))
     ledger = Ledger.of(s3_store, settings)
+    # Processing commits ledger rows now: the home before the ledger had none.
+    ledger.catalog.catalog.drop_table((ledger.catalog.namespace, LEDGER_TABLE))
     assert not ledger.exists()
 
     tick = reconcile_tick(instance, None)

@@ -17,8 +17,9 @@ from pipelines.batch.stages import Failed, Parsed
 from pipelines.batch.steps import judged_version
 from pipelines.index.known import awaiting_files, is_awaiting, known_manifests
 from pipelines.index.layout import IndexLayout
+from pipelines.index.listing import list_record_sets
 from pipelines.index.local import load_current
-from pipelines.index.publish import included, list_record_sets
+from pipelines.index.publish import included
 from pipelines.intake.ledger import FileEntry, FileState, Ledger
 from pipelines.settings import Settings
 from pipelines.sources import SourceContext

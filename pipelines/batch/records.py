@@ -8,8 +8,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
+from pipelines.index.bucket_format import RecordSet
 from pipelines.index.known import is_awaiting
-from pipelines.index.publish import IndexVersion, RecordSet
+from pipelines.index.publish import IndexVersion
 from pipelines.intake.ledger import FileEntry, FileState
 from pipelines.records.record_objects import PreviewRow, RecordSetSummary
 

@@ -11,6 +11,7 @@ import orjson
 from pipelines.batch.records import SnapshotRecords, records_from_summary, utc_text
 from pipelines.batch.stages import Normalized, Prepared, Reused
 from pipelines.batch.uploads import _put_cached
+from pipelines.index.bucket_format import SetsFileContent
 from pipelines.index.layout import IndexLayout
 from pipelines.records.record_objects import (
     QUARANTINE_PREVIEW_COLUMNS,
@@ -51,6 +52,9 @@ class SetsFile:
     folder: str
     summaries: dict[str, RecordSetSummary] = field(default_factory=dict)  # by prefix
     reads: list[orjson.Fragment] = field(default_factory=list)
+    # the summaries of record sets its files found written before: a publish reads only the
+    # sets files of the ledger rows committed since its version, so each names what it needs
+    reused: dict[str, RecordSetSummary] = field(default_factory=dict)
 
     def add(self, file: Prepared, objects: dict[str, list[str]] | None) -> SnapshotRecords:
         """A file's read, and its record set's summary: new when this file just wrote its
@@ -59,6 +63,7 @@ class SetsFile:
         place, snapshot = file.place, file.file.snapshot
         if isinstance(file, Reused):
             summary, reused = file.summary, True
+            self.reused[place.prefix] = summary
         elif objects is not None:
             summary, reused = record_set_summary(file, objects), False
             self.summaries[place.prefix] = summary
@@ -66,14 +71,15 @@ class SetsFile:
             summary, reused = self.summaries[place.prefix], True
         read = snapshot.registered(place.parser_version, place.source)
         if read.read_id not in place.registered:  # else the same version, processed again
-            entry = b'{"prefix":%s,"read":%s}' % (orjson.dumps(place.prefix), read.to_json())
-            self.reads.append(orjson.Fragment(entry))
+            self.reads.append(orjson.Fragment(SetsFileContent.read_entry(place.prefix, read)))
         return records_from_summary(summary, snapshot.key, place.prefix, reused=reused)
 
-    def put(self, store: ObjectStore, layout: IndexLayout) -> None:
+    def put(self, store: ObjectStore, layout: IndexLayout) -> str | None:
+        """Write the sets file; its key, which each of its files' ledger rows names (None when
+        the batch wrote nothing)."""
         if not self.summaries and not self.reads:
-            return
+            return None
         key = self.folder + SETS_FILE
-        sets = [{"prefix": prefix, "summary": s} for prefix, s in self.summaries.items()]
-        data = orjson.dumps({"sets": sets, "reads": self.reads})
+        data = SetsFileContent.dumps(self.reused | self.summaries, self.reads)
         _put_cached(store, layout, key, data, content_type="application/json")
+        return key

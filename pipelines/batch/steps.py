@@ -35,7 +35,7 @@ from pipelines.batch.uploads import (
 from pipelines.index.faults import RECORD_FILES_WRITTEN, pause_point
 from pipelines.index.known import KnownManifests, known_manifests
 from pipelines.index.layout import IndexLayout
-from pipelines.index.publish import RecordSetListing, list_record_sets
+from pipelines.index.listing import RecordSetListing, list_record_sets
 from pipelines.intake.ledger import FileEntry, Ledger, version_of
 from pipelines.intake.snapshots import list_reads, read_and_keep, read_snapshot
 from pipelines.settings import Settings
@@ -289,10 +289,14 @@ def write(
             objects = written[file.place.prefix] if wrote else None
             results.append(Written(file.entry, sets_file.add(file, objects)))
     try:
-        sets_file.put(store, layout)
+        key = sets_file.put(store, layout)
     except Exception as error:  # S3 gave up: the batch's files fail, and are retried
         return [Failed.of(r.entry, error) if isinstance(r, Written) else r for r in results]
-    return results
+    # Each row names its batch's sets file: what the next publish reads.
+    return [
+        Written(replace(r.entry, sets_file=key), r.records) if isinstance(r, Written) else r
+        for r in results
+    ]
 
 
 # -- 6. commit -----------------------------------------------------------------------------------

@@ -61,6 +61,8 @@ from pipelines.storage.s3 import boto_session
 
 CATALOG_NAME = "kindex"
 VERSIONS_TABLE = "index_versions"
+# The file ledger (pipelines/intake/ledger.py): in the same catalog, read by publishes too.
+LEDGER_TABLE = "file_ledger"
 # Where a version's snapshot ids live in its commit's summary (read without a scan).
 SUMMARY_PREFIX = "kindex."
 # Snapshots past the retention are expired once every this many versions.
@@ -277,6 +279,10 @@ class Version:
     published_at: datetime | None
     snapshot_ids: Mapping[str, int | None]
     counts: Mapping[str, int]
+    # The file ledger's snapshot whose rows this version covers: the next publish reads the
+    # rows committed after it (pipelines/index/committed.py). None: published before ledger
+    # points, or empty.
+    ledger_point: int | None = None
 
     @classmethod
     def empty(cls) -> Version:
@@ -292,6 +298,7 @@ class Version:
             published_at=datetime.fromisoformat(published) if published else None,
             snapshot_ids=json.loads(summary[SUMMARY_PREFIX + "snapshot-ids"]),
             counts=json.loads(summary[SUMMARY_PREFIX + "counts"]),
+            ledger_point=int(point) if (point := summary.get(SUMMARY_PREFIX + "ledger")) else None,
         )
 
     def summary(self) -> dict[str, str]:
@@ -304,6 +311,7 @@ class Version:
             else "",
             SUMMARY_PREFIX + "snapshot-ids": json.dumps(dict(self.snapshot_ids), sort_keys=True),
             SUMMARY_PREFIX + "counts": json.dumps(dict(self.counts), sort_keys=True),
+            SUMMARY_PREFIX + "ledger": "" if self.ledger_point is None else str(self.ledger_point),
         }
 
 

@@ -14,13 +14,10 @@ import duckdb
 import orjson
 import pyarrow as pa
 
+from pipelines.index.catalog import IndexCatalog
 from pipelines.index.layout import IndexLayout
 from pipelines.index.local import fetch, fetch_all, load_current
-from pipelines.index.publish import (
-    RecordObjects,
-    included,
-    list_record_sets,
-)
+from pipelines.index.publish import RecordObjects, additions
 from pipelines.index.tables import (
     CURRENT_RECORD_SET,
     MANIFEST_SEGMENT_SCHEMA,
@@ -103,10 +100,8 @@ class KnownManifests:
         current = load_current(self.store, self.settings)
         segments = current.files.get("manifest_segments", [])
         published = [str(fetch(self.store, self.layout, key)) for key in segments]
-        listing = list_record_sets(self.store, self.layout)
-        included_sets, _ = included(self.store, self.layout, current)
-        prefixes = [prefix for prefix in sorted(listing.summaries) if prefix not in included_sets]
-        pending = listing.record_sets(self.store, self.layout, prefixes)
+        catalog = IndexCatalog.beside(self.store, self.settings)
+        pending = additions(self.store, self.layout, catalog, current.version, current).sets
         objects = RecordObjects.fetch(self.store, self.layout, pending, ["manifests"])
         return published, objects.select("manifests", MANIFEST_SCHEMA)
 

@@ -25,19 +25,18 @@ readable for the retention (`--as-of`: a replaced run file stays in the bucket).
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import duckdb
-import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.schema import Schema
 
+from pipelines.index.bucket_format import ObjectRead, RecordSet, SetsFileContent
 from pipelines.index.catalog import (
     EXPIRE_EVERY_VERSIONS,
     VERSIONS_TABLE,
@@ -48,8 +47,10 @@ from pipelines.index.catalog import (
     publish_lock,
     unidentified_columns,
 )
+from pipelines.index.committed import committed_since, ledger_head
 from pipelines.index.faults import INDEX_FILES_WRITTEN, pause_point
 from pipelines.index.layout import IndexLayout
+from pipelines.index.listing import list_record_sets
 from pipelines.index.local import (
     PublishedIndex,
     cache_file,
@@ -58,7 +59,7 @@ from pipelines.index.local import (
     object_key,
     published,
 )
-from pipelines.index.reads import NEWEST_ORDER_SQL, ObjectRead
+from pipelines.index.reads import NEWEST_ORDER_SQL
 from pipelines.index.tables import (
     CURRENT_RECORD_SET,
     DUCKDB_TYPES,
@@ -75,14 +76,10 @@ from pipelines.index.tables import (
     sql_string,
 )
 from pipelines.records.record_objects import (
-    READS_DIR,
     RECORD_FILES,
     RUN_SCHEMA,
-    SETS_FILE,
-    SUMMARY_FILE,
     RecordSetSummary,
     is_shared,
-    record_object_key,
 )
 from pipelines.regressions import POINT_TIME_SQL, VERSION_COLUMNS, point_axis_sql
 from pipelines.settings import Settings
@@ -106,138 +103,6 @@ ROW_ORDER = {
     "snapshots": "taken_at, read_id",
     "series_points": "kernel, gpu, provider, mode, point_at",
 }
-
-
-@dataclass(frozen=True, slots=True)
-class RecordSet:
-    prefix: str  # records/<parser_version>/<snapshot hex>/
-    summary: RecordSetSummary
-
-    @property
-    def snapshot_digest(self) -> str:
-        return str(self.summary["snapshot_digest"])
-
-    @property
-    def parser_version(self) -> str:
-        return str(self.summary["parser_version"])
-
-    def object_names(self, name: str) -> list[str]:
-        """What its summary names for one of its tables: its own object or parts, or an
-        object of its batch (record_objects.is_shared)."""
-        return list(self.summary.get("files", {}).get(name, [f"{name}.parquet"]))
-
-    def file_keys(self, name: str) -> list[str]:
-        return [record_object_key(self.prefix, n) for n in self.object_names(name)]
-
-
-@dataclass(frozen=True, slots=True)
-class Listed:
-    """Where a summary or a read is: an object of its own (a home written before batch files),
-    or entry `member` of a batch's sets file."""
-
-    key: str
-    member: int | None = None
-
-
-@dataclass(slots=True)
-class RecordSetListing:
-    """The complete record sets in the bucket and the reads registered with them: each batch's
-    sets file (its summaries and reads, written once its record objects are durable), and the
-    summary and read objects of homes written before those files."""
-
-    summaries: dict[str, Listed] = field(default_factory=dict)  # prefix -> its summary
-    reads: dict[str, dict[str, Listed]] = field(default_factory=dict)  # prefix -> read id ->
-    batch_files: dict[str, dict[str, Any]] = field(default_factory=dict)  # key -> its content
-
-    def unpublished(
-        self, included_sets: set[str], included_reads: set[tuple[str, str]]
-    ) -> tuple[list[str], list[tuple[str, str]]]:
-        """What a publish adds to an index that holds these: the complete record sets it lacks,
-        and the reads, as (prefix, read id), it lacks of complete sets. A record set counts once
-        it has a read too: a set without one (a home written before batch files, its process
-        killed between the summary and the read) has no source key yet."""
-        sets = [
-            prefix
-            for prefix in sorted(self.summaries)
-            if prefix not in included_sets and prefix in self.reads
-        ]
-        reads = sorted(
-            (prefix, read)
-            for prefix, ids in self.reads.items()
-            if prefix in self.summaries
-            for read in ids
-            if (prefix, read) not in included_reads
-        )
-        return sets, reads
-
-    def record_sets(
-        self, store: ObjectStore, layout: IndexLayout, prefixes: Sequence[str]
-    ) -> list[RecordSet]:
-        """The record sets at these prefixes, their summaries read from the cache or fetched."""
-        return [
-            RecordSet(prefix, summary)
-            for prefix, summary in zip(
-                prefixes,
-                self._load(store, layout, [self.summaries[p] for p in prefixes], "sets", "summary"),
-                strict=True,
-            )
-        ]
-
-    def object_reads(
-        self, store: ObjectStore, layout: IndexLayout, ids: Sequence[tuple[str, str]]
-    ) -> list[ObjectRead]:
-        """The reads of these (prefix, read id) pairs."""
-        places = [self.reads[prefix][read] for prefix, read in ids]
-        loaded = self._load(store, layout, places, "reads", "read")
-        return [ObjectRead.from_dict(read) for read in loaded]
-
-    def _load(
-        self,
-        store: ObjectStore,
-        layout: IndexLayout,
-        places: Sequence[Listed],
-        table: str,
-        field_name: str,
-    ) -> list[Any]:  # JSON objects as stored: summaries or reads
-        own = [place.key for place in places if place.member is None]
-        loaded = {
-            key: orjson.loads(path.read_bytes())
-            for key, path in zip(own, fetch_all(store, layout, own), strict=True)
-        }
-        return [
-            loaded[place.key]
-            if place.member is None
-            else self.batch_files[place.key][table][place.member][field_name]
-            for place in places
-        ]
-
-
-def list_record_sets(store: ObjectStore, layout: IndexLayout) -> RecordSetListing:
-    """Every complete record set and read, from one listing of the records prefix and the
-    batches' sets files (each fetched once: the cache keeps them, they never change). A prefix
-    several batches wrote (its file processed again before the index had it) is the newest's."""
-    listing = RecordSetListing()
-    batches = layout.batches_prefix
-    batch_keys = []
-    for info in store.list(layout.records_prefix):
-        key = info.key
-        if key.endswith("/" + SETS_FILE) and key.startswith(batches):
-            batch_keys.append(key)
-        elif key.endswith("/" + SUMMARY_FILE):
-            listing.summaries[key.removesuffix(SUMMARY_FILE)] = Listed(key)
-        elif f"/{READS_DIR}/" in key and key.endswith(".json"):
-            prefix, _, name = key.rpartition(f"{READS_DIR}/")
-            listing.reads.setdefault(prefix, {})[name.removesuffix(".json")] = Listed(key)
-    batch_keys.sort()  # named by when they were written
-    for key, path in zip(batch_keys, fetch_all(store, layout, batch_keys), strict=True):
-        content = orjson.loads(path.read_bytes())
-        listing.batch_files[key] = content
-        for n, entry in enumerate(content["sets"]):
-            listing.summaries[entry["prefix"]] = Listed(key, n)
-        for n, entry in enumerate(content["reads"]):
-            places = listing.reads.setdefault(entry["prefix"], {})
-            places[entry["read"]["read_id"]] = Listed(key, n)
-    return listing
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,17 +184,24 @@ def new_version_id() -> str:
 
 
 def included(
-    store: ObjectStore, layout: IndexLayout, index: PublishedIndex
+    store: ObjectStore,
+    layout: IndexLayout,
+    index: PublishedIndex,
+    digests: Collection[str] | None = None,
 ) -> tuple[set[str], set[tuple[str, str]]]:
     """The record set prefixes a version holds, and its reads as (prefix, read id): a read is
-    registered with each record set (parser version) that processed it (from its snapshots)."""
+    registered with each record set (parser version) that processed it (from its snapshots).
+    `digests`: of these snapshots only."""
     paths = list(map(str, fetch_all(store, layout, index.files["snapshots"])))
     con = duckdb.connect()
     try:
-        rows = con.execute(
+        sql = (
             "SELECT DISTINCT parser_version, snapshot_digest, read_id FROM "
             f"({parquet_select(paths, SNAPSHOT_SCHEMA)})"
-        ).fetchall()
+        )
+        if digests is not None:
+            sql += " WHERE list_contains(?, snapshot_digest)"
+        rows = con.execute(sql, [] if digests is None else [sorted(digests)]).fetchall()
     finally:
         con.close()
     reads = {
@@ -339,18 +211,89 @@ def included(
     return {prefix for prefix, _ in reads}, reads
 
 
+@dataclass(slots=True)
+class Additions:
+    """What a publish adds to the version it extends: the record sets it lacks, the reads it
+    lacks, the summaries of both (by prefix), and the ledger point the new version covers."""
+
+    sets: list[RecordSet]
+    reads: list[ObjectRead]
+    summaries: dict[str, RecordSetSummary]
+    point: int | None
+    from_listing: bool = False  # the version extended named no ledger point: caught up once
+
+    @property
+    def empty(self) -> bool:
+        return not self.sets and not self.reads
+
+
+def additions(
+    store: ObjectStore,
+    layout: IndexLayout,
+    catalog: IndexCatalog,
+    version: Version,
+    current: PublishedIndex,
+) -> Additions:
+    """The record sets and reads of the ledger rows committed since `version`'s ledger point:
+    their batches' sets files, less what the index holds. A version without a point (published
+    before versions named one, empty, or rebuilt) is caught up from a listing of the bucket."""
+    if version.ledger_point is None:
+        return _listed_additions(store, layout, current, ledger_head(catalog))
+    committed = committed_since(catalog, version.ledger_point)
+    summaries: dict[str, RecordSetSummary] = {}
+    reads: dict[tuple[str, str], ObjectRead] = {}
+    paths = fetch_all(store, layout, committed.sets_files)
+    for key, path in zip(committed.sets_files, paths, strict=True):  # a prefix: the newest's
+        content = SetsFileContent.loads(path.read_bytes(), key)
+        summaries.update(content.summaries)
+        for registered in content.reads:
+            reads.setdefault((registered.prefix, registered.read.read_id), registered.read)
+    digests = {read.snapshot_digest for read in reads.values()}
+    included_sets, included_reads = included(store, layout, current, digests)
+    new_reads = {
+        place: read
+        for place, read in sorted(reads.items())
+        if place not in included_reads and place[0] in summaries
+    }
+    with_read = {prefix for prefix, _ in new_reads}
+    sets = [
+        RecordSet(prefix, summaries[prefix])
+        for prefix in sorted(summaries)
+        if prefix not in included_sets and prefix in with_read
+    ]
+    return Additions(sets, list(new_reads.values()), summaries, committed.point)
+
+
+def _listed_additions(
+    store: ObjectStore, layout: IndexLayout, current: PublishedIndex, point: int | None
+) -> Additions:
+    """Additions from a listing of every record set (the ledger head `point` read before it:
+    rows committed after are read by the next publish)."""
+    included_sets, included_reads = included(store, layout, current)
+    listing = list_record_sets(store, layout)
+    pending, new_reads = listing.unpublished(included_sets, included_reads)
+    # Every summary the new reads need too (a new read of a set already in the index).
+    prefixes = sorted({*pending, *(prefix for prefix, _ in new_reads)})
+    summaries = {rs.prefix: rs.summary for rs in listing.record_sets(store, layout, prefixes)}
+    sets = [RecordSet(prefix, summaries[prefix]) for prefix in pending]
+    reads = listing.object_reads(store, layout, new_reads)
+    return Additions(sets, reads, summaries, point, from_listing=True)
+
+
 def unpublished_record_sets(store: ObjectStore, settings: Settings) -> list[str]:
-    """Prefixes of complete record sets (summary and read written) the current index lacks, and
-    of read objects it has not folded in: what the next publish would add."""
+    """Prefixes of complete record sets the current index lacks, and of those with reads it has
+    not folded in: what the next publish would add."""
     layout = IndexLayout.of(settings)
     catalog = IndexCatalog.beside(store, settings)
     # An index of another layout is rebuilt by the next publish: everything is to be added.
     current = Version.empty() if catalog.outdated() else catalog.current()
-    included_sets, included_reads = included(
-        store, layout, published(catalog, current, store.bucket)
+    found = additions(store, layout, catalog, current, published(catalog, current, store.bucket))
+    return sorted(
+        {
+            *(rs.prefix for rs in found.sets),
+            *(layout.record_set_prefix(r.parser_version, r.snapshot_digest) for r in found.reads),
+        }
     )
-    sets, reads = list_record_sets(store, layout).unpublished(included_sets, included_reads)
-    return sorted({*sets, *(prefix for prefix, _ in reads)})
 
 
 def publish_index(store: ObjectStore, settings: Settings) -> IndexVersion:
@@ -375,23 +318,27 @@ def _publish(store: ObjectStore, settings: Settings) -> IndexVersion:
     version = catalog.current()
     catalog.roll_back_to(version)
     current = published(catalog, version, store.bucket)
-    included_sets, included_reads = included(store, layout, current)
-    listing = list_record_sets(store, layout)
-    pending_prefixes, new_reads = listing.unpublished(included_sets, included_reads)
-    if not pending_prefixes and not new_reads:
+    found = additions(store, layout, catalog, version, current)
+    if found.empty:
+        if found.from_listing and version.seq > 0 and found.point is not None:
+            # Caught up from a listing: the point is recorded once, so the next publish reads
+            # the ledger instead.
+            version = replace(
+                version,
+                seq=version.seq + 1,
+                version=new_version_id(),
+                parent=version.version,
+                published_at=datetime.now(UTC),
+                ledger_point=found.point,
+            )
+            catalog.commit_version(version)
+            current = published(catalog, version, store.bucket)
         install_local(store, layout, current)
         return IndexVersion(
             version.version, version.parent, published=False, counts=dict(version.counts)
         )
-    # Every summary the new reads need too (a new read of a set already in the index).
-    summary_prefixes = sorted({*pending_prefixes, *(prefix for prefix, _ in new_reads)})
-    summaries_by_prefix = {
-        rs.prefix: rs.summary for rs in listing.record_sets(store, layout, summary_prefixes)
-    }
-    pending_sets = [RecordSet(prefix, summaries_by_prefix[prefix]) for prefix in pending_prefixes]
-    reads = listing.object_reads(store, layout, new_reads)
     new_version, new_runs = build_version(
-        store, layout, catalog, current, pending_sets, reads, summaries_by_prefix
+        store, layout, catalog, current, found.sets, found.reads, found.summaries, found.point
     )
     install_local(store, layout, published(catalog, new_version, store.bucket))
     return IndexVersion(
@@ -400,7 +347,7 @@ def _publish(store: ObjectStore, settings: Settings) -> IndexVersion:
         published=True,
         counts=dict(new_version.counts),
         new_runs=new_runs,
-        new_reads=len(reads),
+        new_reads=len(found.reads),
     )
 
 
@@ -442,6 +389,7 @@ def build_version(
     pending: list[RecordSet],
     reads: list[ObjectRead],
     summaries: dict[str, RecordSetSummary],
+    ledger_point: int | None = None,
 ) -> tuple[Version, int]:
     """Compute the new rows from the current version plus the pending record sets, commit them
     table by table, and then the version naming those commits. Returns it and its new runs."""
@@ -549,6 +497,7 @@ def build_version(
         published_at=datetime.now(UTC),
         snapshot_ids={name: catalog.snapshot_id(name) for name in STORED_TABLES},
         counts=counts,
+        ledger_point=ledger_point,
     )
     catalog.commit_version(version)
     catalog.compact(VERSIONS_TABLE)

@@ -6,6 +6,8 @@ key, so the index needs every read. Each read goes into the sets file of the bat
 it (`records/batches/<batch>/sets.json`; an object of its own beside its record set in homes
 written before, `records/<parser_version>/<snapshot hex>/reads/<read id>.json`).
 
+A read is an `ObjectRead` (pipelines/index/bucket_format.py, which owns the bucket's format).
+
 A key that returns to bytes it held before (A, then B, then A again) is read again: the second A
 is a new read of the same snapshot, with its own LastModified, so the key's newest read is what
 it holds now, not what it held when those bytes were first seen.
@@ -14,11 +16,7 @@ it holds now, not what it held when those bytes were first seen.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
-
-import orjson
 
 # The one rule for "the newest version of a key": by commit time where the version carries one
 # (a file's git history may be uploaded in any order), else by LastModified; then LastModified
@@ -52,49 +50,3 @@ def read_id(
         [bucket, key, etag, version_id or "", last_modified.isoformat(), taken_at.isoformat()]
     )
     return hashlib.sha256(text.encode()).hexdigest()[:32]
-
-
-@dataclass(frozen=True, slots=True)
-class ObjectRead:
-    snapshot_digest: str
-    bucket: str
-    source_key: str
-    etag: str
-    version_id: str | None
-    size: int
-    last_modified: datetime  # the object version's LastModified (server clock)
-    taken_at: datetime  # when kindex read it
-    parser_version: str
-    source: str
-    processed_at: datetime | None = None  # when this parser version made the record set
-    commit: str | None = None  # the git commit the version was uploaded from (kindex put --git)
-    committed_at: datetime | None = None  # that commit's time
-
-    @property
-    def read_id(self) -> str:
-        return read_id(
-            self.bucket,
-            self.source_key,
-            self.etag,
-            self.version_id,
-            self.last_modified,
-            self.taken_at,
-        )
-
-    def to_json(self) -> bytes:
-        # Its fields are flat: asdict's deep copy of each would cost more than the dump.
-        data = {name: getattr(self, name) for name in self.__slots__} | {"read_id": self.read_id}
-        return orjson.dumps(data, option=orjson.OPT_SORT_KEYS | orjson.OPT_UTC_Z)
-
-    @classmethod
-    def from_json(cls, data: bytes) -> ObjectRead:
-        return cls.from_dict(orjson.loads(data))
-
-    @classmethod
-    def from_dict(cls, parsed: dict[str, Any]) -> ObjectRead:
-        fields = dict(parsed)
-        fields.pop("read_id", None)
-        for name in ("last_modified", "taken_at", "processed_at", "committed_at"):
-            if fields.get(name) is not None:
-                fields[name] = datetime.fromisoformat(fields[name])
-        return cls(**fields)

@@ -134,8 +134,8 @@ STORED_TABLES: dict[str, pa.Schema] = {
 # Iceberg table's, in the index's namespace) -> "module:attribute" of its pyarrow schema (the
 # columns served; before the table exists its view is empty). Readers pin a served table's
 # snapshot when they are set up: its newest (the local database when built or synced, `kindex
-# connect`), or the one it had when the version was published (`--as-of`). A publish never reads
-# or writes one.
+# connect`), or the one it had when the version was published (`--as-of`). A publish writes
+# none, and reads only the ledger's rows committed since its version (index/committed.py).
 SERVED_TABLES: dict[str, str] = {"file_ledger": "pipelines.intake.ledger:LEDGER_SCHEMA"}
 # Views over the served tables, from the module that writes each: name -> "module:attribute" of
 # its SELECT (the file ledger's `files`: each object version's newest row).

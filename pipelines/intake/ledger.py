@@ -35,6 +35,7 @@ from pipelines.index.catalog import (
     IndexCatalog,
     commit_retry,
 )
+from pipelines.index.catalog import LEDGER_TABLE as LEDGER_TABLE
 from pipelines.index.local import open_index
 from pipelines.intake.reconcile import reconcile
 from pipelines.records.record_objects import UTC_US
@@ -46,7 +47,6 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
 
 
-LEDGER_TABLE = "file_ledger"
 # Arrival windows: the hour of an object version's LastModified (the store's clock). Dagster's
 # partitions are these windows (assets/partitions.py), so their number grows with time, not with
 # files; an hour is the unit a person backfills, and a fleet's hour is a batch-sized set of files.
@@ -73,6 +73,9 @@ LEDGER_SCHEMA = pa.schema(
         ("quarantined", pa.int64()),
         ("updated_at", UTC_US),
         ("next_attempt_at", UTC_US),
+        # The sets file its batch wrote (pipelines/index/bucket_format.py): what a publish
+        # reads of the rows committed since its version.
+        ("sets_file", pa.string()),
     ]
 )
 VERSION_COLUMNS = ("bucket", "key", "etag", "last_modified")
@@ -136,6 +139,7 @@ class FileEntry:
     quarantined: int = 0
     updated_at: datetime | None = None
     next_attempt_at: datetime | None = None
+    sets_file: str | None = None
 
     @property
     def version(self) -> tuple[str, str, datetime]:
@@ -212,9 +216,13 @@ class Ledger:
                 schema=LEDGER_SCHEMA,
                 properties=TABLE_PROPERTIES,
             )
-        elif table.properties.get(FIELD_IDS_PROPERTY) != "1":
-            # Compaction by an older kindex merged files without field IDs: rewritten once.
-            self.catalog.identify(LEDGER_TABLE)
+        else:
+            if table.properties.get(FIELD_IDS_PROPERTY) != "1":
+                # Compaction by an older kindex merged files without field IDs: rewritten once.
+                self.catalog.identify(LEDGER_TABLE)
+            if "sets_file" not in table.schema().column_names:  # a ledger of an older kindex
+                with self.catalog.table(LEDGER_TABLE, refresh=True).update_schema() as update:
+                    update.union_by_name(LEDGER_SCHEMA)
         return self.catalog.table(LEDGER_TABLE, refresh=True)
 
     def append(self, entries: Sequence[FileEntry]) -> None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from itertools import chain
 
 from pipelines.index.layout import IndexLayout
-from pipelines.index.publish import list_record_sets
+from pipelines.index.listing import list_record_sets
 from pipelines.index.reads import read_id
 from pipelines.intake.snapshots import (
     Snapshot,

@@ -26,7 +26,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -34,11 +34,16 @@ from itertools import chain
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import orjson
 
+from pipelines.index.bucket_format import ObjectRead, SetsFileContent
+from pipelines.index.catalog import IndexCatalog, Version
+from pipelines.index.committed import committed_since, ledger_head
 from pipelines.index.layout import IndexLayout
-from pipelines.index.local import fetch_all
-from pipelines.index.reads import ObjectRead, newest_order
+from pipelines.index.local import fetch_all, published
+from pipelines.index.reads import newest_order
+from pipelines.index.tables import SNAPSHOT_SCHEMA, parquet_select
 from pipelines.intake.incoming import SourceCommit, incoming_upload
 from pipelines.records.record_objects import SETS_FILE
 from pipelines.settings import Settings
@@ -383,29 +388,121 @@ def latest_read_per_key(
     return latest
 
 
-# The reads one batch's sets file registered, by object key.
-RegisteredReads = dict[str, list[Snapshot]]
-# Those of each sets file, per bucket and sets file: a sets file never changes once written, so
-# a process parses each once.
-_sets_files: dict[tuple[str, str], RegisteredReads] = {}
+class RegisteredReads:
+    """The reads the batches' sets files registered, by object key: those the published index
+    holds (its `snapshots` table, read with DuckDB from its local files, a key at a time), and
+    those of the sets files named by the ledger rows committed since (few, held here). A lookup
+    costs what the index and the new batches hold, not a parse of every batch ever written. An
+    index whose version names no ledger point (published before versions named one, or none
+    yet) is read from the batches' listing instead."""
+
+    def __init__(
+        self, con: duckdb.DuckDBPyConnection | None, new: dict[str, list[Snapshot]]
+    ) -> None:
+        self._con = con  # over the published snapshots table; None: no point, read the listing
+        self._new = new
+
+    @classmethod
+    def of(cls, store: ObjectStore, settings: Settings) -> RegisteredReads:
+        """The reads as the bucket has them now. The newest is kept for the next caller while
+        the index's version and the ledger's head stay as they were (one, whatever the
+        history): a batch of files read again asks for each of them."""
+        layout = IndexLayout.of(settings)
+        catalog = IndexCatalog.beside(store, settings)
+        version = Version.empty() if catalog.outdated() else catalog.current()
+        if version.ledger_point is None:
+            keys = sorted(
+                o.key for o in store.list(layout.batches_prefix) if o.key.endswith("/" + SETS_FILE)
+            )
+            return cls(None, _reads_of(store, layout, keys))
+        state = (store.bucket, version.version, ledger_head(catalog))
+        latest = _latest.get(store.bucket)
+        if latest is not None and latest[0] == state:
+            return latest[1]
+        keys = committed_since(catalog, version.ledger_point).sets_files
+        index = published(catalog, version, store.bucket)
+        paths = [str(p) for p in fetch_all(store, layout, index.files["snapshots"])]
+        con = duckdb.connect()
+        con.execute(f"CREATE VIEW snapshots AS {parquet_select(paths, SNAPSHOT_SCHEMA)}")
+        reads = cls(con, _reads_of(store, layout, keys))
+        _latest[store.bucket] = (state, reads)
+        return reads
+
+    def get(self, key: str, default: Iterable[Snapshot] = ()) -> list[Snapshot]:
+        """The reads of one object key (`default` when there are none)."""
+        found = self._published("WHERE source_key = ?", [key]) + self._new.get(key, [])
+        return found or list(default)
+
+    def values(self) -> Iterator[list[Snapshot]]:
+        """The reads of every key (a reader of all of them: the reconcile)."""
+        by_key: dict[str, list[Snapshot]] = {}
+        for read in self._published():
+            by_key.setdefault(read.key, []).append(read)
+        for key, reads in self._new.items():
+            by_key.setdefault(key, []).extend(reads)
+        yield from by_key.values()
+
+    def _published(self, where: str = "", parameters: Sequence[object] = ()) -> list[Snapshot]:
+        if self._con is None:
+            return []
+        cursor = self._con.cursor()  # one per lookup: batches look up keys on several threads
+        try:
+            rows = cursor.execute(
+                f"""SELECT DISTINCT snapshot_digest, bucket, source_key, etag, version_id, size,
+                           last_modified, taken_at, commit, committed_at
+                    FROM snapshots {where}""",
+                list(parameters),
+            ).fetchall()
+        finally:
+            cursor.close()
+        return [
+            Snapshot(
+                digest=digest,
+                bucket=bucket,
+                key=key,
+                etag=etag,
+                version_id=version_id,
+                size=size,
+                last_modified=last_modified.astimezone(UTC),
+                read_at=taken_at.astimezone(UTC),
+                commit=commit,
+                committed_at=committed_at.astimezone(UTC) if committed_at else None,
+            )
+            for (
+                digest,
+                bucket,
+                key,
+                etag,
+                version_id,
+                size,
+                last_modified,
+                taken_at,
+                commit,
+                committed_at,
+            ) in rows
+        ]
+
+
+# The newest RegisteredReads per bucket, with the (bucket, version, ledger head) it is of.
+_latest: dict[str, tuple[tuple[str, str | None, int | None], RegisteredReads]] = {}
+
+
+def _reads_of(
+    store: ObjectStore, layout: IndexLayout, keys: Sequence[str]
+) -> dict[str, list[Snapshot]]:
+    """The reads these sets files registered, by object key."""
+    by_key: dict[str, list[Snapshot]] = {}
+    for key, path in zip(keys, fetch_all(store, layout, keys), strict=True):
+        for registered in SetsFileContent.loads(path.read_bytes(), key).reads:
+            read = Snapshot.of_read(registered.read)
+            by_key.setdefault(read.key, []).append(read)
+    return by_key
 
 
 def sets_file_reads(store: ObjectStore, settings: Settings) -> list[RegisteredReads]:
-    """The reads of each batch's sets file (pipelines/records/record_objects.py), by object key,
-    oldest batch first: a listing of the batches, and a GET of each sets file new to the cache."""
-
-    layout = IndexLayout.of(settings)
-    keys = sorted(
-        o.key for o in store.list(layout.batches_prefix) if o.key.endswith("/" + SETS_FILE)
-    )
-    new = [key for key in keys if (store.bucket, key) not in _sets_files]
-    for key, path in zip(new, fetch_all(store, layout, new), strict=True):
-        by_key: RegisteredReads = {}
-        for entry in orjson.loads(path.read_bytes())["reads"]:
-            read = Snapshot.of_read(ObjectRead.from_dict(entry["read"]))
-            by_key.setdefault(read.key, []).append(read)
-        _sets_files[(store.bucket, key)] = by_key
-    return [_sets_files[(store.bucket, key)] for key in keys]
+    """The reads the batches registered (RegisteredReads), for a caller that looks up many
+    keys: one lookup of the index and the ledger for all of them."""
+    return [RegisteredReads.of(store, settings)]
 
 
 # -- helpers -----------------------------------------------------------------------------------

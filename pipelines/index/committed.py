@@ -1,0 +1,108 @@
+"""What was committed since a version: the sets files named by the ledger rows appended after
+the ledger point the version covers.
+
+The ledger (pipelines/intake/ledger.py) is an Iceberg table written only by appends, one commit
+per tick or batch, and its compactions. Its snapshots form one line of commits in the order the
+catalog took them, so "the rows committed after snapshot P" is exact whatever the writers' clocks
+or how many append at once: they are the data files that the append snapshots after P added.
+Compaction rewrites rows into new files but adds none, so its snapshots are passed over (the
+files it replaced stay in the bucket). A version records the head it read before reading rows;
+a publish that dies before its version commits records nothing, and the next one reads the same
+rows again. A point the ledger no longer has (its snapshots expired) costs one read of every row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow.parquet as pq
+from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.manifest import ManifestEntryStatus
+from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Operation, Snapshot
+
+from pipelines.index.catalog import LEDGER_TABLE, IndexCatalog
+
+SETS_FILE_COLUMN = "sets_file"
+
+
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """The ledger's head as read (`point`: what a version that takes these rows covers), and
+    the sets files the rows committed since the earlier point name, oldest batch first."""
+
+    point: int | None
+    sets_files: list[str]
+    whole: bool = False  # the earlier point was not in the ledger's history: every row was read
+
+
+def ledger_head(catalog: IndexCatalog) -> int | None:
+    table = _ledger(catalog)
+    head = table.current_snapshot() if table is not None else None
+    return head.snapshot_id if head is not None else None
+
+
+def committed_since(catalog: IndexCatalog, since: int | None) -> Committed:
+    """The sets files named by the ledger rows committed after snapshot `since` (None: every
+    row)."""
+    table = _ledger(catalog)
+    head = table.current_snapshot() if table is not None else None
+    if table is None or head is None:
+        return Committed(None, [])
+    if head.snapshot_id == since:
+        return Committed(since, [])
+    appended = _appended_since(table, head, since)
+    if appended is None:
+        rows = table.scan(selected_fields=(SETS_FILE_COLUMN,)).to_arrow()
+        named = {key for key in rows.column(SETS_FILE_COLUMN).to_pylist() if key}
+        return Committed(head.snapshot_id, sorted(named), whole=True)
+    keys: set[str] = set()
+    for snapshot in appended:
+        for path in _added_files(table, snapshot):
+            keys.update(_sets_files_in(table, path))
+    return Committed(head.snapshot_id, sorted(keys))
+
+
+def _ledger(catalog: IndexCatalog) -> Table | None:
+    try:
+        return catalog.table(LEDGER_TABLE, refresh=True)
+    except NoSuchTableError:
+        return None
+
+
+def _appended_since(table: Table, head: Snapshot, since: int | None) -> list[Snapshot] | None:
+    """The append snapshots after `since` up to `head`, or None when `since` is not one of
+    head's ancestors (no point, or expired)."""
+    if since is None:
+        return None
+    by_id = {snapshot.snapshot_id: snapshot for snapshot in table.snapshots()}
+    appended = []
+    snapshot: Snapshot | None = head
+    while snapshot is not None and snapshot.snapshot_id != since:
+        if snapshot.summary is not None and snapshot.summary.operation == Operation.APPEND:
+            appended.append(snapshot)
+        parent = snapshot.parent_snapshot_id
+        snapshot = by_id.get(parent) if parent is not None else None
+    return None if snapshot is None else appended
+
+
+def _added_files(table: Table, snapshot: Snapshot) -> list[str]:
+    """The data files this snapshot added."""
+    return [
+        entry.data_file.file_path
+        for manifest in snapshot.manifests(table.io)
+        if manifest.added_snapshot_id == snapshot.snapshot_id
+        for entry in manifest.fetch_manifest_entry(table.io)
+        if entry.status == ManifestEntryStatus.ADDED and entry.snapshot_id == snapshot.snapshot_id
+    ]
+
+
+def _sets_files_in(table: Table, path: str) -> set[str]:
+    """The sets files one ledger data file's rows name (none in a file written before the
+    column was)."""
+    with table.io.new_input(path).open() as stream:
+        parquet = pq.ParquetFile(stream)
+        if SETS_FILE_COLUMN not in parquet.schema_arrow.names:
+            return set()
+        column = parquet.read(columns=[SETS_FILE_COLUMN]).column(SETS_FILE_COLUMN)
+    return {key for key in column.to_pylist() if key}
