@@ -15,13 +15,14 @@ takes a run id only: the run's code origin comes from the instance's own record 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import importlib.metadata
 import json
 import os
 import signal
 import socket
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from dagster import DagsterInstance
@@ -31,6 +32,9 @@ SOCKET_NAME = "run-worker.sock"
 # A Unix socket's path must fit sockaddr_un (108 bytes on Linux, with its terminating NUL).
 MAX_SOCKET_PATH = 100
 REQUEST_BYTES = 4096
+# What a run imports: the definitions, and what they import only on a run's way to the index
+# (pyiceberg loads the SQL catalog's module, with SQLAlchemy's ORM, at the catalog's first open).
+PRELOAD = ("definitions", "pyiceberg.catalog.sql")
 
 
 def socket_path(dagster_home: str | os.PathLike[str]) -> Path | None:
@@ -94,9 +98,10 @@ def start_run(command: Callable[[], object], run_id: str) -> int:
     return pid
 
 
-def serve(path: Path, preload: str) -> None:
+def serve(path: Path, preload: Sequence[str]) -> None:
     """Import `preload` (the definitions) and dagster's command, then start each requested run."""
-    __import__(preload)
+    for module in preload:
+        importlib.import_module(module)
     command = dagster_command()
     # Opening the instance imports its storages (SQLAlchemy, alembic) and a read prepares their
     # statements: once here, not per run. Closed before the first fork: no connection is shared
@@ -149,16 +154,16 @@ def request_run(path: Path, run_id: str, timeout: float = 10.0) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """`python -m assets.run_worker [MODULE]`: serve the runs of DAGSTER_HOME's instance, with
-    MODULE (default: the definitions) imported before the first."""
-    preload = (argv if argv is not None else sys.argv[1:]) or ["definitions"]
+    """`python -m assets.run_worker [MODULE...]`: serve the runs of DAGSTER_HOME's instance, with
+    the MODULEs (default: PRELOAD) imported before the first."""
+    preload = (argv if argv is not None else sys.argv[1:]) or PRELOAD
     home = os.environ["DAGSTER_HOME"]
     path = socket_path(home)
     if path is None:
         sys.exit(f"run worker: {Path(home) / SOCKET_NAME} is too long for a Unix socket")
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
     try:
-        serve(path, preload[0])
+        serve(path, preload)
     finally:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
