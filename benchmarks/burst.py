@@ -360,7 +360,7 @@ def long_lived(up: KindexUp) -> dict[str, int]:
     return found
 
 
-def soak(up: KindexUp, work: Path, batches: int, per_batch: int, rows: int) -> None:
+def soak(up: KindexUp, work: Path, batches: int, per_batch: int, rows: int) -> Figure:
     """Drop `batches` small batches of files, one each sensor tick, and print each long-lived
     process's RSS after the first tenth of them against the end's, once every file is indexed
     and the system is at rest again."""
@@ -397,6 +397,16 @@ def soak(up: KindexUp, work: Path, batches: int, per_batch: int, rows: int) -> N
         )
     total_before, total_after = sum(started.values()), sum(ended.values())
     print(f"RSS of all:        {total_after / total_before:.2f}x end / start (target <= 1.1)")
+    each = ", ".join(
+        f"{role} {ended.get(role, 0) / started[role]:.2f}x" for role in sorted(started)
+    )
+    return Figure(
+        f"burst: kindex up's long-lived processes over {batches} batches of {per_batch} files, "
+        "RSS at the end vs after the first tenth",
+        f"{total_after / total_before:.2f}x ({total_before / 2**20:.0f} -> "
+        f"{total_after / 2**20:.0f} MiB; {each})",
+        "<= 1.1x",
+    )
 
 
 SOAK_TICK_SECONDS = 5.0  # the daemon's sensor loop: a batch per tick
@@ -451,9 +461,11 @@ def main() -> None:
             up = KindexUp(work / "up-home", free_port(), find_free_port_block())
             try:
                 up.start()
-                soak(up, work, args.soak, args.soak_files, args.rows)
+                figure = soak(up, work, args.soak, args.soak_files, args.rows)
             finally:
                 up.stop()
+        if args.write_docs:
+            write_figures([figure])
         return
 
     if args.latency_only:
