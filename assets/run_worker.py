@@ -80,12 +80,15 @@ def reap() -> None:
             return
 
 
-def start_run(command: Callable[[], object], run_id: str) -> int:
-    """Fork the run's process; its pid."""
+def start_run(command: Callable[[], object], run_id: str, sockets: Sequence[socket.socket]) -> int:
+    """Fork the run's process; its pid. The child closes the worker's `sockets` (a run that
+    outlives the worker holds none of them)."""
     pid = os.fork()
     if pid == 0:  # the child: never returns into the accept loop
         code = 1
         try:
+            for each in sockets:
+                each.close()
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             code = execute_run(command, run_id)
@@ -132,7 +135,8 @@ def serve(path: Path, preload: Sequence[str]) -> None:
                 run_id = str(request["run_id"])
                 if not run_id:
                     raise ValueError("no run id")
-                reply: dict[str, object] = {"pid": start_run(command, run_id)}
+                pid = start_run(command, run_id, [listener, connection])
+                reply: dict[str, object] = {"pid": pid}
             except (ValueError, KeyError, TypeError, OSError) as error:
                 reply = {"error": repr(error)}
             with contextlib.suppress(OSError):
