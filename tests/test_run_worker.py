@@ -34,6 +34,7 @@ def test_a_socket_path_too_long_is_none(tmp_path: Path) -> None:
     assert socket_path(tmp_path / ("d" * MAX_SOCKET_PATH)) is None
 
 
+@pytest.mark.slow  # a worker process of its own, importing dagster, and a run
 def test_the_worker_runs_a_run_in_a_fork_of_itself(tmp_path: Path) -> None:
     from dagster import DagsterInstance, DagsterRunStatus, reconstructable
 
