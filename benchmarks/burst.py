@@ -12,9 +12,13 @@ checks that both indexes hold the same runs (count and fingerprint: the sha256 o
 run digests). The test suite runs the same with fewer files (tests/test_burst_e2e.py). Usage:
 
     python benchmarks/burst.py [--files 2000] [--rows 20] [--no-backfill] [--latency-only]
+                               [--soak BATCHES [--soak-files 5]] [--write-docs]
 
-`--latency-only` measures only the lone files, each with where its time went (from Dagster's
-run and step times).
+Each lone file is reported with where its time went (the run's marks in the instance's event
+log); `--latency-only` measures only the lone files, in a fresh home. `--soak BATCHES` measures
+only the memory of `kindex up`'s long-lived processes (embedded S3, code server, daemon,
+webserver, run worker) while a small batch arrives each sensor tick: RSS after the first tenth
+of the batches vs the end, at rest.
 """
 
 from __future__ import annotations
@@ -25,7 +29,9 @@ import hashlib
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -426,6 +432,23 @@ def wait_indexed(store: ObjectStore, settings: Settings, ledger: Ledger, count: 
         time.sleep(POLL_SECONDS)
 
 
+@contextmanager
+def fresh_up(prefix: str) -> Iterator[tuple[KindexUp, Path]]:
+    """A started `kindex up` in a fresh home under a temporary folder, stopped after."""
+    import tempfile
+
+    from pipelines.storage.embedded import find_free_port_block
+
+    with tempfile.TemporaryDirectory(prefix=prefix) as folder:
+        work = Path(folder)
+        up = KindexUp(work / "up-home", free_port(), find_free_port_block())
+        try:
+            up.start()
+            yield up, work
+        finally:
+            up.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--files", type=int, default=2000)
@@ -456,28 +479,16 @@ def main() -> None:
     from pipelines.storage.embedded import find_free_port_block
 
     if args.soak:
-        with tempfile.TemporaryDirectory(prefix="kindex-soak-") as folder:
-            work = Path(folder)
-            up = KindexUp(work / "up-home", free_port(), find_free_port_block())
-            try:
-                up.start()
-                figure = soak(up, work, args.soak, args.soak_files, args.rows)
-            finally:
-                up.stop()
+        with fresh_up("kindex-soak-") as (up, work):
+            figure = soak(up, work, args.soak, args.soak_files, args.rows)
         if args.write_docs:
             write_figures([figure])
         return
 
     if args.latency_only:
-        with tempfile.TemporaryDirectory(prefix="kindex-latency-") as folder:
-            work = Path(folder)
-            up = KindexUp(work / "up-home", free_port(), find_free_port_block())
-            try:
-                up.start()
-                lone = small_files(work / "lone", LONE_FILES, args.rows)
-                measured = [lone_file_latency(up, path) for path in lone]
-            finally:
-                up.stop()
+        with fresh_up("kindex-latency-") as (up, work):
+            lone = small_files(work / "lone", LONE_FILES, args.rows)
+            measured = [lone_file_latency(up, path) for path in lone]
         for latency in measured:
             print(f"lone file to queryable:     {latency.breakdown()}")
         seconds = [latency.queryable for latency in measured]
