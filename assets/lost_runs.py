@@ -1,11 +1,13 @@
 """Runs whose worker process died are failed, so that run retries redo them.
 
-Dagster's default launcher runs each run in a process that the code server starts, and nothing
+Dagster's default launcher runs each run in a process that the code server starts (kindex up's
+launcher forks it from the run worker, assets/launcher.py), and nothing
 notices when that process dies (a killed run worker, or a killed `kindex up` or daemon): the run
 stays STARTED forever, run retries never see it fail, and the sensors that wait for runs in
 flight wait for good. This sensor finds such runs by the pid each worker logs when it starts and
-reports them failed. It acts only under Dagster's default launcher, whose workers are processes
-on this host; other launchers (Kubernetes, Docker) watch their runs themselves.
+reports them failed. It acts only under Dagster's default launcher (or kindex up's, derived from
+it), whose workers are processes on this host; other launchers (Kubernetes, Docker) watch their
+runs themselves.
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ def lost_runs(instance: DagsterInstance) -> list[tuple[DagsterRun, int]]:
 )
 def lost_runs_sensor(context: SensorEvaluationContext) -> SkipReason:
     instance = context.instance
-    if type(instance.run_launcher) is not DefaultRunLauncher:
+    if not isinstance(instance.run_launcher, DefaultRunLauncher):  # kindex up's, or Dagster's
         return SkipReason("runs are not processes of this host: their launcher watches them")
     lost = lost_runs(instance)
     for run, pid in lost:

@@ -12,9 +12,13 @@ checks that both indexes hold the same runs (count and fingerprint: the sha256 o
 run digests). The test suite runs the same with fewer files (tests/test_burst_e2e.py). Usage:
 
     python benchmarks/burst.py [--files 2000] [--rows 20] [--no-backfill] [--latency-only]
+                               [--soak BATCHES [--soak-files 5]] [--write-docs]
 
-`--latency-only` measures only the lone files, each with where its time went (from Dagster's
-run and step times).
+Each lone file is reported with where its time went (the run's marks in the instance's event
+log); `--latency-only` measures only the lone files, in a fresh home. `--soak BATCHES` measures
+only the memory of `kindex up`'s long-lived processes (embedded S3, code server, daemon,
+webserver, run worker) while a small batch arrives each sensor tick: RSS after the first tenth
+of the batches vs the end, at rest.
 """
 
 from __future__ import annotations
@@ -25,9 +29,17 @@ import hashlib
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pipelines.intake.ledger import Ledger
+    from pipelines.settings import Settings
+    from pipelines.storage.base import ObjectStore
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -240,51 +252,65 @@ def ingest_in_process(home: Path, paths: list[Path]) -> IngestResult:
     return IngestResult(seconds, len(digests), fingerprint(digests))
 
 
-LONE_FILES = 3
+LONE_FILES = 5
 LATENCY_POLL_SECONDS = 0.2
-
-
-RUNS_QUERY = """
-query {
-  runsOrError(limit: 5) {
-    ... on Runs {
-      results { creationTime startTime stepStats { startTime } }
-    }
-  }
-}"""
 
 
 @dataclass
 class Latency:
     """A lone file's way from its upload to the query that shows its runs, in seconds from
-    the upload (None where its run could not be told apart). Its run publishes the index in its
-    step, before the step's checks and chart: the file is queryable before the run ends."""
+    the upload, with the marks of the run that took it (from the instance's event log; empty
+    where its run could not be told apart). Its run publishes the index in its step, before the
+    step's checks and chart: the file is queryable before the run ends."""
 
     queryable: float
-    run_created: float | None = None  # a sensor tick found the file and requested its run
-    run_started: float | None = None  # the run's process was up, its code loaded
-    step_started: float | None = None
+    marks: list[tuple[str, float]] = field(default_factory=list)
 
     def breakdown(self) -> str:
-        marks = [
-            ("discovery", self.run_created),
-            ("queue + launch", self.run_started),
-            ("to the step", self.step_started),
-            ("step to queryable", self.queryable),
-        ]
         parts, before = [], 0.0
-        for name, mark in marks:
-            if mark is None:
-                return f"{self.queryable:.1f} s"
+        for name, mark in [*self.marks, ("step to queryable", self.queryable)]:
             parts.append(f"{name} {mark - before:.1f}")
             before = mark
+        if not self.marks:
+            return f"{self.queryable:.1f} s"
         return f"{self.queryable:.1f} s = " + " + ".join(parts)
+
+
+def run_marks(up: KindexUp, dropped_wall: float) -> list[tuple[str, float]]:
+    """When the one run created after `dropped_wall` reached each stage, in seconds from it:
+    the sensor's tick requested it, the run queue handed it to the launcher, its process
+    logged its start, its step began."""
+    from dagster import DagsterEventType, DagsterInstance, RunsFilter
+
+    with DagsterInstance.from_config(str(up.home / "dagster")) as instance:
+        records = instance.get_run_records(RunsFilter(), limit=5)
+        after = [r for r in records if r.create_timestamp.timestamp() >= dropped_wall]
+        if len(after) != 1:  # none, or a catch-up run beside it: the marks would guess
+            return []
+        record = after[0]
+        events = instance.all_logs(record.dagster_run.run_id)
+    first: dict[str, float] = {}
+    for entry in events:
+        kind = entry.dagster_event_type
+        name = (
+            {
+                DagsterEventType.RUN_STARTING: "queue",
+                DagsterEventType.RUN_START: "launch",
+                DagsterEventType.STEP_START: "to the step",
+            }.get(kind)
+            if kind is not None
+            else None
+        )
+        if name is not None:
+            first.setdefault(name, entry.timestamp - dropped_wall)
+    marks = [("discovery", record.create_timestamp.timestamp() - dropped_wall)]
+    marks += [(name, first[name]) for name in ("queue", "launch", "to the step") if name in first]
+    return marks
 
 
 def lone_file_latency(up: KindexUp, path: Path) -> Latency:
     """From the upload of one file, the system at rest, until `kindex query` (the home's local
-    index) shows its runs; with the times of the run that took it, from Dagster."""
-    from pipelines.commands.backfill import graphql
+    index) shows its runs; with the marks of the run that took it, from Dagster."""
     from pipelines.index.local import open_index
     from pipelines.settings import Settings
     from pipelines.storage.s3 import store_session
@@ -307,16 +333,120 @@ def lone_file_latency(up: KindexUp, path: Path) -> Latency:
                 break
             assert time.monotonic() - dropped_at < DROP_TIMEOUT, f"{key} never indexed"
             time.sleep(LATENCY_POLL_SECONDS)
-    runs = graphql(up.graphql_url, RUNS_QUERY, {})["runsOrError"]["results"]
-    after = [r for r in runs if r["creationTime"] >= dropped_wall]
-    if len(after) != 1:  # none, or a catch-up run beside it: the breakdown would guess
-        return latency
-    run = after[0]
-    starts = [s["startTime"] for s in run["stepStats"] if s["startTime"]]
-    latency.run_created = run["creationTime"] - dropped_wall
-    latency.run_started = None if run["startTime"] is None else run["startTime"] - dropped_wall
-    latency.step_started = min(starts) - dropped_wall if starts else None
+    latency.marks = run_marks(up, dropped_wall)
     return latency
+
+
+# The long-lived processes of `kindex up`, told apart by their command lines (the run worker's
+# forks, one a run, share its command line and are children of it, not of `kindex up`).
+ROLES = {
+    "weed": "embedded S3",
+    "dagster-daemon": "daemon",
+    "dagster-webserver": "webserver",
+    "code-server": "code server",
+    "assets.run_worker": "run worker",
+}
+
+
+def long_lived(up: KindexUp) -> dict[str, int]:
+    """Each long-lived process of `kindex up` by its role: the pid of the role's topmost one."""
+    from process_support import command_line, parent_pid
+
+    assert up.process is not None
+    found: dict[str, int] = {}
+    for pid in sorted(descendants(up.process.pid)):
+        line = command_line(pid)
+        role = next((name for needle, name in ROLES.items() if needle in line), None)
+        if role is None or role in found:
+            continue
+        parent = parent_pid(pid)
+        if parent is not None and any(needle in command_line(parent) for needle in ROLES):
+            continue  # a child of a long-lived one (a run, a code server's helper)
+        found[role] = pid
+    return found
+
+
+def soak(up: KindexUp, work: Path, batches: int, per_batch: int, rows: int) -> Figure:
+    """Drop `batches` small batches of files, one each sensor tick, and print each long-lived
+    process's RSS after the first tenth of them against the end's, once every file is indexed
+    and the system is at rest again."""
+    from pipelines.intake.ledger import Ledger
+    from pipelines.settings import Settings
+    from pipelines.storage.s3 import store_session
+
+    settings = Settings.from_env(up.env)
+    paths = small_files(work / "soak", batches * per_batch, rows)
+    warm = max(1, batches // 10)
+    started: dict[str, int] = {}
+    with store_session(settings) as store:
+        ledger = Ledger.of(store, settings)
+        began = time.monotonic()
+        for b in range(batches):
+            for path in paths[b * per_batch : (b + 1) * per_batch]:
+                store.put_bytes(f"incoming/{path.name}", path.read_bytes())
+            time.sleep(SOAK_TICK_SECONDS)
+            if b + 1 == warm:
+                wait_indexed(store, settings, ledger, (b + 1) * per_batch)
+                time.sleep(SOAK_REST_SECONDS)
+                started = {role: rss_bytes({pid}) for role, pid in long_lived(up).items()}
+                print(f"soak: warm after {warm} batches ({time.monotonic() - began:.0f} s)")
+        wait_indexed(store, settings, ledger, len(paths))
+    time.sleep(SOAK_REST_SECONDS)
+    ended = {role: rss_bytes({pid}) for role, pid in long_lived(up).items()}
+    print(f"soak: {batches} batches of {per_batch} files in {time.monotonic() - began:.0f} s")
+    for role in sorted(started.keys() | ended.keys()):
+        before, after = started.get(role, 0), ended.get(role, 0)
+        ratio = after / before if before else float("nan")
+        print(
+            f"RSS {role + ':':<13} {before / 2**20:6.0f} MiB -> {after / 2**20:6.0f} MiB "
+            f"= {ratio:.2f}x"
+        )
+    total_before, total_after = sum(started.values()), sum(ended.values())
+    print(f"RSS of all:        {total_after / total_before:.2f}x end / start (target <= 1.1)")
+    each = ", ".join(
+        f"{role} {ended.get(role, 0) / started[role]:.2f}x" for role in sorted(started)
+    )
+    return Figure(
+        f"burst: kindex up's long-lived processes over {batches} batches of {per_batch} files, "
+        "RSS at the end vs after the first tenth",
+        f"{total_after / total_before:.2f}x ({total_before / 2**20:.0f} -> "
+        f"{total_after / 2**20:.0f} MiB; {each})",
+        "<= 1.1x",
+    )
+
+
+SOAK_TICK_SECONDS = 5.0  # the daemon's sensor loop: a batch per tick
+SOAK_REST_SECONDS = 15.0
+
+
+def wait_indexed(store: ObjectStore, settings: Settings, ledger: Ledger, count: int) -> None:
+    """Until the ledger holds `count` files done and nothing is missing."""
+    from pipelines.intake.ledger import unprocessed_versions
+
+    deadline = time.monotonic() + DROP_TIMEOUT
+    while True:
+        listing, missing = unprocessed_versions(store, settings, ledger)
+        if len(listing) >= count and not missing:
+            return
+        assert time.monotonic() < deadline, f"{len(missing)} still missing"
+        time.sleep(POLL_SECONDS)
+
+
+@contextmanager
+def fresh_up(prefix: str) -> Iterator[tuple[KindexUp, Path]]:
+    """A started `kindex up` in a fresh home under a temporary folder, stopped after."""
+    import tempfile
+
+    from pipelines.storage.embedded import find_free_port_block
+
+    with tempfile.TemporaryDirectory(prefix=prefix) as folder:
+        work = Path(folder)
+        up = KindexUp(work / "up-home", free_port(), find_free_port_block())
+        try:
+            up.start()
+            yield up, work
+        finally:
+            up.stop()
 
 
 def main() -> None:
@@ -334,26 +464,35 @@ def main() -> None:
         action="store_true",
         help="only the lone files at rest under a fresh `kindex up`, with where their time goes",
     )
+    parser.add_argument(
+        "--soak",
+        type=int,
+        metavar="BATCHES",
+        help="only the memory of kindex up's long-lived processes over BATCHES small batches, "
+        "one each sensor tick: RSS after the first tenth vs the end",
+    )
+    parser.add_argument("--soak-files", type=int, default=5, help="files a soak batch drops")
     add_write_docs(parser)
     args = parser.parse_args()
     import tempfile
 
     from pipelines.storage.embedded import find_free_port_block
 
+    if args.soak:
+        with fresh_up("kindex-soak-") as (up, work):
+            figure = soak(up, work, args.soak, args.soak_files, args.rows)
+        if args.write_docs:
+            write_figures([figure])
+        return
+
     if args.latency_only:
-        with tempfile.TemporaryDirectory(prefix="kindex-latency-") as folder:
-            work = Path(folder)
-            up = KindexUp(work / "up-home", free_port(), find_free_port_block())
-            try:
-                up.start()
-                lone = small_files(work / "lone", LONE_FILES, args.rows)
-                latencies = [lone_file_latency(up, path) for path in lone]
-            finally:
-                up.stop()
-        for latency in latencies:
+        with fresh_up("kindex-latency-") as (up, work):
+            lone = small_files(work / "lone", LONE_FILES, args.rows)
+            measured = [lone_file_latency(up, path) for path in lone]
+        for latency in measured:
             print(f"lone file to queryable:     {latency.breakdown()}")
-        seconds = [latency.queryable for latency in latencies]
-        print(f"median:                     {statistics.median(seconds):.1f} s (target <= 15)")
+        seconds = [latency.queryable for latency in measured]
+        print(f"median:                     {statistics.median(seconds):.1f} s (target <= 5)")
         if args.write_docs:
             write_figures([latency_figure(seconds, "in a fresh home")])
         return
@@ -372,7 +511,8 @@ def main() -> None:
             backfill_s = time.monotonic() - backfill_started
             # At rest now: each lone file from its upload to its runs in the index.
             lone = small_files(work / "lone", args.files + LONE_FILES, args.rows)[-LONE_FILES:]
-            latencies = [lone_file_latency(up, path).queryable for path in lone]
+            lone_files = [lone_file_latency(up, path) for path in lone]
+            latencies = [latency.queryable for latency in lone_files]
         finally:
             up.stop()
         ingest = ingest_in_process(work / "ingest-home", paths)
@@ -387,13 +527,15 @@ def main() -> None:
     print(f"files/s under kindex up:    {rate:.1f}")
     print(f"files/s in-process ingest:  {ingest_rate:.1f} ({ingest.seconds:.1f} s, same files)")
     print(f"files/s DuckDB per file:    {duckdb_rate:.1f} ({duckdb_s:.1f} s, same files)")
-    print(f"burst / DuckDB:             {rate / duckdb_rate:.3f}x (target >= 0.1)")
+    print(f"burst / DuckDB:             {rate / duckdb_rate:.3f}x (target >= 0.2)")
     print(f"in-process / DuckDB:        {ingest_rate / duckdb_rate:.3f}x (target >= 0.2)")
     print(f"peak RSS of kindex up:      {burst.peak_rss_bytes / 2**20:.0f} MiB")
     print(
         f"lone file to queryable:     median {statistics.median(latencies):.1f} s "
-        f"({', '.join(f'{x:.1f}' for x in latencies)}; target <= 15)"
+        f"({', '.join(f'{x:.1f}' for x in latencies)}; target <= 5)"
     )
+    for latency in lone_files:
+        print(f"  a lone file:              {latency.breakdown()}")
     print(f"partition keys materialized: {burst.partitions} (target <= 10)")
     print(f"files view at rest:         {burst.states}")
     print(f"missing at rest:            {burst.missing}")
@@ -425,7 +567,7 @@ def write_docs(
                 f"{rate / duckdb_rate:.3f}x ({rate:.1f} vs {duckdb_rate:.1f} files/s), "
                 f"peak RSS {burst.peak_rss_bytes / 2**20:.0f} MiB, "
                 f"{burst.partitions} partition keys, missing {burst.missing}",
-                ">= 0.1x, <= 10 partition keys",
+                ">= 0.2x, <= 10 partition keys",
             ),
             Figure(
                 f"burst: {files} small files, in-process kindex ingest vs DuckDB per file",
@@ -443,7 +585,7 @@ def latency_figure(latencies: list[float], when: str) -> Figure:
     return Figure(
         f"burst: a lone file at rest {when}, upload to queryable (median of {len(latencies)})",
         f"{statistics.median(latencies):.1f} s ({', '.join(f'{x:.1f}' for x in latencies)})",
-        "<= 15 s",
+        "<= 5 s",
     )
 
 

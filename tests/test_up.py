@@ -26,12 +26,16 @@ from pipelines.commands.up import (
 def test_instance_yaml_is_accepted_by_dagster(tmp_path: Path) -> None:
     from dagster import DagsterInstance, DefaultRunLauncher
 
+    from assets.launcher import WarmRunLauncher
+
     (tmp_path / "dagster.yaml").write_text(dagster_instance_yaml(tmp_path), encoding="utf-8")
     with DagsterInstance.from_config(str(tmp_path)) as instance:
         assert instance.run_coordinator.__class__.__name__ == "QueuedRunCoordinator"
         assert instance.run_coordinator.dequeue_interval_seconds == DEQUEUE_INTERVAL_SECONDS
-        # The launcher lost_runs_sensor watches (assets/lost_runs.py).
-        assert type(instance.run_launcher) is DefaultRunLauncher
+        # Runs forked from the run worker, and a launcher lost_runs_sensor watches (a default
+        # launcher's, assets/lost_runs.py).
+        assert type(instance.run_launcher) is WarmRunLauncher
+        assert isinstance(instance.run_launcher, DefaultRunLauncher)
         assert instance.run_retries_enabled
         assert instance.run_retries_max_retries == MAX_RUN_RETRIES
         assert instance.run_monitoring_enabled

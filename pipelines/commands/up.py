@@ -95,10 +95,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def dagster_instance_yaml(home: Path) -> str:
-    """The local instance: SQLite storage under the kindex home, a queued run coordinator, a
-    pool of one for the index writer (the only pool kindex declares), sensors on threads, failed
-    runs retried, and runs that never started failed (assets/lost_runs.py fails those whose
-    worker died)."""
+    """The local instance: SQLite storage under the kindex home, runs forked from the run worker
+    that stays up (assets/launcher.py), a queued run coordinator, a pool of one for the index
+    writer (the only pool kindex declares), sensors on threads, failed runs retried, and runs
+    that never started failed (assets/lost_runs.py fails those whose worker died)."""
     return f"""\
 # Written by `kindex up`; rewritten on every start.
 local_artifact_storage:
@@ -106,6 +106,9 @@ local_artifact_storage:
   class: LocalArtifactStorage
   config:
     base_dir: {home / "dagster" / "storage"}
+run_launcher:
+  module: assets.launcher
+  class: WarmRunLauncher
 run_coordinator:
   module: dagster.core.run_coordinator
   class: QueuedRunCoordinator
@@ -403,6 +406,9 @@ def run(args: argparse.Namespace) -> int:
                 env,
             )
             wait_for_port(code_port, supervisor, READY_TIMEOUT_SECONDS)
+            # Runs start as forks of this process, which imported dagster and the definitions
+            # once, rather than each in a new interpreter importing them (assets/run_worker.py).
+            supervisor.start("dagster-run-worker", [sys.executable, "-m", "assets.run_worker"], env)
             workspace = dagster_home / "workspace.yaml"
             workspace.write_text(workspace_yaml(code_port), encoding="utf-8")
             module = ["-w", str(workspace)]
