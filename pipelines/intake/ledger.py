@@ -77,8 +77,10 @@ PARTITION_COLUMN = "arrival_window"
 # The window at or before which every open (pending or failed) version lies: `due` reads from it.
 OPEN_SINCE_PROPERTY = SUMMARY_PREFIX + "ledger.open-since"
 # Versions younger than this are always read by `due` (it never moves OPEN_SINCE_PROPERTY past
-# twice this ago), so an append of such a version needs no property; an older open one lowers it.
-RECENT = timedelta(days=1)
+# twice this ago), so an append of such a version needs no property; an older open one lowers it
+# in its own commit. An hour: a batch runs minutes after its files arrive, and the windows `due`
+# reads at rest are the last two or three.
+RECENT = timedelta(hours=1)
 # The ledger's snapshots are expired once it holds more than this many.
 EXPIRE_ABOVE_SNAPSHOTS = 64
 FIRST_BACKOFF = timedelta(seconds=30)
@@ -218,6 +220,8 @@ class Ledger:
         self.catalog = catalog
         self.bucket = bucket
         self.endpoint = endpoint or "of the bucket"
+        # The open versions at a ledger commit: the ledger sensor asks twice per tick.
+        self._open: tuple[int, list[FileEntry]] | None = None
 
     @classmethod
     def of(cls, store: ObjectStore, settings: Settings) -> Ledger:
@@ -448,6 +452,8 @@ class Ledger:
             return []
         since = table.properties.get(OPEN_SINCE_PROPERTY)
         head = table.current_snapshot()
+        if head is not None and self._open is not None and self._open[0] == head.snapshot_id:
+            return list(self._open[1])
         rows = self._scan(table, open_filter(since)).to_arrow()
         found = _open_entries(rows)
         floor = window_of(datetime.now(UTC) - 2 * RECENT)
@@ -460,6 +466,8 @@ class Ledger:
             # An append that came between fails this: a later look raises it.
             with contextlib.suppress(CommitFailedException):
                 self.catalog.catalog.commit_table(table, (requirement,), (update,))
+        if head is not None:
+            self._open = (head.snapshot_id, found)
         return found
 
     def due(self, now: datetime, stale_before: datetime) -> list[FileEntry]:
