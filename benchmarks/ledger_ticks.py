@@ -81,7 +81,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rows", type=int, default=100_000, help="rows of the large ledger")
     parser.add_argument("--per-commit", type=int, default=500)
-    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--quick", action="store_true", help="10,000 rows, 3 repeats")
     args = parser.parse_args()
     rows, repeat = (10_000, 3) if args.quick else (args.rows, args.repeat)

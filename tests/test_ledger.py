@@ -205,8 +205,11 @@ def test_a_ticks_question_reads_only_the_partitions_of_what_it_found(
         [entry] = ledger.known_versions([f"incoming/{day}.csv"]).values()
         ledger.append([replace(entry, state=FileState.INDEXED, attempts=1)])
     fresh = info("incoming/new.csv", at=now)
-    ledger.append([FileEntry.pending(s3_store.bucket, fresh)])
+    ledger.append([FileEntry.pending(s3_store.bucket, fresh, "b-fresh")])
     assert ledger.planned_files() >= 13  # a file per window, at least
+    # A batch run reads its window's partition only.
+    assert [e.key for e in ledger.of_batch("b-fresh", window_of(now))] == ["incoming/new.csv"]
+    assert ledger.of_batch("b-fresh", window_of(now)) == ledger.of_batch("b-fresh")
 
     asked = [fresh, info("incoming/other.csv", at=now)]
     assert ledger.planned_files(seen_filter(version_of(v) for v in asked)) == 1
@@ -301,6 +304,7 @@ def test_the_ledgers_snapshots_are_expired_and_its_files_compacted_per_partition
     from pipelines.intake import ledger as ledger_module
 
     monkeypatch.setattr(ledger_module, "EXPIRE_ABOVE_SNAPSHOTS", 6)
+    monkeypatch.setattr(ledger_module, "EXPIRE_EVERY_COMMITS", 1)
     ledger = Ledger.of(s3_store, index_settings)
     now = datetime.now(UTC).replace(microsecond=0)
     earlier = now - timedelta(hours=3)

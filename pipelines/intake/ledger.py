@@ -81,8 +81,10 @@ OPEN_SINCE_PROPERTY = SUMMARY_PREFIX + "ledger.open-since"
 # in its own commit. An hour: a batch runs minutes after its files arrive, and the windows `due`
 # reads at rest are the last two or three.
 RECENT = timedelta(hours=1)
-# The ledger's snapshots are expired once it holds more than this many.
-EXPIRE_ABOVE_SNAPSHOTS = 64
+# The ledger's snapshots are expired once it holds more than this many, by about one append in
+# this many (an expiry is a commit of its own).
+EXPIRE_ABOVE_SNAPSHOTS = 32
+EXPIRE_EVERY_COMMITS = 8
 FIRST_BACKOFF = timedelta(seconds=30)
 MAX_BACKOFF = timedelta(hours=6)
 
@@ -323,7 +325,11 @@ class Ledger:
                 transaction.set_properties({OPEN_SINCE_PROPERTY: min(lowered, since or lowered)})
         # Each append adds a file to the partitions it touched: their number stays logarithmic.
         self.compact(windows)
-        if len(table.metadata.snapshots) > EXPIRE_ABOVE_SNAPSHOTS:
+        # About one append in EXPIRE_EVERY_COMMITS, whichever process makes it.
+        if (
+            len(table.metadata.snapshots) > EXPIRE_ABOVE_SNAPSHOTS
+            and random.randrange(EXPIRE_EVERY_COMMITS) == 0
+        ):
             self.expire()
 
     def compact(self, windows: Iterable[str] | None = None) -> bool:
@@ -405,8 +411,11 @@ class Ledger:
             con.close()
         return [entry_of(row) for row in found.to_pylist()]
 
-    def of_batch(self, batch: str) -> list[FileEntry]:
-        return self.current("batch = ?", [batch])
+    def of_batch(self, batch: str, window: str | None = None) -> list[FileEntry]:
+        """The versions a batch names; `window`: the arrival window its run is of (a batch holds
+        one window's files), whose partition alone is read."""
+        where = None if window is None else _in(PARTITION_COLUMN, [window])
+        return self.current("batch = ?", [batch], where)
 
     def known_versions(
         self, keys: Iterable[str] | None = None

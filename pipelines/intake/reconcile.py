@@ -27,7 +27,7 @@ import io
 import json
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import UTC, datetime, timedelta
 from itertools import chain
 from urllib.parse import unquote
@@ -177,34 +177,19 @@ class ReconcileCursor:
     after: str | None = None  # the last key of the last window of keys listed
 
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "missing": self.missing,
-                "feed": self.feed,
-                "inventory": self.inventory,
-                "inventory_at": self.inventory_at,
-                "after": self.after,
-            },
-            sort_keys=True,
-        )
+        return json.dumps(asdict(self), sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str | None) -> ReconcileCursor:
-        if not text:
-            return cls()
         try:
-            data = json.loads(text)
+            data = json.loads(text) if text else None
         except ValueError:
+            data = None
+        if isinstance(data, int):  # an older kindex's cursor: the missing count alone
+            return cls(missing=data)
+        if not isinstance(data, dict):
             return cls()
-        if not isinstance(data, dict):  # an older kindex's cursor: the missing count alone
-            return cls(missing=data if isinstance(data, int) else None)
-        return cls(
-            data.get("missing"),
-            data.get("feed"),
-            data.get("inventory"),
-            data.get("inventory_at"),
-            data.get("after"),
-        )
+        return cls(**{f.name: data.get(f.name) for f in fields(cls)})
 
 
 @dataclass(frozen=True, slots=True)
