@@ -275,7 +275,7 @@ class Ledger:
             with transaction.update_spec() as spec:
                 spec.add_identity(PARTITION_COLUMN)
             if rows is not None and rows.num_rows:
-                transaction.overwrite(rows.select(LEDGER_SCHEMA.names).cast(LEDGER_SCHEMA))
+                transaction.overwrite(rows)  # in the table's schema, whatever columns it has
             open_windows = [e.arrival_window for e in _open_entries(rows)] if rows else []
             since = min(open_windows, default=window_of(datetime.now(UTC) - 2 * RECENT))
             transaction.set_properties({OPEN_SINCE_PROPERTY: since})

@@ -288,13 +288,17 @@ class InventoryReport:
     files: list[str]
 
 
-def newest_inventory(store: ObjectStore, prefix: str) -> InventoryReport | None:
+def newest_inventory(
+    store: ObjectStore, prefix: str, after: str | None = None
+) -> InventoryReport | None:
     """The newest report under an inventory prefix (`<...>/<YYYY-MM-DDTHH-MMZ>/manifest.json`;
-    the timestamped folders sort in time), None before the first."""
+    the timestamped folders sort in time), None before the first; `after`: the manifest key of
+    the last one read (None: when there is no newer one)."""
     prefix = prefix.removeprefix("/").rstrip("/") + "/"
     manifests = [
         o.key
-        for o in store.list(prefix)
+        # Report folders sort in time, before `data/`: none before the last one read is listed.
+        for o in store.list(prefix, start_after=after)
         if o.key.endswith("/manifest.json") and o.key.count("/") == prefix.count("/") + 1
     ]
     if not manifests:
@@ -367,7 +371,7 @@ def _inventory_parquet(data: bytes) -> list[ObjectInfo]:
 def _inventory_step(
     store: ObjectStore, settings: Settings, prefix: str, cursor: ReconcileCursor
 ) -> ReconcileStep:
-    report = newest_inventory(store, prefix)
+    report = newest_inventory(store, prefix, cursor.inventory)
     if report is None or report.manifest == cursor.inventory:
         return ReconcileStep([], "inventory", cursor)  # no new report: nothing to compare
     objects = inventory_objects(store, report)
