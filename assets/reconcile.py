@@ -27,11 +27,12 @@ from dagster import (
 )
 
 from assets.conventions import RECORDS_KEY
-from assets.files import ingest_batch
+from assets.files import ingest_batch, log_event
 from assets.partitions import ARRIVAL_WINDOWS
+from assets.published import check, full_check
 from assets.resources import KindexResource
 from assets.sensors import RECONCILE_EVERY, batch_requests, batch_result, runs_in_flight
-from pipelines.intake.ledger import FileEntry, FileState, Ledger, new_versions, rebuild
+from pipelines.intake.ledger import FileEntry, FileState, Ledger, new_versions, rebuild, undone
 from pipelines.intake.reconcile import ReconcileCursor, ReconcileStep, changed_versions
 from pipelines.sources import current_parser_versions
 from pipelines.storage.base import ObjectStore
@@ -127,20 +128,35 @@ class ReconcileConfig(Config):
 def reconcile_bucket_op(
     context: OpExecutionContext, config: ReconcileConfig, kindex: KindexResource
 ) -> None:
-    step, missing = reconcile_tick(kindex, ReconcileCursor(), full=config.full)
+    store, ledger = kindex.store, kindex.ledger
+    step = changed_versions(
+        store, kindex.settings, ReconcileCursor(), feed=kindex.feed, full=config.full
+    )
+    # A full listing is compared with the whole ledger in one read (not key by key).
+    known = ledger.known_versions() if config.full else ledger.seen(step.versions)
+    missing = [FileEntry.pending(store.bucket, o) for o in new_versions(step.versions, known)]
     # Pending rows with no run: the ledger sensor requests them once they are stale.
-    kindex.ledger.append(missing)
+    ledger.append(missing)
     context.log.info(
         f"{len(missing)} of {len(step.versions)} object versions ({step.source}) missing from "
         "the ledger: pending, requested by the ledger sensor"
     )
+    if config.full:
+        # The index's every_version_processed check, over the listing (a publish's reads
+        # only what the sensors found).
+        not_done = undone(step.versions, known)
+        log_event(
+            context,
+            check("every_version_processed", lambda _: full_check(step.versions, not_done), kindex),
+        )
 
 
 @job(
     name="reconcile_bucket",
-    description="Compares incoming/ with the file ledger on request; `full: true` (the "
-    "default) lists every object. The versions it lacks become pending rows, which the ledger "
-    "sensor requests.",
+    description="Compares incoming/ with the file ledger on request (`kindex reconcile`); "
+    "`full: true` (the default) lists every object and reports the index's "
+    "every_version_processed check over the listing. The versions the ledger lacks become "
+    "pending rows, which the ledger sensor requests.",
 )
 def reconcile_bucket() -> None:
     reconcile_bucket_op()

@@ -30,6 +30,7 @@ from pipelines.intake.ledger import (
     Ledger,
     open_filter,
     seen_filter,
+    select_filter,
     version_of,
     window_of,
     window_start,
@@ -210,6 +211,20 @@ def test_a_ticks_question_reads_only_the_partitions_of_what_it_found(
     # A batch run reads its window's partition only.
     assert [e.key for e in ledger.of_batch("b-fresh", window_of(now))] == ["incoming/new.csv"]
     assert ledger.of_batch("b-fresh", window_of(now)) == ledger.of_batch("b-fresh")
+    # A backfill of a window (the UI's, `kindex backfill --window`) reads its partition only;
+    # a glob's literal prefix skips the files whose keys cannot match; a choice that names no
+    # window (quarantined) still reads every partition.
+    five = window_of(now - timedelta(days=5))
+    assert ledger.planned_files(select_filter(windows=[five])) <= 2  # its two appends
+    assert [e.key for e in ledger.select(windows=[five])] == ["incoming/5.csv"]
+    assert ledger.select(windows=[five], patterns=["incoming/6*"]) == []
+    everything = ledger.planned_files()
+    assert ledger.planned_files(select_filter(["incoming/1*"])) < everything
+    assert {e.key for e in ledger.select(patterns=["incoming/1*"])} == {
+        f"incoming/{n}.csv" for n in (1, 10, 11, 12)
+    }
+    assert ledger.planned_files(select_filter(["incoming/*.csv", "*1*"])) == everything
+    assert ledger.planned_files(select_filter([], None)) == everything
 
     asked = [fresh, info("incoming/other.csv", at=now)]
     assert ledger.planned_files(seen_filter(version_of(v) for v in asked)) == 1

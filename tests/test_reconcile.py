@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
@@ -19,6 +20,8 @@ from index_support import ingest_bytes, query
 from liger_support import HEADER, csv_lines
 
 import assets.sensors
+import pipelines.commands.reconcile as reconcile_command
+from assets.published import missing_versions_check
 from assets.reconcile import reconcile_sensor
 from assets.resources import KindexResource
 from assets.sensors import batch_of, ledger_sensor
@@ -75,7 +78,7 @@ def test_a_first_read_lost_with_its_batch_is_found_and_read_again(
 
 
 def test_the_invariant_holds_after_processing_a_long_key_garbage_and_a_csv(
-    s3_store: Any, instance: DagsterInstance
+    s3_store: Any, instance: DagsterInstance, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     key = long_key()
     assert len(key.encode()) == 999
@@ -96,7 +99,16 @@ def test_the_invariant_holds_after_processing_a_long_key_garbage_and_a_csv(
 
     driver = SensorDriver(instance)
     (request,) = driver.tick().run_requests or []
+    asked: list[str | None] = []
+    of_batch = Ledger.of_batch
+
+    def spied(ledger: Ledger, batch: str, window: str | None = None) -> list[FileEntry]:
+        asked.append(window)
+        return of_batch(ledger, batch, window)
+
+    monkeypatch.setattr(Ledger, "of_batch", spied)
     assert execute(instance, request).success  # the long key fails no one, itself included
+    assert asked == [request.partition_key]  # the run reads its window's partition only
     index_run = materialize_index(instance)
 
     assert reconcile(s3_store, settings, current_parser_versions()).missing_count == 0
@@ -384,11 +396,17 @@ def test_a_full_reconcile_runs_on_request_and_its_files_are_requested_by_the_led
     job = definitions.defs.resolve_job_def("reconcile_bucket")
     run = job.execute_in_process(
         instance=instance,
-        run_config={"ops": {"reconcile_incoming": {"config": {"full": True}}}},
+        run_config=reconcile_command.reconcile_config(full=True),  # what `kindex reconcile` sends
         resources={"kindex": KindexResource()},
     )
     assert run.success
     assert lists.of("incoming/") == [3]
+    # The index's check, over the listing: the three were in no ledger row before.
+    verdict = check_evaluations(run)["every_version_processed"]
+    assert not verdict.passed
+    assert verdict.metadata["missing_versions"].value == 3
+    assert verdict.metadata["object_versions"].value == 3
+    assert verdict.metadata["compared"].value == "a full listing of incoming/"
     ledger = Ledger.of(s3_store, settings)
     assert {e.state for e in ledger.current()} == {FileState.PENDING}
     assert len(ledger.current()) == 3
@@ -398,6 +416,56 @@ def test_a_full_reconcile_runs_on_request_and_its_files_are_requested_by_the_led
         build_sensor_context(instance=instance, resources={"kindex": KindexResource()})
     )
     assert isinstance(result, SensorResult) and files_requested(result) == 3
+
+
+def test_a_publishs_check_reads_what_the_sensors_found_and_lists_nothing(
+    s3_store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The every_version_processed check at a publish: a version found (pending) fails it until
+    its batch is done, with no listing of incoming/ (the full one is `kindex reconcile
+    --full`'s); a version no sensor found is not the publish's to see."""
+    settings = Settings.from_env()
+    ledger = Ledger.of(s3_store, settings)
+    s3_store.put_bytes("incoming/found.csv", one_row_csv())
+    s3_store.put_bytes("incoming/unseen.csv", one_row_csv(1))
+    found = FileEntry.pending(s3_store.bucket, s3_store.head("incoming/found.csv"), "b1")
+    ledger.append([found])
+    lists = CountedLists(monkeypatch)
+    kindex = KindexResource()
+
+    passed, _, metadata = missing_versions_check(kindex)
+    assert not passed and metadata["missing_versions"].value == 1
+    assert "incoming/found.csv" in metadata["examples"].value
+    ledger.append([replace(found, state=FileState.INDEXED, attempts=1, updated_at=None)])
+    passed, _, metadata = missing_versions_check(kindex)
+    assert passed and metadata["missing_versions"].value == 0
+    assert lists.of("incoming/") == []
+    # The full check sees the unseen one.
+    listing, missing = unprocessed_versions(s3_store, settings, ledger)
+    assert [o.key for o in missing] == ["incoming/unseen.csv"] and len(listing) == 2
+
+
+def test_kindex_reconcile_full_launches_the_reconcile_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pipelines.cli import build_parser, main
+
+    assert build_parser().parse_args(["reconcile", "--full"]).full
+    assert not build_parser().parse_args(["reconcile"]).full
+    monkeypatch.setenv("KINDEX_HOME", str(tmp_path))
+    assert main(["reconcile", "--full"]) == 2  # no `kindex up` here, no --url
+    assert "no running `kindex up`" in capsys.readouterr().err
+    launched: list[tuple[str, bool]] = []
+
+    def launch(url: str, full: bool) -> str:
+        launched.append((url, full))
+        return "run-1"
+
+    monkeypatch.setattr(reconcile_command, "launch_reconcile", launch)
+    assert main(["reconcile", "--full", "--url", "http://127.0.0.1:3111"]) == 0
+    assert launched == [("http://127.0.0.1:3111/graphql", True)]
+    out = capsys.readouterr()
+    assert out.out.strip() == "run-1" and "a full listing of incoming/" in out.err
 
 
 class PagedFeed:

@@ -30,10 +30,11 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import random
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
+from functools import reduce
 from typing import TYPE_CHECKING
 
 import duckdb
@@ -45,6 +46,8 @@ from pyiceberg.expressions import (
     BooleanExpression,
     GreaterThanOrEqual,
     In,
+    Or,
+    StartsWith,
 )
 from pyiceberg.table.update import AssertRefSnapshotId, SetPropertiesUpdate
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_random_exponential
@@ -507,18 +510,27 @@ class Ledger:
         *,
         patterns: Sequence[str] = (),
         quarantined: bool = False,
-        windows: tuple[str, str] | None = None,
+        windows: Collection[str] | None = None,
     ) -> list[FileEntry]:
         """The versions a backfill re-processes: of the keys matching any glob (or named
         exactly), each key's newest version; with `quarantined`, only versions with quarantine
-        rows; with `windows` (first, last), the versions that arrived in those windows."""
+        rows; with `windows`, the versions that arrived in those windows (a backfill's
+        partitions).
+
+        What is read is pruned by what the choice names (`select_filter`): the partitions of
+        the windows asked for, and the data files whose keys may match a glob's literal prefix.
+        A choice that names no window (a glob, `--quarantined`) reads every partition: a key's
+        newest version, and a version's newest row (is it quarantined now?), may lie in any
+        window, and only the rows tell which."""
         conditions, parameters = ["state <> 'gone'"], []
         if windows is not None:
-            conditions.append("arrival_window BETWEEN ? AND ?")
-            parameters += [windows[0], windows[1]]
+            conditions.append("list_contains(?, arrival_window)")
+            parameters.append(sorted(set(windows)))
         if quarantined:
             conditions.append("(quarantined > 0 OR state = 'quarantined')")
-        entries = self.current(" AND ".join(conditions), parameters)
+        entries = self.current(
+            " AND ".join(conditions), parameters, select_filter(patterns, windows)
+        )
         if patterns:
             entries = [e for e in entries if any(fnmatch.fnmatchcase(e.key, p) for p in patterns)]
             newest: dict[str, FileEntry] = {}
@@ -526,6 +538,28 @@ class Ledger:
                 newest[entry.key] = entry
             entries = list(newest.values())
         return entries
+
+
+def glob_prefix(pattern: str) -> str:
+    """What every key a glob matches starts with: the text before its first wildcard."""
+    cut = min((i for i, c in enumerate(pattern) if c in "*?["), default=len(pattern))
+    return pattern[:cut]
+
+
+def select_filter(
+    patterns: Sequence[str] = (), windows: Collection[str] | None = None
+) -> BooleanExpression:
+    """The scan a backfill's selection reads: the partitions of the windows it names (all when
+    it names none), and the files whose key statistics admit a glob's literal prefix (when
+    every glob has one)."""
+    condition: BooleanExpression = AlwaysTrue()
+    if windows is not None:
+        condition = _in(PARTITION_COLUMN, sorted(set(windows)))
+    prefixes = sorted({glob_prefix(p) for p in patterns})
+    if prefixes and all(prefixes):
+        starts = [_starts(p) for p in prefixes]
+        condition = And(condition, reduce(Or, starts))
+    return condition
 
 
 def seen_filter(versions: Iterable[tuple[str, str, datetime]]) -> BooleanExpression:
@@ -545,6 +579,10 @@ def open_filter(since: str | None) -> BooleanExpression:
 def _in(column: str, values: Sequence[str]) -> BooleanExpression:
     # pyiceberg's predicates are pydantic models whose fields mypy takes for the constructor's.
     return In(column, values)  # type: ignore[call-arg,arg-type]
+
+
+def _starts(prefix: str) -> BooleanExpression:
+    return StartsWith("key", prefix)  # type: ignore[call-arg,arg-type]
 
 
 def _open_entries(rows: pa.Table) -> list[FileEntry]:
@@ -624,12 +662,19 @@ def unprocessed_versions(
     store: ObjectStore, settings: Settings, ledger: Ledger
 ) -> tuple[list[ObjectInfo], list[ObjectInfo]]:
     """The versions listed under `incoming/`, and those of them the ledger does not hold done
-    (indexed, quarantined or gone): 0 at rest."""
+    (indexed, quarantined or gone): 0 at rest. A listing of the bucket and a read of the whole
+    ledger: what a user asks for (`kindex reconcile --full`), never a step of each publish."""
     listing = [o for o in store.list(settings.incoming_prefix) if not o.key.endswith("/")]
-    known = ledger.known_versions()
-    missing = [
+    return listing, undone(listing, ledger.known_versions())
+
+
+def undone(
+    listing: Iterable[ObjectInfo], known: dict[tuple[str, str, datetime], FileEntry]
+) -> list[ObjectInfo]:
+    """The listed versions the ledger has no row of, or whose newest row is not done."""
+    return [
         o
         for o in listing
-        if (entry := known.get(version_of(o))) is None or entry.state not in DONE_STATES
+        if not o.key.endswith("/")
+        and ((entry := known.get(version_of(o))) is None or entry.state not in DONE_STATES)
     ]
-    return listing, missing
