@@ -22,10 +22,10 @@ from pipelines.commands.backfill import (
     GraphQLError,
     NoInstance,
     answer,
+    follow_run,
     graphql_url,
     job_selector,
     running_instance_url,
-    wait_for,
 )
 from pipelines.settings import Settings
 
@@ -72,14 +72,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         url = graphql_url(args.url or running_instance_url(Settings.from_env().home))
         run_id = launch_reconcile(url, args.full)
-        print(run_id, flush=True)
         what = "a full listing of incoming/" if args.full else "what changed"
-        print(f"{what}; see {url.removesuffix('/graphql')}/runs/{run_id}", file=sys.stderr)
-        if not args.wait:
-            return 0
-        status = wait_for(url, run_id, args.timeout)
-        print(status)
-        return 0 if status == "SUCCESS" else 1
+        return follow_run(url, run_id, what, args.wait, args.timeout)
     except NoInstance as error:
         print(f"kindex reconcile: {error}", file=sys.stderr)
         return 2
