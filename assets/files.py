@@ -67,7 +67,7 @@ from pipelines.ingest import (
     schema_sample,
     schema_verdict,
 )
-from pipelines.intake.ledger import FileEntry, FileState, Ledger
+from pipelines.intake.ledger import FileEntry, FileState, Ledger, select_filter
 
 T = TypeVar("T")
 
@@ -184,18 +184,12 @@ with warnings.catch_warnings():  # BackfillPolicy is beta: said here once, not a
         ledger = kindex.ledger
         windows = list(context.partition_keys)
         if config.batch:
-            entries = ledger.of_batch(config.batch)
+            # A sensor's batch holds one window's files, its run that window's partition.
+            entries = ledger.of_batch(config.batch, windows[0] if len(windows) == 1 else None)
         else:
-            wanted = set(windows)
-            entries = [
-                e
-                for e in ledger.select(
-                    patterns=config.files,
-                    quarantined=config.quarantined,
-                    windows=(min(windows), max(windows)),
-                )
-                if e.arrival_window in wanted
-            ]
+            entries = ledger.select(
+                patterns=config.files, quarantined=config.quarantined, windows=windows
+            )
         batch = config.batch or context.run.run_id
         context.log.info(f"batch {batch}: {len(entries)} files in {len(windows)} windows")
         results = list(process_batches(kindex.store, kindex.settings, entries, batch))
@@ -469,7 +463,9 @@ def window_entries(ledger: Ledger, windows: Sequence[str]) -> dict[str, list[Fil
         return {}
     marks = ", ".join("?" for _ in windows)
     found: dict[str, list[FileEntry]] = {w: [] for w in windows}
-    for entry in ledger.current(f"arrival_window IN ({marks})", list(windows)):
+    # Their partitions only: the rest of the ledger's history is not read.
+    where = select_filter(windows=windows)
+    for entry in ledger.current(f"arrival_window IN ({marks})", list(windows), where):
         found.setdefault(entry.arrival_window, []).append(entry)
     return found
 

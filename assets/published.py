@@ -36,8 +36,9 @@ from assets.resources import KindexResource
 from pipelines.index.catalog import IndexCatalog
 from pipelines.index.local import open_index
 from pipelines.index.tables import reader_tables
-from pipelines.intake.ledger import FileEntry, FileState, unprocessed_versions
+from pipelines.intake.ledger import FileEntry, FileState
 from pipelines.regressions import top_movers
+from pipelines.storage.base import ObjectInfo
 
 if TYPE_CHECKING:
     import duckdb
@@ -159,8 +160,11 @@ INDEX_CHECKS = [
     AssetCheckSpec(
         "every_version_processed",
         asset=INDEX_KEY,
-        description="Every object version under incoming/ is indexed, quarantined or gone in "
-        "the file ledger (the ledger and reconcile sensors request the others again).",
+        description="Every object version found under incoming/ is indexed, quarantined or "
+        "gone in the file ledger (the ledger and reconcile sensors request the others again). "
+        "At a publish, the versions the sensors and reconcile ticks found (the ledger's open "
+        "ones); over a full listing of incoming/ when the reconcile_bucket job runs "
+        "(`kindex reconcile --full`).",
     ),
     AssetCheckSpec(
         "no_failing_files",
@@ -344,14 +348,44 @@ def check(
 
 
 def missing_versions_check(kindex: KindexResource) -> CheckVerdict:
-    listing, missing = unprocessed_versions(kindex.store, kindex.settings, kindex.ledger)
+    """At a publish, what changed and not the bucket's history: every version the sensors and
+    the reconcile ticks found (each an incremental comparison of the bucket with the ledger) has
+    a ledger row, pending or failed until a batch is done with it, so the versions not done are
+    the ledger's open ones, read from the oldest open window on (`Ledger.open_versions`). A
+    version nothing found yet only a listing shows: the reconcile_bucket job lists incoming/
+    when asked (`kindex reconcile --full`) and evaluates this check over it (`full_check`)."""
+    ledger = kindex.ledger
+    since = ledger.open_since()
+    return unprocessed_verdict(
+        ledger.open_versions(),
+        {
+            "compared": "the versions the sensors and reconcile ticks found (the ledger's open "
+            f"versions, from window {since or 'the first'} on)",
+        },
+    )
+
+
+def full_check(listing: Sequence[ObjectInfo], missing: Sequence[ObjectInfo]) -> CheckVerdict:
+    """The same check over a full listing of incoming/ (the reconcile_bucket job's)."""
+    return unprocessed_verdict(
+        missing,
+        {
+            "compared": "a full listing of incoming/",
+            "object_versions": MetadataValue.int(len(listing)),
+        },
+    )
+
+
+def unprocessed_verdict(
+    missing: Sequence[ObjectInfo | FileEntry], metadata: Mapping[str, object]
+) -> CheckVerdict:
     examples = [m.key for m in missing[:10]]
     return (
         not missing,
         AssetCheckSeverity.WARN,
         {
             "missing_versions": MetadataValue.int(len(missing)),
-            "object_versions": MetadataValue.int(len(listing)),
+            **metadata,
             "examples": MetadataValue.md("\n".join(f"- `{k}`" for k in examples) or "none"),
         },
     )
@@ -413,11 +447,8 @@ def failing_files_check(kindex: KindexResource) -> CheckVerdict:
 
 def drained_check(kindex: KindexResource) -> CheckVerdict:
     before = datetime.now(UTC) - DRAIN_WITHIN
-    waiting = [
-        f
-        for f in kindex.ledger.current("state IN (?, ?)", ["pending", "failed"])
-        if f.last_modified < before
-    ]
+    # The open versions, read as the missing check reads them (once per ledger commit).
+    waiting = [f for f in kindex.ledger.open_versions() if f.last_modified < before]
     return (
         not waiting,
         AssetCheckSeverity.WARN,

@@ -266,10 +266,11 @@ def listed_files(
 def new_file_requests(
     kindex: KindexResource, versions: Sequence[ObjectInfo], why: str = "new"
 ) -> list[RunRequest]:
-    """Runs for the versions the ledger has no row of (asking it about their keys only)."""
+    """Runs for the versions the ledger has no row of (asking it about those versions only:
+    the partitions of their arrival windows)."""
     if not versions:
         return []
-    known = kindex.ledger.known_versions({v.key for v in versions})
+    known = kindex.ledger.seen(versions)
     bucket = kindex.store.bucket
     new = [FileEntry.pending(bucket, info) for info in new_versions(versions, known)]
     return batch_requests(kindex.ledger, new, why)
@@ -315,7 +316,7 @@ def ledger_sensor(
     requests = batch_requests(ledger, due, "retry") if due else []
     if due:
         context.log.info(f"requesting {len(due)} files again in {len(requests)} batches")
-    waiting = bool(ledger.current("state IN ('failed', 'pending')"))
+    waiting = ledger.waiting()
     return batch_result(requests, LedgerCursor(ledger.head(), waiting).to_json())
 
 

@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "pipelines.commands.bundle",
     "pipelines.commands.up",
     "pipelines.commands.backfill",
+    "pipelines.commands.reconcile",
     "pipelines.commands.chart",
     "pipelines.commands.connect",
 )

@@ -37,7 +37,7 @@ SETTING_NAMES = (
     "NOTIFICATIONS",
     "SQS_QUEUE_URL",
 )
-OTHER_NAMES = ("CURATION_DIR", "FAULT_PAUSE", "FAULT_DIR", "REGRESSIONS")
+OTHER_NAMES = ("CURATION_DIR", "FAULT_PAUSE", "FAULT_DIR", "REGRESSIONS", "S3_INVENTORY")
 # KINDEX_NOTIFICATIONS: where new objects are heard of. "filer": the embedded SeaweedFS's
 # metadata log; "sqs": S3 event notifications in KINDEX_SQS_QUEUE_URL; "none": listing only.
 NOTIFICATION_KINDS = ("filer", "sqs", "none")

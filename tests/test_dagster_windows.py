@@ -21,7 +21,7 @@ from dagster_support import (
 from index_support import csv_bytes, liger_rows
 
 import definitions
-from pipelines.intake.ledger import window_of
+from pipelines.intake.ledger import FileEntry, Ledger, window_of
 
 RECORDS = AssetKey("records")
 
@@ -84,7 +84,7 @@ def test_a_windows_metadata_counts_every_batch_of_it(
 
 
 def test_a_range_backfill_reports_each_windows_own_files(
-    s3_store: Any, instance: DagsterInstance
+    s3_store: Any, instance: DagsterInstance, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A backfill of two windows is one run; each window's materialization says what that
     window holds: an hour with no file of the ledger claims none of the other's."""
@@ -99,9 +99,18 @@ def test_a_range_backfill_reports_each_windows_own_files(
     if {window_of(d.last_modified) for d in dropped} != {window}:
         pytest.skip("the drops straddled an hour")
 
+    chosen: list[set[str]] = []
+    select = Ledger.select
+
+    def spied(ledger: Ledger, **choice: Any) -> list[FileEntry]:
+        chosen.append(set(choice["windows"]))
+        return select(ledger, **choice)
+
+    monkeypatch.setattr(Ledger, "select", spied)
     run = execute(instance, backfill_request(empty, window))
 
     assert run.success
+    assert chosen == [{empty, window}]  # the ledger's partitions of these windows, no other
     assert latest_metadata(instance, "records", empty)["files"] == 0
     own = latest_metadata(instance, "records", window)
     assert own["files"] == 3 and own["this_run_files"] == 3 and own["files_indexed"] == 3

@@ -200,3 +200,25 @@ def test_helm_values_reach_the_bucket_not_an_embedded_server(where: str) -> None
     policy = json.loads((DEPLOY / "iam-policy.json").read_text(encoding="utf-8"))
     resources = [s["Resource"] for s in policy["Statement"]]
     assert f"arn:aws:s3:::{settings.bucket}" in resources, "the bucket the IAM policy grants"
+
+
+def test_the_inventory_configuration_its_bucket_policy_and_the_helm_value_agree() -> None:
+    """S3 Inventory (deploy/s3-inventory.json) writes where the bucket policy lets it and where
+    KINDEX_S3_INVENTORY tells the reconcile sensor to read: `<Prefix>/<bucket>/<Id>/`, in the
+    bucket, whose reads the pipeline role has; it lists incoming/ with what a version needs."""
+    inventory = json.loads((DEPLOY / "s3-inventory.json").read_text(encoding="utf-8"))
+    policy = json.loads((DEPLOY / "inventory-bucket-policy.json").read_text(encoding="utf-8"))
+    values = YAML(typ="safe").load((DEPLOY / "helm" / "values.yaml").read_text(encoding="utf-8"))
+    destination = inventory["Destination"]["S3BucketDestination"]
+    bucket = destination["Bucket"].removeprefix("arn:aws:s3:::")
+    assert inventory["Filter"]["Prefix"] == "incoming/"
+    assert {"Size", "LastModifiedDate", "ETag"} <= set(inventory["OptionalFields"])
+    assert destination["Format"] in {"CSV", "Parquet"}
+    [statement] = policy["Statement"]
+    assert statement["Resource"] == f"arn:aws:s3:::{bucket}/{destination['Prefix']}/*"
+    env = values["dagster-user-deployments"]["deployments"][0]["env"]
+    [where] = [e["value"] for e in env if e["name"] == "KINDEX_S3_INVENTORY"]
+    assert where == f"{destination['Prefix']}/{bucket}/{inventory['Id']}/"
+    iam = json.loads((DEPLOY / "iam-policy.json").read_text(encoding="utf-8"))
+    reads = [s for s in iam["Statement"] if s["Action"] == ["s3:GetObject"]]
+    assert reads and all(s["Resource"] == f"arn:aws:s3:::{bucket}/*" for s in reads)

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import os
 import random
-from dataclasses import replace
+from dataclasses import asdict, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from dagster import DagsterInstance, SensorResult, build_sensor_context
 from index_support import LIGER_CSV, csv_bytes, drop_and_process, fingerprints, liger_rows, query
@@ -17,13 +18,20 @@ from index_support import index_settings as index_settings  # the fixture
 
 from assets.reconcile import reconcile_sensor
 from assets.resources import KindexResource
+from pipelines.index.catalog import TABLE_PROPERTIES
 from pipelines.index.publish import publish_index
 from pipelines.intake.ledger import (
     FIRST_BACKOFF,
+    LEDGER_SCHEMA,
     LEDGER_TABLE,
+    RECENT,
     FileEntry,
     FileState,
     Ledger,
+    open_filter,
+    seen_filter,
+    select_filter,
+    version_of,
     window_of,
     window_start,
 )
@@ -181,3 +189,152 @@ def test_appends_are_compacted_and_every_row_stays(s3_store: Any, index_settings
     assert snapshot is not None and snapshot.summary is not None
     assert int(snapshot.summary["total-data-files"]) <= COMPACT_ABOVE_FILES
     assert len(ledger.current()) == COMPACT_ABOVE_FILES + 4
+
+
+# -- partitions: what a tick and the ledger sensor read ------------------------------------------
+
+
+def test_a_ticks_question_reads_only_the_partitions_of_what_it_found(
+    s3_store: Any, index_settings: Any
+) -> None:
+    """A ledger of 12 windows over 12 days, each in commits of its own: a tick asking about
+    versions of this hour plans the files of this hour's partition only, and still knows an old
+    version when asked about it; an old key uploaded again is a new version."""
+    ledger = Ledger.of(s3_store, index_settings)
+    now = datetime.now(UTC).replace(microsecond=0)
+    for day in range(12, 0, -1):
+        at = now - timedelta(days=day)
+        ledger.append([FileEntry.pending(s3_store.bucket, info(f"incoming/{day}.csv", at=at))])
+        [entry] = ledger.known_versions([f"incoming/{day}.csv"]).values()
+        ledger.append([replace(entry, state=FileState.INDEXED, attempts=1)])
+    fresh = info("incoming/new.csv", at=now)
+    ledger.append([FileEntry.pending(s3_store.bucket, fresh, "b-fresh")])
+    assert ledger.planned_files() >= 13  # a file per window, at least
+    # A batch run reads its window's partition only.
+    assert [e.key for e in ledger.of_batch("b-fresh", window_of(now))] == ["incoming/new.csv"]
+    assert ledger.of_batch("b-fresh", window_of(now)) == ledger.of_batch("b-fresh")
+    # A backfill of a window (the UI's, `kindex backfill --window`) reads its partition only;
+    # a glob's literal prefix skips the files whose keys cannot match; a choice that names no
+    # window (quarantined) still reads every partition.
+    five = window_of(now - timedelta(days=5))
+    assert ledger.planned_files(select_filter(windows=[five])) <= 2  # its two appends
+    assert [e.key for e in ledger.select(windows=[five])] == ["incoming/5.csv"]
+    assert ledger.select(windows=[five], patterns=["incoming/6*"]) == []
+    everything = ledger.planned_files()
+    assert ledger.planned_files(select_filter(["incoming/1*"])) < everything
+    assert {e.key for e in ledger.select(patterns=["incoming/1*"])} == {
+        f"incoming/{n}.csv" for n in (1, 10, 11, 12)
+    }
+    assert ledger.planned_files(select_filter(["incoming/*.csv", "*1*"])) == everything
+    assert ledger.planned_files(select_filter([], None)) == everything
+
+    asked = [fresh, info("incoming/other.csv", at=now)]
+    assert ledger.planned_files(seen_filter(version_of(v) for v in asked)) == 1
+    assert set(ledger.seen(asked)) == {version_of(fresh)}
+    old = info("incoming/5.csv", at=now - timedelta(days=5))
+    assert ledger.seen([old])[version_of(old)].state is FileState.INDEXED
+    again = info("incoming/5.csv", "a" * 32, at=now)  # the old key, uploaded again
+    assert ledger.seen([again]) == {}
+    assert ledger.planned_files(seen_filter([version_of(again)])) <= 1  # its key: none
+
+
+def test_a_version_open_for_long_is_still_due_and_done_ones_are_no_longer_read(
+    s3_store: Any, index_settings: Any
+) -> None:
+    """A file failing for 10 days (its backoff passed now) lies in a partition older than any
+    recent window: `due` finds it, reading from its window on. Once it is done, the ledger
+    sensor's reads start at two days ago, however long the history behind."""
+    ledger = Ledger.of(s3_store, index_settings)
+    now = datetime.now(UTC).replace(microsecond=0)
+    old = FileEntry.pending(
+        s3_store.bucket, info("incoming/stuck.csv", at=now - timedelta(days=10))
+    )
+    ledger.append([old.failed("S3 went away", now - timedelta(hours=7))])
+    for day in range(9, 0, -1):  # done files in the windows between
+        at = now - timedelta(days=day)
+        done = FileEntry.pending(s3_store.bucket, info(f"incoming/{day}.csv", at=at))
+        ledger.append([replace(done, state=FileState.INDEXED, attempts=1)])
+    assert ledger.open_since() == window_of(old.last_modified)
+
+    [due] = ledger.due(now, stale_before=now - timedelta(minutes=5))
+    assert (due.key, due.state, due.attempts) == ("incoming/stuck.csv", FileState.FAILED, 1)
+    assert ledger.waiting()
+    ledger.append([replace(due, state=FileState.INDEXED, attempts=2, updated_at=None)])
+    assert ledger.open_since() == window_of(old.last_modified)  # raised by the next look only
+    assert ledger.due(now, stale_before=now) == []
+    assert not ledger.waiting()
+    floor = window_of(datetime.now(UTC) - 2 * RECENT)
+    assert ledger.open_since() == floor
+    assert ledger.planned_files(open_filter(floor)) <= 3  # of 10 windows with files
+    assert ledger.planned_files() >= 10
+
+
+def test_an_unpartitioned_ledger_is_migrated_once(s3_store: Any, index_settings: Any) -> None:
+    """A ledger an older kindex wrote (one unpartitioned table): the next append rewrites its
+    rows into partitions in one commit, records its oldest open version's window, and keeps
+    every row; a second look changes nothing."""
+    ledger = Ledger.of(s3_store, index_settings)
+    catalog = ledger.catalog
+    catalog.catalog.create_namespace_if_not_exists(catalog.namespace)
+    table = catalog.catalog.create_table(
+        (catalog.namespace, LEDGER_TABLE), schema=LEDGER_SCHEMA, properties=TABLE_PROPERTIES
+    )
+    now = datetime.now(UTC).replace(microsecond=0)
+    stuck = FileEntry.pending(
+        s3_store.bucket, info("incoming/stuck.csv", at=now - timedelta(days=6))
+    )
+    rows = [
+        {**asdict(e), "state": str(e.state), "arrival_window": e.arrival_window, "updated_at": now}
+        for e in [
+            replace(stuck, state=FileState.FAILED, attempts=2, next_attempt_at=now),
+            FileEntry.pending(s3_store.bucket, info("incoming/a.csv", at=now - timedelta(days=3))),
+            FileEntry.pending(s3_store.bucket, info("incoming/b.csv", at=now)),
+        ]
+    ]
+    for row in rows:  # three commits of the old layout
+        table.append(pa.Table.from_pylist([row], schema=LEDGER_SCHEMA))
+    assert table.spec().is_unpartitioned()
+
+    ledger.append([FileEntry.pending(s3_store.bucket, info("incoming/c.csv", at=now))])
+    migrated = catalog.table(LEDGER_TABLE, refresh=True)
+    assert not migrated.spec().is_unpartitioned()
+    assert [f.name for f in migrated.spec().fields] == ["arrival_window"]
+    assert {e.key for e in ledger.current()} == {
+        "incoming/stuck.csv",
+        "incoming/a.csv",
+        "incoming/b.csv",
+        "incoming/c.csv",
+    }
+    assert ledger.open_since() == window_of(stuck.last_modified)
+    assert [e.key for e in ledger.due(now, stale_before=now - timedelta(days=1))] == [
+        "incoming/stuck.csv"
+    ]
+    snapshots = len(migrated.snapshots())
+    assert not ledger.migrate()
+    assert len(catalog.table(LEDGER_TABLE, refresh=True).snapshots()) == snapshots
+
+
+def test_the_ledgers_snapshots_are_expired_and_its_files_compacted_per_partition(
+    s3_store: Any, index_settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pipelines.index.catalog import COMPACT_ABOVE_FILES
+    from pipelines.intake import ledger as ledger_module
+
+    monkeypatch.setattr(ledger_module, "EXPIRE_ABOVE_SNAPSHOTS", 6)
+    monkeypatch.setattr(ledger_module, "EXPIRE_EVERY_COMMITS", 1)
+    ledger = Ledger.of(s3_store, index_settings)
+    now = datetime.now(UTC).replace(microsecond=0)
+    earlier = now - timedelta(hours=3)
+    for n in range(COMPACT_ABOVE_FILES + 3):  # two windows, a file each per append
+        ledger.append(
+            [
+                FileEntry.pending(s3_store.bucket, info(f"incoming/{n}.csv", at=now)),
+                FileEntry.pending(s3_store.bucket, info(f"incoming/e{n}.csv", at=earlier)),
+            ]
+        )
+    table = ledger.catalog.table(LEDGER_TABLE, refresh=True)
+    windows = [f.file.partition[0] for f in table.scan().plan_files()]
+    assert set(windows) == {window_of(now), window_of(earlier)}
+    assert all(windows.count(w) <= COMPACT_ABOVE_FILES for w in set(windows))
+    assert len(table.snapshots()) <= 6 + 2  # expired past the bound (no index: none pinned)
+    assert len(ledger.current()) == 2 * (COMPACT_ABOVE_FILES + 3)

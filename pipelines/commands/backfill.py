@@ -266,6 +266,18 @@ def backfill_windows(url: str, windows: list[str], wait: bool, timeout: float) -
     return 0 if status in {"COMPLETED", "COMPLETED_SUCCESS"} else 1
 
 
+def follow_run(url: str, run_id: str, what: str, wait: bool, timeout: float) -> int:
+    """Print a launched run's id (stdout) and where to see it; with `wait`, its final status:
+    the command's exit status."""
+    print(run_id, flush=True)
+    print(f"{what}; see {url.removesuffix('/graphql')}/runs/{run_id}", file=sys.stderr)
+    if not wait:
+        return 0
+    status = wait_for(url, run_id, timeout)
+    print(status)
+    return 0 if status == "SUCCESS" else 1
+
+
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "backfill",
@@ -316,15 +328,7 @@ def run(args: argparse.Namespace) -> int:
         if args.uncurated:  # the job chooses by glob: each chosen key, matching itself only
             patterns = [glob.escape(key) for key in files]
         run_id = launch_reprocess(url, patterns, args.quarantined)
-        print(run_id, flush=True)
-        print(
-            f"{len(files)} files; see {url.removesuffix('/graphql')}/runs/{run_id}", file=sys.stderr
-        )
-        if not args.wait:
-            return 0
-        status = wait_for(url, run_id, args.timeout)
-        print(status)
-        return 0 if status == "SUCCESS" else 1
+        return follow_run(url, run_id, f"{len(files)} files", args.wait, args.timeout)
     except NoInstance as error:
         print(f"kindex backfill: {error}", file=sys.stderr)
         return 2

@@ -25,7 +25,7 @@ import json
 import secrets
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -44,7 +44,7 @@ from pyiceberg.io.pyarrow import (
     data_file_statistics_from_parquet_metadata,
     parquet_path_to_id_mapping,
 )
-from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+from pyiceberg.manifest import DataFile, DataFileContent, FileFormat, ManifestFile
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
@@ -558,38 +558,64 @@ class IndexCatalog:
                         data_file_of(table.io, transaction.table_metadata, location)
                     )
 
-    def compact(self, name: str) -> bool:
+    def compact(self, name: str, partitions: Collection[str] | None = None) -> bool:
         """Merge the newest small files of a table into one (every row kept, in one
         commit); return whether it did. Of run_segments, only settled files are merged (a
-        publish rewrites the live ones)."""
+        publish rewrites the live ones). A partitioned table's files are merged within each
+        partition (an Iceberg data file holds one). `partitions`: only those values of its first
+        partition field (the ones an append touched), each once it holds more than
+        COMPACT_ABOVE_FILES, and only the manifests that may hold them are read."""
         table = self.table(name)
         snapshot = table.current_snapshot()
         summary = snapshot.summary if snapshot else None
         if summary is None or int(summary.get("total-data-files") or 0) <= COMPACT_ABOVE_FILES:
             return False
-        live = live_files(table)
+        spec = table.spec()
+        chosen = None if partitions is None or spec.is_unpartitioned() else set(partitions)
+        live = live_files(table, chosen)
         if name == "run_segments":
             live = [(seq, f) for seq, f in live if not holds_live_runs(table, f)]
-        live = [(seq, f) for seq, f in live if f.file_size_in_bytes < COMPACT_DONE_BYTES]
-        since = plan_compaction([(seq, data_file.file_size_in_bytes) for seq, data_file in live])
-        if since is None:
+        live = [
+            (seq, f)
+            for seq, f in live
+            if f.file_size_in_bytes < COMPACT_DONE_BYTES and f.spec_id == spec.spec_id
+        ]
+        groups: dict[tuple[object, ...], list[tuple[int, DataFile]]] = {}
+        for seq, data_file in live:
+            record = data_file.partition
+            values = tuple(record[i] for i in range(len(record)))
+            groups.setdefault(values, []).append((seq, data_file))
+        merges = []
+        for partition, files in groups.items():
+            if chosen is not None and (
+                partition[0] not in chosen or len(files) <= COMPACT_ABOVE_FILES
+            ):
+                continue
+            since = plan_compaction(
+                [(seq, data_file.file_size_in_bytes) for seq, data_file in files]
+            )
+            if since is not None:
+                merges.append([data_file for seq, data_file in files if seq >= since])
+        if not merges:
             return False
-        merged = [data_file for seq, data_file in live if seq >= since]
         with tempfile.TemporaryDirectory(prefix="kindex-compact-") as folder:
-            path = Path(folder) / "merged.parquet"
-            merge_files(table, [f.file_path for f in merged], path)
-            location = self.upload(name, path)
+            locations = []
+            for n, merged in enumerate(merges):
+                path = Path(folder) / f"merged-{n}.parquet"
+                merge_files(table, [f.file_path for f in merged], path)
+                locations.append(self.upload(name, path))
         # The version a commit point's head names stays named (see current()).
         kept = {
             k: v for k, v in summary.additional_properties.items() if k.startswith(SUMMARY_PREFIX)
         }
         with table.transaction() as transaction:
-            data_file = data_file_of(table.io, transaction.table_metadata, location)
+            added = [data_file_of(table.io, transaction.table_metadata, x) for x in locations]
             update = transaction.update_snapshot(snapshot_properties=kept)
             with update.overwrite() as rewrite:
-                for old in merged:
-                    rewrite.delete_data_file(old)
-                rewrite.append_data_file(data_file)
+                for merged, data_file in zip(merges, added, strict=True):
+                    for old in merged:
+                        rewrite.delete_data_file(old)
+                    rewrite.append_data_file(data_file)
         return True
 
     def expire(self) -> None:
@@ -597,22 +623,35 @@ class IndexCatalog:
         `index_retention_versions`); their files stay in the bucket. Time travel reaches back
         that far, and each table's metadata, which every commit rewrites, stays small."""
         kept = self.versions()[-self.settings.index_retention_versions :]
-        oldest_kept = kept[0].published_at if kept else None
         for name in (*STORED_TABLES, VERSIONS_TABLE):
-            table = self.table(name)
-            head = table.current_snapshot()
-            pinned = {v.snapshot_ids.get(name) for v in kept} | {head.snapshot_id if head else None}
-            old = [
-                s.snapshot_id
-                for s in table.snapshots()
-                if s.snapshot_id not in pinned
-                and (oldest_kept is None or s.timestamp_ms < oldest_kept.timestamp() * 1000)
-            ]
-            if old:
-                expiring = table.maintenance.expire_snapshots()
-                for snapshot_id in old:
-                    expiring = expiring.by_id(snapshot_id)
-                expiring.commit()
+            self.expire_table(name, kept)
+
+    def expire_table(self, name: str, kept: list[Version] | None = None) -> None:
+        """expire() for one table: a stored table keeps the snapshots the retained versions
+        name; a served table (the file ledger) the one each retained version was published
+        over (what `--as-of` reads), and its head."""
+        if kept is None:
+            kept = self.versions()[-self.settings.index_retention_versions :]
+        oldest_kept = kept[0].published_at if kept else None
+        table = self.table(name, refresh=name in served_schemas())
+        head = table.current_snapshot()
+        pinned = {v.snapshot_ids.get(name) for v in kept} | {head.snapshot_id if head else None}
+        if name in served_schemas():
+            for v in kept:
+                if v.published_at is not None:
+                    at = table.snapshot_as_of_timestamp(int(v.published_at.timestamp() * 1000))
+                    pinned.add(at.snapshot_id if at is not None else None)
+        old = [
+            s.snapshot_id
+            for s in table.snapshots()
+            if s.snapshot_id not in pinned
+            and (oldest_kept is None or s.timestamp_ms < oldest_kept.timestamp() * 1000)
+        ]
+        if old:
+            expiring = table.maintenance.expire_snapshots()
+            for snapshot_id in old:
+                expiring = expiring.by_id(snapshot_id)
+            expiring.commit()
 
     def identify(self, name: str) -> bool:
         """Once per table kindex does not rebuild (the file ledger): rewrite, in one commit,
@@ -697,18 +736,35 @@ def plan_compaction(files: list[tuple[int, int]]) -> int | None:
     return since if count > 1 else None
 
 
-def live_files(table: Table) -> list[tuple[int, DataFile]]:
+def live_files(
+    table: Table, partitions: Collection[str] | None = None
+) -> list[tuple[int, DataFile]]:
     """The data files of the table's current snapshot with their data sequence numbers (the
-    commit that added their rows), oldest first."""
+    commit that added their rows), oldest first; `partitions`: only the manifests whose first
+    partition field's bounds may hold one of those values are read."""
     snapshot = table.current_snapshot()
     if snapshot is None:
         return []
+    manifests = snapshot.manifests(table.io)
+    if partitions is not None:
+        manifests = [m for m in manifests if _may_hold(m, partitions)]
     entries = [
         (entry.sequence_number or 0, entry.data_file)
-        for manifest in snapshot.manifests(table.io)
+        for manifest in manifests
         for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True)
     ]
     return sorted(entries, key=lambda entry: entry[0])
+
+
+def _may_hold(manifest: ManifestFile, values: Collection[str]) -> bool:
+    """Whether a manifest's partition summary (of a string first field) may hold a value."""
+    if not manifest.partitions:
+        return True
+    summary = manifest.partitions[0]
+    if summary.lower_bound is None or summary.upper_bound is None:
+        return True
+    low, high = summary.lower_bound.decode(), summary.upper_bound.decode()
+    return any(low <= value <= high for value in values)
 
 
 def merge_files(table: Table, locations: list[str], path: Path) -> None:

@@ -11,26 +11,49 @@ one commit per tick or batch, never per file.
 A version is (bucket, key, ETag, LastModified): an upload of bytes the key held before (A, B, A)
 is a version of its own, since the key holds A again and the index must judge it again.
 
+The table is partitioned by arrival window (identity on `arrival_window`, a version's hour, the
+same key Dagster's partitions and backfills use): every row of a version lies in the partition
+of its LastModified, so the question a tick asks (have these versions been seen?) reads the
+partitions of their hours only (`seen`). A version that stays open (failed and backed off, or
+pending) can be older than any recent window: the table property OPEN_SINCE_PROPERTY holds a
+window at or before the oldest open version's, and `due` reads from it on. An append of an
+open row older than RECENT lowers it in the same commit; `due` raises it, only if no commit
+came between its read and its write. A ledger written before it was partitioned is rewritten
+into partitions once (`migrate`).
+
 The ledger is derived from what kindex writes anyway: a lost one is rebuilt from the published
 index's reads (the `snapshots` table) and a listing of `incoming/` (`rebuild`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import random
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
+from functools import reduce
 from typing import TYPE_CHECKING
 
 import duckdb
 import pyarrow as pa
-from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
+from pyiceberg.expressions import (
+    AlwaysTrue,
+    And,
+    BooleanExpression,
+    GreaterThanOrEqual,
+    In,
+    Or,
+    StartsWith,
+)
+from pyiceberg.table.update import AssertRefSnapshotId, SetPropertiesUpdate
 
 from pipelines.index.catalog import (
     FIELD_IDS_PROPERTY,
+    SUMMARY_PREFIX,
     TABLE_PROPERTIES,
     IndexCatalog,
     commit_retry,
@@ -44,7 +67,7 @@ from pipelines.storage.base import ObjectInfo, ObjectStore
 from pipelines.storage.errors import StorageUnreachable
 
 if TYPE_CHECKING:
-    from pyiceberg.table import Table
+    from pyiceberg.table import DataScan, Table
 
 
 # Arrival windows: the hour of an object version's LastModified (the store's clock). Dagster's
@@ -52,6 +75,19 @@ if TYPE_CHECKING:
 # files; an hour is the unit a person backfills, and a fleet's hour is a batch-sized set of files.
 WINDOW_FORMAT = "%Y-%m-%d-%H:%M"
 WINDOW = timedelta(hours=1)
+# The partition column: a version's arrival window (the hour its rows all share).
+PARTITION_COLUMN = "arrival_window"
+# The window at or before which every open (pending or failed) version lies: `due` reads from it.
+OPEN_SINCE_PROPERTY = SUMMARY_PREFIX + "ledger.open-since"
+# Versions younger than this are always read by `due` (it never moves OPEN_SINCE_PROPERTY past
+# twice this ago), so an append of such a version needs no property; an older open one lowers it
+# in its own commit. An hour: a batch runs minutes after its files arrive, and the windows `due`
+# reads at rest are the last two or three.
+RECENT = timedelta(hours=1)
+# The ledger's snapshots are expired once it holds more than this many, by about one append in
+# this many (an expiry is a commit of its own).
+EXPIRE_ABOVE_SNAPSHOTS = 32
+EXPIRE_EVERY_COMMITS = 8
 FIRST_BACKOFF = timedelta(seconds=30)
 MAX_BACKOFF = timedelta(hours=6)
 
@@ -193,6 +229,8 @@ class Ledger:
         self.catalog = catalog
         self.bucket = bucket
         self.endpoint = endpoint or "of the bucket"
+        # The open versions at a ledger commit: the ledger sensor asks twice per tick.
+        self._open: tuple[int, list[FileEntry]] | None = None
 
     @classmethod
     def of(cls, store: ObjectStore, settings: Settings) -> Ledger:
@@ -223,7 +261,31 @@ class Ledger:
             if "sets_file" not in table.schema().column_names:  # a ledger of an older kindex
                 with self.catalog.table(LEDGER_TABLE, refresh=True).update_schema() as update:
                     update.union_by_name(LEDGER_SCHEMA)
-        return self.catalog.table(LEDGER_TABLE, refresh=True)
+        table = self.catalog.table(LEDGER_TABLE, refresh=True)
+        if table.spec().is_unpartitioned():
+            self.migrate()
+            table = self.catalog.table(LEDGER_TABLE, refresh=True)
+        return table
+
+    @commit_retry
+    def migrate(self) -> bool:
+        """Once: partition an unpartitioned ledger (a new one, or one an older kindex wrote) by
+        arrival window, its rows rewritten into their partitions and the oldest open version's
+        window recorded, in one commit (a writer that came between makes it start again).
+        Returns whether it did."""
+        table = self.catalog.table(LEDGER_TABLE, refresh=True)
+        if not table.spec().is_unpartitioned():
+            return False
+        rows = table.scan().to_arrow() if table.current_snapshot() is not None else None
+        with table.transaction() as transaction:
+            with transaction.update_spec() as spec:
+                spec.add_identity(PARTITION_COLUMN)
+            if rows is not None and rows.num_rows:
+                transaction.overwrite(rows)  # in the table's schema, whatever columns it has
+            open_windows = [e.arrival_window for e in _open_entries(rows)] if rows else []
+            since = min(open_windows, default=window_of(datetime.now(UTC) - 2 * RECENT))
+            transaction.set_properties({OPEN_SINCE_PROPERTY: since})
+        return True
 
     def append(self, entries: Sequence[FileEntry]) -> None:
         """Append rows in one commit (stamped now), then compact the table if it is due."""
@@ -252,17 +314,45 @@ class Ledger:
         ]
         self._created()
         table = self.catalog.table(LEDGER_TABLE, refresh=True)
-        table.append(pa.Table.from_pylist(rows, schema=LEDGER_SCHEMA))
-        self.compact()  # each append adds a file: their number stays logarithmic in the rows
+        windows = {str(row["arrival_window"]) for row in rows}
+        open_windows = [e.arrival_window for e in entries if e.state not in DONE_STATES]
+        since = table.properties.get(OPEN_SINCE_PROPERTY)
+        lowered = min(open_windows, default=None)
+        with table.transaction() as transaction:
+            transaction.append(pa.Table.from_pylist(rows, schema=LEDGER_SCHEMA))
+            # An open version older than RECENT: `due` may read from later on, so its window is
+            # written whatever `since` says now (a `due` may raise it before this commit).
+            if lowered is not None and lowered < window_of(now - RECENT):
+                transaction.set_properties({OPEN_SINCE_PROPERTY: min(lowered, since or lowered)})
+        # Each append adds a file to the partitions it touched: their number stays logarithmic.
+        self.compact(windows)
+        # About one append in EXPIRE_EVERY_COMMITS, whichever process makes it.
+        if (
+            len(table.metadata.snapshots) > EXPIRE_ABOVE_SNAPSHOTS
+            and random.randrange(EXPIRE_EVERY_COMMITS) == 0
+        ):
+            self.expire()
 
-    def compact(self) -> bool:
-        """Merge the ledger's small data files (one per append) as the index's tables are."""
+    def compact(self, windows: Iterable[str] | None = None) -> bool:
+        """Merge the ledger's small data files (one per append and partition) as the index's
+        tables are, within each partition (of these windows only, when given)."""
         if self._table() is None:
             return False
         try:
-            return self.catalog.compact(LEDGER_TABLE)
+            return self.catalog.compact(LEDGER_TABLE, None if windows is None else set(windows))
         except Exception:  # maintenance: an append that won the race, an S3 fault; next time
             return False
+
+    def expire(self) -> bool:
+        """Forget the ledger's snapshots as the index's tables' are (`IndexCatalog.expire`):
+        what the retained index versions were published over stays, for `--as-of`."""
+        if self._table() is None:
+            return False
+        try:
+            self.catalog.expire_table(LEDGER_TABLE)
+        except Exception:  # maintenance: a commit that won the race; next time
+            return False
+        return True
 
     # -- reading -------------------------------------------------------------------------
 
@@ -279,12 +369,36 @@ class Ledger:
     def create(self) -> None:
         self._created()
 
-    def current(self, where: str = "", parameters: Sequence[object] = ()) -> list[FileEntry]:
-        """Each version's newest row (the `files` view), filtered by a SQL condition on it."""
+    def current(
+        self,
+        where: str = "",
+        parameters: Sequence[object] = (),
+        row_filter: BooleanExpression | None = None,
+    ) -> list[FileEntry]:
+        """Each version's newest row (the `files` view), filtered by a SQL condition on it.
+        `row_filter`: only the rows (and the partitions and files) it may hold are read: a
+        condition on a version's columns, which all its rows share."""
         table = self._table(refresh=True)
         if table is None or table.current_snapshot() is None:
             return []
-        rows = table.scan().to_arrow()
+        return self._current_of(self._scan(table, row_filter).to_arrow(), where, parameters)
+
+    @staticmethod
+    def _scan(table: Table, row_filter: BooleanExpression | None) -> DataScan:
+        return table.scan(row_filter=row_filter if row_filter is not None else AlwaysTrue())
+
+    def planned_files(self, row_filter: BooleanExpression | None = None) -> int:
+        """How many data files a read with this filter scans (partitions and file statistics
+        pruned): what `seen` and `due` cost."""
+        table = self._table(refresh=True)
+        if table is None or table.current_snapshot() is None:
+            return 0
+        return len(list(self._scan(table, row_filter).plan_files()))
+
+    @staticmethod
+    def _current_of(
+        rows: pa.Table, where: str = "", parameters: Sequence[object] = ()
+    ) -> list[FileEntry]:
         con = duckdb.connect()
         try:
             con.register(LEDGER_TABLE, rows)
@@ -298,50 +412,124 @@ class Ledger:
             con.close()
         return [entry_of(row) for row in found.to_pylist()]
 
-    def of_batch(self, batch: str) -> list[FileEntry]:
-        return self.current("batch = ?", [batch])
+    def of_batch(self, batch: str, window: str | None = None) -> list[FileEntry]:
+        """The versions a batch names; `window`: the arrival window its run is of (a batch holds
+        one window's files), whose partition alone is read."""
+        where = None if window is None else _in(PARTITION_COLUMN, [window])
+        return self.current("batch = ?", [batch], where)
 
     def known_versions(
         self, keys: Iterable[str] | None = None
     ) -> dict[tuple[str, str, datetime], FileEntry]:
-        """The newest row of each version (of these keys only, when given)."""
+        """The newest row of each version (of these keys only, when given), in any partition:
+        what a backfill or a full reconcile asks. A tick asks `seen`."""
         chosen = sorted(set(keys)) if keys is not None else None
         if chosen is not None and not chosen:
             return {}
         entries = (
-            self.current("list_contains(?, key)", [chosen])
+            self.current("list_contains(?, key)", [chosen], _in("key", chosen))
             if chosen is not None
             else self.current()
         )
         return {entry.version: entry for entry in entries}
 
-    def due(self, now: datetime, stale_before: datetime) -> list[FileEntry]:
-        """Versions to process (again): failed ones whose backoff has passed, pending ones
-        whose batch never reported (a run lost before it started, or killed), and pending ones
-        marked due again (rows that awaited another file, which landed)."""
-        return self.current(
-            "(state IN ('failed', 'pending') AND next_attempt_at <= ?) "
-            "OR (state = 'pending' AND updated_at < ?)",
-            [now, stale_before],
+    def seen(self, versions: Iterable[ObjectInfo]) -> dict[tuple[str, str, datetime], FileEntry]:
+        """The newest row of each of these versions the ledger holds: the question of a tick
+        that found them. Read from the partitions of their arrival windows only (a version's
+        rows all lie in its own), so it costs what the tick found, not the ledger's history; an
+        old key's new upload is a new version in the new upload's window."""
+        wanted = {version_of(v) for v in versions if not v.key.endswith("/")}
+        if not wanted:
+            return {}
+        found = self.current(
+            "list_contains(?, key)",
+            [sorted({key for key, _, _ in wanted})],
+            seen_filter(wanted),
         )
+        return {e.version: e for e in found if e.version in wanted}
+
+    def open_since(self) -> str | None:
+        """The window `due` reads from (None: the whole ledger)."""
+        table = self._table(refresh=True)
+        return table.properties.get(OPEN_SINCE_PROPERTY) if table is not None else None
+
+    def open_versions(self) -> list[FileEntry]:
+        """The versions whose newest row is pending or failed, read from OPEN_SINCE_PROPERTY's
+        window on; the property is raised to the oldest of them (or to 2 x RECENT ago) when no
+        commit came since the read."""
+        table = self._table(refresh=True)
+        if table is None or table.current_snapshot() is None:
+            return []
+        since = table.properties.get(OPEN_SINCE_PROPERTY)
+        head = table.current_snapshot()
+        if head is not None and self._open is not None and self._open[0] == head.snapshot_id:
+            return list(self._open[1])
+        rows = self._scan(table, open_filter(since)).to_arrow()
+        found = _open_entries(rows)
+        floor = window_of(datetime.now(UTC) - 2 * RECENT)
+        raised = min([e.arrival_window for e in found] + [floor])
+        if since is not None and raised > since and head is not None:
+            requirement = AssertRefSnapshotId.model_validate(
+                {"ref": "main", "snapshot-id": head.snapshot_id}
+            )
+            update = SetPropertiesUpdate(updates={OPEN_SINCE_PROPERTY: raised})
+            # An append that came between fails this: a later look raises it.
+            with contextlib.suppress(CommitFailedException):
+                self.catalog.catalog.commit_table(table, (requirement,), (update,))
+        if head is not None:
+            self._open = (head.snapshot_id, found)
+        return found
+
+    def due(self, now: datetime, stale_before: datetime) -> list[FileEntry]:
+        """Versions to process (again): failed ones whose backoff has passed, pending ones whose
+        batch never reported (a run lost before it started, or killed), and pending ones marked
+        due again (rows that awaited another file, which landed). Read from the
+        oldest open version's window on (`open_versions`), however long ago that was."""
+        return [
+            e
+            for e in self.open_versions()
+            if (
+                e.state in (FileState.FAILED, FileState.PENDING)
+                and e.next_attempt_at is not None
+                and e.next_attempt_at <= now
+            )
+            or (
+                e.state is FileState.PENDING
+                and e.updated_at is not None
+                and e.updated_at < stale_before
+            )
+        ]
+
+    def waiting(self) -> bool:
+        """Whether any version is pending or failed (read as `due` reads)."""
+        return bool(self.open_versions())
 
     def select(
         self,
         *,
         patterns: Sequence[str] = (),
         quarantined: bool = False,
-        windows: tuple[str, str] | None = None,
+        windows: Collection[str] | None = None,
     ) -> list[FileEntry]:
         """The versions a backfill re-processes: of the keys matching any glob (or named
         exactly), each key's newest version; with `quarantined`, only versions with quarantine
-        rows; with `windows` (first, last), the versions that arrived in those windows."""
+        rows; with `windows`, the versions that arrived in those windows (a backfill's
+        partitions).
+
+        What is read is pruned by what the choice names (`select_filter`): the partitions of
+        the windows asked for, and the data files whose keys may match a glob's literal prefix.
+        A choice that names no window (a glob, `--quarantined`) reads every partition: a key's
+        newest version, and a version's newest row (is it quarantined now?), may lie in any
+        window, and only the rows tell which."""
         conditions, parameters = ["state <> 'gone'"], []
         if windows is not None:
-            conditions.append("arrival_window BETWEEN ? AND ?")
-            parameters += [windows[0], windows[1]]
+            conditions.append("list_contains(?, arrival_window)")
+            parameters.append(sorted(set(windows)))
         if quarantined:
             conditions.append("(quarantined > 0 OR state = 'quarantined')")
-        entries = self.current(" AND ".join(conditions), parameters)
+        entries = self.current(
+            " AND ".join(conditions), parameters, select_filter(patterns, windows)
+        )
         if patterns:
             entries = [e for e in entries if any(fnmatch.fnmatchcase(e.key, p) for p in patterns)]
             newest: dict[str, FileEntry] = {}
@@ -349,6 +537,56 @@ class Ledger:
                 newest[entry.key] = entry
             entries = list(newest.values())
         return entries
+
+
+def glob_prefix(pattern: str) -> str:
+    """What every key a glob matches starts with: the text before its first wildcard."""
+    cut = min((i for i, c in enumerate(pattern) if c in "*?["), default=len(pattern))
+    return pattern[:cut]
+
+
+def select_filter(
+    patterns: Sequence[str] = (), windows: Collection[str] | None = None
+) -> BooleanExpression:
+    """The scan a backfill's selection reads: the partitions of the windows it names (all when
+    it names none), and the files whose key statistics admit a glob's literal prefix (when
+    every glob has one)."""
+    condition: BooleanExpression = AlwaysTrue()
+    if windows is not None:
+        condition = _in(PARTITION_COLUMN, sorted(set(windows)))
+    prefixes = sorted({glob_prefix(p) for p in patterns})
+    if prefixes and all(prefixes):
+        starts = [_starts(p) for p in prefixes]
+        condition = And(condition, reduce(Or, starts))
+    return condition
+
+
+def seen_filter(versions: Iterable[tuple[str, str, datetime]]) -> BooleanExpression:
+    """The partitions (arrival windows) and keys of these versions, for a scan."""
+    chosen = list(versions)
+    windows = sorted({window_of(at) for _, _, at in chosen})
+    return And(_in(PARTITION_COLUMN, windows), _in("key", sorted({k for k, _, _ in chosen})))
+
+
+def open_filter(since: str | None) -> BooleanExpression:
+    """The partitions `due` reads: from the window `since` on (None: all)."""
+    if since is None:
+        return AlwaysTrue()
+    return GreaterThanOrEqual(PARTITION_COLUMN, since)  # type: ignore[call-arg,arg-type]
+
+
+def _in(column: str, values: Sequence[str]) -> BooleanExpression:
+    # pyiceberg's predicates are pydantic models whose fields mypy takes for the constructor's.
+    return In(column, values)  # type: ignore[call-arg,arg-type]
+
+
+def _starts(prefix: str) -> BooleanExpression:
+    return StartsWith("key", prefix)  # type: ignore[call-arg,arg-type]
+
+
+def _open_entries(rows: pa.Table) -> list[FileEntry]:
+    """The versions of these rows whose newest row is pending or failed."""
+    return Ledger._current_of(rows, "state IN ('pending', 'failed')")
 
 
 def entry_of(row: dict[str, object]) -> FileEntry:
@@ -423,12 +661,19 @@ def unprocessed_versions(
     store: ObjectStore, settings: Settings, ledger: Ledger
 ) -> tuple[list[ObjectInfo], list[ObjectInfo]]:
     """The versions listed under `incoming/`, and those of them the ledger does not hold done
-    (indexed, quarantined or gone): 0 at rest."""
+    (indexed, quarantined or gone): 0 at rest. A listing of the bucket and a read of the whole
+    ledger: what a user asks for (`kindex reconcile --full`), never a step of each publish."""
     listing = [o for o in store.list(settings.incoming_prefix) if not o.key.endswith("/")]
-    known = ledger.known_versions()
-    missing = [
+    return listing, undone(listing, ledger.known_versions())
+
+
+def undone(
+    listing: Iterable[ObjectInfo], known: dict[tuple[str, str, datetime], FileEntry]
+) -> list[ObjectInfo]:
+    """The listed versions the ledger has no row of, or whose newest row is not done."""
+    return [
         o
         for o in listing
-        if (entry := known.get(version_of(o))) is None or entry.state not in DONE_STATES
+        if not o.key.endswith("/")
+        and ((entry := known.get(version_of(o))) is None or entry.state not in DONE_STATES)
     ]
-    return listing, missing

@@ -299,12 +299,15 @@ class S3Store:
             return None
         return _info(key, response, int(response["ContentLength"]))
 
-    def list(self, prefix: str) -> Iterator[ObjectInfo]:
-        """Every object under `prefix`, in key order, one page at a time (each page its own
-        request, so a failed one is sent again from where the listing was)."""
+    def list(self, prefix: str, start_after: str | None = None) -> Iterator[ObjectInfo]:
+        """Every object under `prefix` (after the key `start_after`, when given), in key order,
+        one page at a time (each page its own request, so a failed one is sent again from where
+        the listing was)."""
         token: str | None = None
         while True:
-            more = {"ContinuationToken": token} if token else {}
+            more: dict[str, str] = {"ContinuationToken": token} if token else {}
+            if start_after and not token:
+                more["StartAfter"] = start_after
             page = self._call(
                 "list",
                 prefix,
