@@ -12,7 +12,7 @@ same commits, with done rows of versions that arrived over the past month and wh
 objects are gone (expired), so that the ledger holds a month's rows without a month of uploads.
 
 Measured twice, after 10 batches and after the full history, each in a fresh subprocess (its
-peak RSS is its own `ru_maxrss`): one more batch of 20 small files (`ingest_paths`: upload,
+peak RSS is its own, VmHWM): one more batch of 20 small files (`ingest_paths`: upload,
 snapshot, normalize, write, ledger, publish), one `incoming_files_sensor` tick that finds one
 new file, one `ledger_sensor` tick, one `reconcile_sensor` tick. S3 requests are the API calls
 of the product's boto3 clients (S3Store's), counted by wrapping botocore's client; the Iceberg
@@ -31,7 +31,6 @@ import io
 import json
 import os
 import random
-import resource
 import secrets
 import statistics
 import subprocess
@@ -392,8 +391,17 @@ def measure(args: argparse.Namespace) -> None:
             assert found == 1, f"the tick found {found} batches, not the one new file"
         state_path.write_text(json.dumps(cursors))
     requests = server_requests(args.metrics_port) - before
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rss = peak_rss_mib()
     print(json.dumps({"seconds": took, "requests": requests, "rss_mib": rss}))
+
+
+def peak_rss_mib() -> float:
+    """This process's peak RSS since its exec (VmHWM): ru_maxrss would carry the RSS of the
+    parent it was forked from."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
 
 
 @dataclass(frozen=True, slots=True)
