@@ -72,16 +72,21 @@ def s3_store(
     KINDEX_HOME under tmp_path), so `Settings.from_env()` and `kindex` commands run in-process
     reach what the test sees."""
     bucket = f"test-{uuid.uuid4().hex[:16]}"
-    store = S3Store(
+    store = bucket_store(embedded_s3, s3_client, bucket)
+    store.ensure_bucket()
+    use_bucket(monkeypatch, embedded_s3, bucket, tmp_path / "home")
+    yield store
+    drop_buckets(s3_client)
+
+
+def bucket_store(embedded_s3: EmbeddedS3, s3_client: Any, bucket: str) -> S3Store:
+    """An S3Store on a bucket of the session's server, with the session's client."""
+    return S3Store(
         bucket,
         endpoint_url=embedded_s3.endpoint_url,
         credentials=embedded_s3.credentials,
         client=s3_client,
     )
-    store.ensure_bucket()
-    use_bucket(monkeypatch, embedded_s3, bucket, tmp_path / "home")
-    yield store
-    drop_buckets(s3_client)
 
 
 def use_bucket(

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import HomeCopy, drop_bucket, use_bucket
+from conftest import HomeCopy, bucket_store, drop_bucket, use_bucket
 from index_support import index_settings, ingest_bytes, query
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -70,12 +70,7 @@ def built_history(
     with pytest.MonkeyPatch.context() as monkeypatch:
         use_bucket(monkeypatch, embedded_s3, bucket, folder / "home")
         settings = Settings.from_env()
-        store = S3Store(
-            bucket,
-            endpoint_url=embedded_s3.endpoint_url,
-            credentials=embedded_s3.credentials,
-            client=s3_client,
-        )
+        store = bucket_store(embedded_s3, s3_client, bucket)
         store.ensure_bucket()
         history, _ = sample()
         ingest_bytes(store, settings, run_items(history))
@@ -95,13 +90,7 @@ def history_home(
     to (the environment points at them, as `s3_store` and `index_settings` do)."""
     built_history.restore(s3_client)
     use_bucket(monkeypatch, embedded_s3, built_history.bucket, built_history.home)
-    store = S3Store(
-        built_history.bucket,
-        endpoint_url=embedded_s3.endpoint_url,
-        credentials=embedded_s3.credentials,
-        client=s3_client,
-    )
-    return store, Settings.from_env()
+    return bucket_store(embedded_s3, s3_client, built_history.bucket), Settings.from_env()
 
 
 def build(home: tuple[S3Store, Settings], new: LigerRun) -> str:
