@@ -36,7 +36,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator, Sequence
@@ -262,7 +261,6 @@ class Fill:
     def __post_init__(self) -> None:
         self.ledger = Ledger.of(self.store, self.settings)
         self.rng = random.Random(43)
-        self.lock = threading.Lock()
 
     def topped_up(self, own: list[FileEntry]) -> list[FileEntry]:
         """A commit's rows: the batches' own, and rows of past versions to the fill's pace."""
