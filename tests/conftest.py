@@ -106,6 +106,7 @@ def use_bucket(
 @dataclass(frozen=True, slots=True)
 class StoredObject:
     key: str
+    etag: str
     data: bytes
     content_type: str
     metadata: dict[str, str]
@@ -130,7 +131,11 @@ class HomeCopy:
                 got = client.get_object(Bucket=bucket, Key=listed["Key"])
                 objects.append(
                     StoredObject(
-                        listed["Key"], got["Body"].read(), got["ContentType"], got["Metadata"]
+                        listed["Key"],
+                        listed["ETag"],
+                        got["Body"].read(),
+                        got["ContentType"],
+                        got["Metadata"],
                     )
                 )
         saved_home = folder / "saved-home"
@@ -138,14 +143,22 @@ class HomeCopy:
         return cls(bucket, home, saved_home, tuple(objects))
 
     def restore(self, client: Any) -> None:
-        """The bucket and home as saved: objects added since deleted, the saved ones put back
-        (a test's teardown may have dropped the bucket)."""
+        """The bucket and home as saved: objects added since deleted, the saved ones a test
+        changed or removed put back (a test's teardown may have dropped the bucket)."""
         if not any(b["Name"] == self.bucket for b in client.list_buckets().get("Buckets", [])):
             client.create_bucket(Bucket=self.bucket)
+        saved = {o.key: o for o in self.objects}
+        kept = set()
         for page in client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket):
-            keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
-            if keys:
-                client.delete_objects(Bucket=self.bucket, Delete={"Objects": keys})
+            added = []
+            for listed in page.get("Contents", []):
+                same = saved.get(listed["Key"])
+                if same is not None and listed["ETag"] == same.etag:
+                    kept.add(same.key)
+                else:
+                    added.append({"Key": listed["Key"]})
+            if added:
+                client.delete_objects(Bucket=self.bucket, Delete={"Objects": added})
         with ThreadPoolExecutor(8) as pool:
             list(
                 pool.map(
@@ -156,7 +169,7 @@ class HomeCopy:
                         ContentType=o.content_type,
                         Metadata=o.metadata,
                     ),
-                    self.objects,
+                    [o for o in self.objects if o.key not in kept],
                 )
             )
         shutil.rmtree(self.home, ignore_errors=True)
