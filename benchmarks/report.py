@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs" / "benchmarks.md"
 HEADER = "| benchmark | figure | target | date | commit |"
 RULE = "|---|---|---|---|---|"
+SECTION = "\n## "  # a section after the table: kept as it is
 PREAMBLE = """# Benchmarks
 
 The latest figure of each benchmark, written by the benchmark itself
@@ -62,10 +63,14 @@ def _cell(text: str) -> str:
 
 
 def write_figures(figures: list[Figure], path: Path = DOCS) -> None:
-    """Replace these figures' rows in the table (add them where new), keeping the others."""
+    """Replace these figures' rows in the table (add them where new), keeping the others and
+    the sections that follow the table (each starting with a `## ` heading)."""
     rows: dict[str, str] = {}
+    sections = ""
     if path.exists():
-        for line in path.read_text(encoding="utf-8").splitlines():
+        text, heading, rest = path.read_text(encoding="utf-8").partition(SECTION)
+        sections = heading + rest
+        for line in text.splitlines():
             if line.startswith("| ") and line not in (HEADER, RULE):
                 key = line.split(" | ")[0].removeprefix("| ")
                 rows[key] = line
@@ -78,5 +83,5 @@ def write_figures(figures: list[Figure], path: Path = DOCS) -> None:
         )
     table = "\n".join([HEADER, RULE, *(rows[key] for key in sorted(rows))])
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(PREAMBLE + table + "\n", encoding="utf-8")
+    path.write_text(PREAMBLE + table + "\n" + sections, encoding="utf-8")
     print(f"wrote {len(figures)} figure(s) into {path}")

@@ -6,8 +6,11 @@ Fixtures here are shared by every test module; add new ones below, keep existing
 from __future__ import annotations
 
 import multiprocessing
+import shutil
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -69,22 +72,120 @@ def s3_store(
     KINDEX_HOME under tmp_path), so `Settings.from_env()` and `kindex` commands run in-process
     reach what the test sees."""
     bucket = f"test-{uuid.uuid4().hex[:16]}"
-    store = S3Store(
+    store = bucket_store(embedded_s3, s3_client, bucket)
+    store.ensure_bucket()
+    use_bucket(monkeypatch, embedded_s3, bucket, tmp_path / "home")
+    yield store
+    drop_buckets(s3_client)
+
+
+def bucket_store(embedded_s3: EmbeddedS3, s3_client: Any, bucket: str) -> S3Store:
+    """An S3Store on a bucket of the session's server, with the session's client."""
+    return S3Store(
         bucket,
         endpoint_url=embedded_s3.endpoint_url,
         credentials=embedded_s3.credentials,
         client=s3_client,
     )
-    store.ensure_bucket()
+
+
+def use_bucket(
+    monkeypatch: pytest.MonkeyPatch, embedded_s3: EmbeddedS3, bucket: str, home: Path
+) -> None:
+    """Point the environment at a bucket of the session's server and a home, so that
+    `Settings.from_env()` and `kindex` commands run in-process reach them."""
     for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("KINDEX_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("KINDEX_HOME", str(home))
     monkeypatch.setenv("KINDEX_S3_ENDPOINT", embedded_s3.endpoint_url)
     monkeypatch.setenv("KINDEX_BUCKET", bucket)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", embedded_s3.credentials.access_key)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", embedded_s3.credentials.secret_key)
-    yield store
-    drop_buckets(s3_client)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredObject:
+    key: str
+    etag: str
+    data: bytes
+    content_type: str
+    metadata: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class HomeCopy:
+    """A home and its bucket as they stood once built (its objects' bytes and the home's
+    files), which a test that adds to them gets back as they were: built once, read by many.
+    Restored under the same bucket name and home path, since the index's catalog names both."""
+
+    bucket: str
+    home: Path
+    saved_home: Path
+    objects: tuple[StoredObject, ...]
+
+    @classmethod
+    def saved(cls, client: Any, bucket: str, home: Path, folder: Path) -> HomeCopy:
+        objects = []
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+            for listed in page.get("Contents", []):
+                got = client.get_object(Bucket=bucket, Key=listed["Key"])
+                objects.append(
+                    StoredObject(
+                        listed["Key"],
+                        listed["ETag"],
+                        got["Body"].read(),
+                        got["ContentType"],
+                        got["Metadata"],
+                    )
+                )
+        saved_home = folder / "saved-home"
+        shutil.copytree(home, saved_home, symlinks=True)
+        return cls(bucket, home, saved_home, tuple(objects))
+
+    def restore(self, client: Any) -> None:
+        """The bucket and home as saved: objects added since deleted, the saved ones a test
+        changed or removed put back (a test's teardown may have dropped the bucket)."""
+        if not any(b["Name"] == self.bucket for b in client.list_buckets().get("Buckets", [])):
+            client.create_bucket(Bucket=self.bucket)
+        saved = {o.key: o for o in self.objects}
+        kept = set()
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket):
+            added = []
+            for listed in page.get("Contents", []):
+                same = saved.get(listed["Key"])
+                if same is not None and listed["ETag"] == same.etag:
+                    kept.add(same.key)
+                else:
+                    added.append({"Key": listed["Key"]})
+            if added:
+                client.delete_objects(Bucket=self.bucket, Delete={"Objects": added})
+        with ThreadPoolExecutor(8) as pool:
+            list(
+                pool.map(
+                    lambda o: client.put_object(
+                        Bucket=self.bucket,
+                        Key=o.key,
+                        Body=o.data,
+                        ContentType=o.content_type,
+                        Metadata=o.metadata,
+                    ),
+                    [o for o in self.objects if o.key not in kept],
+                )
+            )
+        shutil.rmtree(self.home, ignore_errors=True)
+        shutil.copytree(self.saved_home, self.home, symlinks=True)
+
+
+def drop_bucket(client: Any, name: str) -> None:
+    """Delete one bucket of the session's server and its objects (gone already: nothing)."""
+    try:
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=name):
+            keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]  # 1,000 at most
+            if keys:
+                client.delete_objects(Bucket=name, Delete={"Objects": keys})
+        client.delete_bucket(Bucket=name)
+    except Exception:  # a test's server may be gone; its bucket goes with the session
+        return
 
 
 def drop_buckets(client: Any) -> None:
@@ -92,15 +193,7 @@ def drop_buckets(client: Any) -> None:
     own and has room for about 70 on this disk: a suite that kept each test's bucket would run
     out (PutObject then answers InternalError)."""
     for bucket in client.list_buckets().get("Buckets", []):
-        name = bucket["Name"]
-        try:
-            for page in client.get_paginator("list_objects_v2").paginate(Bucket=name):
-                keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]  # 1,000 at most
-                if keys:
-                    client.delete_objects(Bucket=name, Delete={"Objects": keys})
-            client.delete_bucket(Bucket=name)
-        except Exception:  # a test's server may be gone; its bucket goes with the session
-            continue
+        drop_bucket(client, bucket["Name"])
 
 
 @pytest.fixture(autouse=True)

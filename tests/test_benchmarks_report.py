@@ -22,3 +22,15 @@ def test_a_run_replaces_its_rows_and_keeps_the_others(tmp_path: Path) -> None:
         ["| b: two", "2.0x", ""],
     ]
     assert all(len(row.split(" | ")) == 5 for row in rows)
+
+
+def test_the_sections_after_the_table_are_kept(tmp_path: Path) -> None:
+    docs = tmp_path / "benchmarks.md"
+    write_figures([Figure("a: one", "1.0x")], docs)
+    section = "\n## History\n\nProse, and a table of its own:\n\n| x | y |\n|---|---|\n| 1 | 2 |\n"
+    docs.write_text(docs.read_text() + section)
+    write_figures([Figure("b: two", "2.0x")], docs)
+    text = docs.read_text()
+    assert text.endswith(section)
+    table = text[: text.index("## History")]
+    assert "| a: one |" in table and "| b: two |" in table and "| 1 | 2 |" not in table

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import re
 import sys
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import HomeCopy, bucket_store, drop_bucket, use_bucket
 from index_support import index_settings, ingest_bytes, query
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -36,6 +39,9 @@ from pipelines.regressions import (  # noqa: E402
     load_settings,
     settings_statement,
 )
+from pipelines.settings import Settings  # noqa: E402
+from pipelines.storage.embedded import EmbeddedS3  # noqa: E402
+from pipelines.storage.s3 import S3Store  # noqa: E402
 
 __all__ = ["index_settings"]  # the fixture, imported for pytest
 
@@ -53,8 +59,43 @@ def sample() -> tuple[list[LigerRun], LigerRun]:
     return history, new.relabelled(next_version(history[-1].version()))
 
 
-def build(store: Any, settings: Any, new: LigerRun, history: list[LigerRun]) -> str:
-    ingest_bytes(store, settings, run_items(history))
+@pytest.fixture(scope="module")
+def built_history(
+    embedded_s3: EmbeddedS3, s3_client: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[HomeCopy]:
+    """The shared history's eleven runs ingested once for the module (each scenario adds its
+    own run to a copy of it): ingesting them is most of a scenario's work."""
+    folder = tmp_path_factory.mktemp("liger-history")
+    bucket = f"history-{uuid.uuid4().hex[:16]}"
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        use_bucket(monkeypatch, embedded_s3, bucket, folder / "home")
+        settings = Settings.from_env()
+        store = bucket_store(embedded_s3, s3_client, bucket)
+        store.ensure_bucket()
+        history, _ = sample()
+        ingest_bytes(store, settings, run_items(history))
+        saved = HomeCopy.saved(s3_client, bucket, folder / "home", folder)
+    yield saved
+    drop_bucket(s3_client, bucket)
+
+
+@pytest.fixture
+def history_home(
+    built_history: HomeCopy,
+    embedded_s3: EmbeddedS3,
+    s3_client: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> tuple[S3Store, Settings]:
+    """A store and settings holding the shared history as it was ingested, this test's to add
+    to (the environment points at them, as `s3_store` and `index_settings` do)."""
+    built_history.restore(s3_client)
+    use_bucket(monkeypatch, embedded_s3, built_history.bucket, built_history.home)
+    return bucket_store(embedded_s3, s3_client, built_history.bucket), Settings.from_env()
+
+
+def build(home: tuple[S3Store, Settings], new: LigerRun) -> str:
+    """The shared history (ingested already), then `new`."""
+    store, settings = home
     ingest_bytes(store, settings, run_items([new]))
     return new.version()
 
@@ -63,9 +104,10 @@ def named(settings: Any, version: str) -> list[tuple[Any, ...]]:
     return query(settings, NAMED_SQL.replace("$version", f"'{version}'"))
 
 
-def test_a_a_pair_names_no_kernel(s3_store: Any, index_settings: Any) -> None:
-    history, new = sample()
-    version = build(s3_store, index_settings, new, history)
+def test_a_a_pair_names_no_kernel(history_home: tuple[S3Store, Settings]) -> None:
+    _, new = sample()
+    version = build(history_home, new)
+    index_settings = history_home[1]
     assert named(index_settings, version) == []
     verdicts = dict(
         query(
@@ -80,7 +122,9 @@ def test_a_a_pair_names_no_kernel(s3_store: Any, index_settings: Any) -> None:
     assert verdicts.get("improvement", 0) == 0
 
 
-def test_a_a_pair_within_one_version_are_two_points(s3_store: Any, index_settings: Any) -> None:
+def test_a_a_pair_within_one_version_are_two_points(
+    history_home: tuple[S3Store, Settings],
+) -> None:
     """The same-code pair as Liger's CI published them, both 0.6.4 a week apart: two points
     of one version, ordered by their runs' time, the second judged against the first and named
     nowhere."""
@@ -88,14 +132,13 @@ def test_a_a_pair_within_one_version_are_two_points(s3_store: Any, index_setting
     runs = sorted((read_run(p) for p in SAMPLE.glob("*.csv.gz")), key=LigerRun.first_time)
     same = next(r for r in runs if r.name == AA_NEW)
     assert same.version() == history[-1].version()
-    ingest_bytes(s3_store, index_settings, run_items(history))
-    ingest_bytes(s3_store, index_settings, run_items([same]))
+    version = build(history_home, same)
+    index_settings = history_home[1]
     rows = query(
         index_settings,
         "SELECT old_version, new_version, old_point < new_point, verdict, count(*) "
         "FROM version_verdicts WHERE newest GROUP BY ALL ORDER BY ALL",
     )
-    version = same.version()
     assert {r[:3] for r in rows} == {(version, version, True)}, rows
     verdicts = {r[3]: r[4] for r in rows}
     assert verdicts.get("no change", 0) > 60
@@ -103,11 +146,12 @@ def test_a_a_pair_within_one_version_are_two_points(s3_store: Any, index_setting
 
 
 def test_injected_slowdown_names_exactly_its_kernels(
-    s3_store: Any, index_settings: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    history_home: tuple[S3Store, Settings], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    history, new = sample()
+    _, new = sample()
     slower = new.scaled(INJECTED_FACTOR, providers=[INJECTED_PROVIDER], kernels=QUIET)
-    version = build(s3_store, index_settings, slower, history)
+    version = build(history_home, slower)
+    index_settings = history_home[1]
     rows = named(index_settings, version)
     assert {r[0] for r in rows} == set(QUIET)
     assert {r[1] for r in rows} == {INJECTED_PROVIDER}
@@ -154,9 +198,12 @@ def test_settings_come_from_configuration(tmp_path: Path) -> None:
         load_settings({SETTINGS_VARIABLE: str(tuned)})
 
 
-def test_host_drift_names_nothing_and_shows_as_drift(s3_store: Any, index_settings: Any) -> None:
-    history, new = sample()
-    version = build(s3_store, index_settings, new.scaled(DRIFT_FACTOR), history)
+def test_host_drift_names_nothing_and_shows_as_drift(
+    history_home: tuple[S3Store, Settings],
+) -> None:
+    _, new = sample()
+    version = build(history_home, new.scaled(DRIFT_FACTOR))
+    index_settings = history_home[1]
     assert named(index_settings, version) == []
     drifted = query(
         index_settings,
@@ -235,9 +282,15 @@ def test_a_source_without_baseline_is_judged_on_absolute_time_by_arrival(
     one GPU arrive one after another; the last times one problem 1.3x slower: that kernel is
     named, and nothing else."""
     slower = "38_L1Norm_.py"
-    for n, factor in enumerate(WOBBLE):
-        data = kernelbench_file(factor, slower if n == len(WOBBLE) - 1 else None)
-        ingest_bytes(s3_store, index_settings, [(f"incoming/kernelbench/run-{n}.json", data)])
+    # Read one after another (each its own arrival), then published once.
+    files = [
+        (
+            f"incoming/kernelbench/run-{n}.json",
+            kernelbench_file(factor, slower if n == len(WOBBLE) - 1 else None),
+        )
+        for n, factor in enumerate(WOBBLE)
+    ]
+    ingest_bytes(s3_store, index_settings, files)
     axes = query(index_settings, "SELECT DISTINCT version, version_axis FROM regression_points")
     assert axes == [(None, "arrival")]
     verdicts = query(

@@ -1,0 +1,588 @@
+"""A month of the fleet: what one more batch and each sensor tick cost after 10 batches and after
+a month-like history, on the embedded S3 server.
+
+Builds a home through the product's own writing code: each fill batch uploads one small Liger
+CSV (the incoming version and its snapshot, `put_by_snapshot`), writes its record set and its
+batch's sets file (`write_files`), and its files' ledger rows (`Ledger.append`); the index is
+published (`publish_index`) every `--publish-every` batches, as batch runs publish it. The fill
+shortcuts normalization: one small file is normalized once (`normalize_files`) and its record
+set content is written for every batch, under each batch's own snapshot digest. The ledger's
+rows are the batches' own (a pending row when found, a done row when written) topped up, in the
+same commits, with done rows of versions that arrived over the past month and whose incoming
+objects are gone (expired), so that the ledger holds a month's rows without a month of uploads.
+
+Measured twice, after 10 batches and after the full history, each in a fresh subprocess (its
+peak RSS is its own, VmHWM): one more batch of 20 small files (`ingest_paths`: upload,
+snapshot, normalize, write, ledger, publish), one `incoming_files_sensor` tick that finds one
+new file, one `ledger_sensor` tick, one `reconcile_sensor` tick. S3 requests are the API calls
+of the product's boto3 clients (S3Store's), counted by wrapping botocore's client; the Iceberg
+reads and writes that go through pyarrow's or DuckDB's own S3 clients are not in the count. The
+last line of stdout is one JSON object of the ratios (full history over after 10 batches).
+
+    .venv/bin/python benchmarks/history.py [--smoke] [--batches 20000] [--ledger-rows 1000000]
+        [--port 18440] [--write-docs]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import os
+import random
+import secrets
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from unittest.mock import patch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from report import Figure, add_write_docs, write_figures  # noqa: E402
+
+from pipelines.index.layout import IndexLayout  # noqa: E402
+from pipelines.index.publish import publish_index  # noqa: E402
+from pipelines.ingest import (  # noqa: E402
+    FileWork,
+    PreparedRecords,
+    ingest_paths,
+    known_info,
+    normalize_files,
+    parts_folder,
+    write_files,
+)
+from pipelines.intake.ledger import FileEntry, FileState, Ledger  # noqa: E402
+from pipelines.intake.snapshots import content_digest, put_by_snapshot  # noqa: E402
+from pipelines.settings import EMBEDDED_HOST, Settings  # noqa: E402
+from pipelines.storage.base import ObjectInfo  # noqa: E402
+from pipelines.storage.embedded import EmbeddedS3, PortPlan  # noqa: E402
+from pipelines.storage.s3 import S3Store  # noqa: E402
+
+SHARED_CSV = ROOT / "tests" / "data" / "liger" / "all_benchmark_data.csv"
+EARLY_BATCHES = 10
+MEASURED_FILES = 20  # the measured batch
+FILE_ROWS = 20  # rows of each small file
+FILL_THREADS = 8
+MONTH = timedelta(days=30)
+SMOKE = {"batches": 60, "ledger_rows": 3000, "rows_per_commit": 500, "publish_every": 30}
+# SeaweedFS's counter of the S3 requests its gateway answered, by type, code and bucket.
+REQUEST_COUNTER = "SeaweedFS_s3_request_total"
+MEASUREMENTS = ("batch", "tick", "ledger_tick", "reconcile")
+
+
+# -- small Liger files --------------------------------------------------------------------------
+
+
+def liger_rows() -> tuple[list[str], list[list[str]]]:
+    with SHARED_CSV.open(newline="") as handle:
+        records = list(csv.reader(handle))
+    return records[0], records[1:]
+
+
+def small_file(n: int, header: list[str], rows: list[list[str]]) -> bytes:
+    """A CSV of FILE_ROWS rows of the shared file, every x value shifted by n: its own bytes and
+    its own runs."""
+    x = header.index("x_value")
+    start = (n * FILE_ROWS) % (len(rows) - FILE_ROWS)
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(header)
+    for row in rows[start : start + FILE_ROWS]:
+        shifted = list(row)
+        shifted[x] = str(float(row[x]) + n)
+        writer.writerow(shifted)
+    return out.getvalue().encode()
+
+
+# -- the product's internals this benchmark depends on (one place, to adapt after a change) ----
+
+
+@dataclass(frozen=True, slots=True)
+class Template:
+    """One small file normalized once: its source, parser version and record set content."""
+
+    work: FileWork
+
+    @property
+    def prepared(self) -> PreparedRecords:
+        assert self.work.prepared is not None
+        return self.work.prepared
+
+
+def normalized_template(store: S3Store, settings: Settings, data: bytes) -> Template:
+    """A file taken and normalized by the batch steps, its content kept (write_files drops it)."""
+    work = uploaded(store, settings, "incoming/history/template.csv", data, "template")
+    with parts_folder(settings) as parts_dir:
+        normalize_files(store, settings, [work], parts_dir)
+    work.raise_failure()
+    assert work.prepared is not None and work.prepared.content is not None
+    return Template(work)
+
+
+def uploaded(store: S3Store, settings: Settings, key: str, data: bytes, batch: str) -> FileWork:
+    """Steps 1-2 of a file: its incoming version by way of its snapshot."""
+    taken = put_by_snapshot(store, settings, Path(key), data, content_digest(data), key=key)
+    entry = FileEntry.pending(store.bucket, known_info(taken.snapshot), batch=batch)
+    return FileWork(entry, taken.snapshot, taken.data, taken.kept_now)
+
+
+def write_batch(
+    store: S3Store, settings: Settings, template: Template, items: Sequence[tuple[str, bytes]]
+) -> list[FileEntry]:
+    """A fill batch: its files uploaded, the template's content written as each file's record
+    set (under its own snapshot digest) with the batch's sets file; its ledger rows (each file's
+    pending row and its done row), not appended."""
+    batch = f"history-{secrets.token_hex(6)}"
+    layout = IndexLayout.of(settings)
+    works = [uploaded(store, settings, key, data, batch) for key, data in items]
+    for work in works:
+        assert work.snapshot is not None
+        prepared = template.prepared
+        work.source = template.work.source
+        work.prepared = PreparedRecords(
+            prepared.parser_version,
+            prepared.source,
+            layout.record_set_prefix(prepared.parser_version, work.snapshot.digest),
+            prepared.content,
+        )
+    write_files(store, settings, works)
+    rows = []
+    for work in works:
+        work.raise_failure()
+        rows += [work.entry, work.result().entry]
+    return rows
+
+
+def load_sensors() -> None:
+    """Import the sensors (Dagster) before a tick is timed: a daemon has them loaded."""
+    import assets.reconcile
+    import assets.sensors  # noqa: F401
+
+
+def sensor_tick(
+    home: Path, port: int, bucket: str, name: str, cursor: str | None
+) -> tuple[int, str | None]:
+    """One tick of a sensor as the daemon runs it (a fresh resource, an instance of its own):
+    the run requests it made, and its new cursor."""
+    from dagster import DagsterInstance, SensorResult, SkipReason, build_sensor_context
+
+    from assets.reconcile import reconcile_sensor
+    from assets.resources import KindexResource
+    from assets.sensors import incoming_files_sensor, ledger_sensor
+
+    sensor = {
+        "tick": incoming_files_sensor,
+        "ledger_tick": ledger_sensor,
+        "reconcile": reconcile_sensor,
+    }[name]
+    kindex = KindexResource(home=str(home), s3_port=str(port), bucket=bucket, notifications="filer")
+    with DagsterInstance.ephemeral() as instance:
+        context = build_sensor_context(
+            instance=instance, cursor=cursor, resources={"kindex": kindex}
+        )
+        result = sensor(context)
+    if isinstance(result, SkipReason):
+        return 0, cursor
+    assert isinstance(result, SensorResult), result
+    return len(result.run_requests or []), result.cursor
+
+
+def feed_cursor_now(settings: Settings) -> str:
+    """The incoming sensor's cursor as a tick now leaves it at rest: the filer feed read up to
+    now (the fill's own changes are behind it, as the daemon's ticks would have read them)."""
+    from assets.sensors import DiscoveryCursor
+    from pipelines.intake.notifications import FilerFeed
+
+    feed = FilerFeed.from_settings(settings)
+    return DiscoveryCursor(feed=feed.since(datetime.now(UTC))).to_json()
+
+
+class MeteredS3(EmbeddedS3):
+    """The embedded server with its Prometheus metrics on `metrics_port`: its request counters
+    count every client's requests (boto3's, pyarrow's and DuckDB's alike)."""
+
+    def __init__(self, home: Path, *, port: int, metrics_port: int) -> None:
+        super().__init__(home, port=port)
+        self.metrics_port = metrics_port
+
+    def _spawn(self, plan: PortPlan) -> subprocess.Popen[bytes]:
+        real = subprocess.Popen
+        flags = [f"-metricsPort={self.metrics_port}", f"-metricsIp={EMBEDDED_HOST}"]
+
+        def metered(command: list[str], **options: Any) -> subprocess.Popen[bytes]:
+            return real([*command[:2], *flags, *command[2:]], **options)
+
+        with patch.object(subprocess, "Popen", metered):  # the module embedded.py calls
+            return super()._spawn(plan)
+
+
+def server_requests(metrics_port: int) -> int:
+    """The S3 requests the server has answered since it started (all buckets, all codes)."""
+    url = f"http://{EMBEDDED_HOST}:{metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        text = answer.read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(REQUEST_COUNTER + "{"):
+            total += float(line.rsplit(" ", 1)[1])
+    return round(total)
+
+
+# -- the fill -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Fill:
+    store: S3Store
+    settings: Settings
+    template: Template
+    header: list[str]
+    rows: list[list[str]]
+    ledger_rows: int  # the ledger's total at the end
+    batches: int  # the fill's total
+    rows_per_commit: int
+    publish_every: int
+    written_batches: int = 0
+    appended_rows: int = 0
+    commits: int = 0
+
+    def __post_init__(self) -> None:
+        self.ledger = Ledger.of(self.store, self.settings)
+        self.rng = random.Random(43)
+
+    def topped_up(self, own: list[FileEntry]) -> list[FileEntry]:
+        """A commit's rows: the batches' own, and rows of past versions to the fill's pace."""
+        done_share = (self.written_batches / self.batches) if self.batches else 1.0
+        target = round(self.ledger_rows * done_share) - self.appended_rows
+        extra = max(0, target - len(own))
+        now = datetime.now(UTC)
+        past = []
+        for _ in range(extra):
+            arrived = now - MONTH + self.rng.random() * (MONTH - timedelta(hours=1))
+            info = ObjectInfo(
+                f"incoming/fleet/{arrived:%Y-%m-%d}/{secrets.token_hex(8)}.csv",
+                f'"{secrets.token_hex(16)}"',
+                2048,
+                arrived,
+                None,
+            )
+            entry = FileEntry.pending(self.store.bucket, info, batch="fleet")
+            past.append(
+                replace(
+                    entry,
+                    state=FileState.INDEXED,
+                    attempts=1,
+                    runs=FILE_ROWS,
+                    snapshot_digest=f"sha256:{secrets.token_hex(32)}",
+                    updated_at=arrived + timedelta(seconds=30),
+                )
+            )
+        return own + past
+
+    def run(self, until: int, threads: int, progress: bool) -> None:
+        """Batches until `until` are written, FILL_THREADS at a time; their rows committed as
+        they gather, rows_per_commit at a time; the index published every publish_every."""
+        pending: list[FileEntry] = []
+        started = time.perf_counter()
+
+        def one(n: int) -> list[FileEntry]:
+            key = f"incoming/history/{n:06d}.csv"
+            return write_batch(
+                self.store,
+                self.settings,
+                self.template,
+                [(key, small_file(n, self.header, self.rows))],
+            )
+
+        def commit(rows: list[FileEntry]) -> None:
+            rows = self.topped_up(rows)
+            for start in range(0, len(rows), self.rows_per_commit):
+                chunk = rows[start : start + self.rows_per_commit]
+                self.ledger.append(chunk)
+                self.appended_rows += len(chunk)
+                self.commits += 1
+
+        with ThreadPoolExecutor(threads, thread_name_prefix="history-fill") as pool:
+            while self.written_batches < until:
+                step = min(
+                    until, (self.written_batches // self.publish_every + 1) * self.publish_every
+                )
+                for rows in pool.map(one, range(self.written_batches, step)):
+                    pending += rows
+                    self.written_batches += 1
+                    if len(pending) >= self.rows_per_commit:
+                        commit(pending)
+                        pending = []
+                commit(pending)
+                pending = []
+                publish_index(self.store, self.settings)
+                if progress:
+                    took = time.perf_counter() - started
+                    print(
+                        f"  {self.written_batches} batches, {self.appended_rows} ledger rows in "
+                        f"{self.commits} commits ({took:.0f} s)",
+                        flush=True,
+                    )
+
+
+# -- the measurements, each in a fresh subprocess -----------------------------------------------
+
+
+def measure(args: argparse.Namespace) -> None:
+    """The --measure child: one measurement, printed as one JSON line."""
+    home, port, bucket = Path(args.home), args.port, args.bucket
+    state_path = home / "history-cursors.json"
+    cursors: dict[str, str | None] = (
+        json.loads(state_path.read_text()) if state_path.exists() else {}
+    )
+    settings = Settings(home=home, s3_port=port, bucket=bucket)
+    store = S3Store.from_settings(settings)
+    load_sensors()
+    if args.measure == "batch":
+        header, rows = liger_rows()
+        with tempfile.TemporaryDirectory(prefix="history-batch-") as folder:
+            paths = []
+            for n in range(MEASURED_FILES):
+                path = Path(folder) / f"measured-{args.round}-{n:02d}.csv"
+                path.write_bytes(small_file(900_000 + args.seed * 100 + n, header, rows))
+                paths.append(path)
+            before = server_requests(args.metrics_port)
+            start = time.perf_counter()
+            summary = ingest_paths(paths, settings, progress=False, store=store)
+            took = time.perf_counter() - start
+        assert len(summary.files) == MEASURED_FILES and not summary.failed, summary.failed
+    else:
+        if args.measure == "tick":
+            store.put_bytes(
+                f"incoming/measured/{args.round}-{args.seed}.csv",
+                small_file(args.seed, *liger_rows()),
+            )
+        before = server_requests(args.metrics_port)
+        start = time.perf_counter()
+        found, cursors[args.measure] = sensor_tick(
+            home, port, bucket, args.measure, cursors.get(args.measure)
+        )
+        took = time.perf_counter() - start
+        if args.measure == "tick":
+            assert found == 1, f"the tick found {found} batches, not the one new file"
+        state_path.write_text(json.dumps(cursors))
+    requests = server_requests(args.metrics_port) - before
+    rss = peak_rss_mib()
+    print(json.dumps({"seconds": took, "requests": requests, "rss_mib": rss}))
+
+
+def peak_rss_mib() -> float:
+    """This process's peak RSS since its exec (VmHWM): ru_maxrss would carry the RSS of the
+    parent it was forked from."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
+@dataclass(frozen=True, slots=True)
+class Cost:
+    seconds: float
+    requests: float
+    rss_mib: float
+
+
+def measured_round(server: MeteredS3, bucket: str, name: str, repeats: int) -> dict[str, Cost]:
+    """Each measurement `repeats` times, each in a fresh process; medians."""
+    settings = Settings(home=server.home, s3_port=server.port, bucket=bucket)
+    state = server.home / "history-cursors.json"
+    state.write_text(json.dumps({"tick": feed_cursor_now(settings)}))
+    costs: dict[str, Cost] = {}
+    for what in MEASUREMENTS:
+        samples = []
+        for seed in range(repeats):
+            command = [
+                sys.executable,
+                __file__,
+                "--measure",
+                what,
+                "--home",
+                str(server.home),
+                "--port",
+                str(server.port),
+                "--bucket",
+                bucket,
+                "--metrics-port",
+                str(server.metrics_port),
+                "--round",
+                name,
+                "--seed",
+                str(seed + (1000 if name == "full" else 0)),
+            ]
+            done = subprocess.run(command, capture_output=True, text=True, check=False)
+            if done.returncode != 0:
+                raise SystemExit(f"{what} ({name}) failed:\n{done.stdout}\n{done.stderr}")
+            samples.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        costs[what] = Cost(
+            statistics.median(s["seconds"] for s in samples),
+            statistics.median(s["requests"] for s in samples),
+            statistics.median(s["rss_mib"] for s in samples),
+        )
+        cost = costs[what]
+        print(
+            f"  {name:>6} {what:12} {cost.seconds:8.2f} s {cost.requests:8.0f} requests "
+            f"{cost.rss_mib:8.0f} MiB",
+            flush=True,
+        )
+    return costs
+
+
+def ratio(full: float, early: float) -> float:
+    return round(full / early, 3) if early else float("inf")
+
+
+def report(
+    fill: Fill, early: dict[str, Cost], full: dict[str, Cost], fill_seconds: float
+) -> dict[str, object]:
+    print(
+        f"\nhistory: {fill.written_batches} batches (record sets and sets files), "
+        f"{fill.appended_rows} ledger rows in {fill.commits} commits, "
+        f"filled in {fill_seconds:.0f} s"
+    )
+    print(f"{'':14} {'after 10':>26} {'full history':>26} {'ratios (time, requests, RSS)':>32}")
+    for what in MEASUREMENTS:
+        a, b = early[what], full[what]
+        print(
+            f"{what:14} {a.seconds:8.2f} s {a.requests:6.0f} req {a.rss_mib:5.0f} MiB "
+            f"{b.seconds:8.2f} s {b.requests:6.0f} req {b.rss_mib:5.0f} MiB   "
+            f"{ratio(b.seconds, a.seconds):6.2f}x {ratio(b.requests, a.requests):6.2f}x "
+            f"{ratio(b.rss_mib, a.rss_mib):6.2f}x"
+        )
+    return {
+        "history_batches": fill.written_batches,
+        "ledger_rows": fill.appended_rows,
+        "ledger_commits": fill.commits,
+        "batch_time_ratio": ratio(full["batch"].seconds, early["batch"].seconds),
+        "batch_requests_ratio": ratio(full["batch"].requests, early["batch"].requests),
+        "batch_rss_ratio": ratio(full["batch"].rss_mib, early["batch"].rss_mib),
+        "tick_time_ratio": ratio(full["tick"].seconds, early["tick"].seconds),
+        "tick_requests_ratio": ratio(full["tick"].requests, early["tick"].requests),
+        "ledger_tick_time_ratio": ratio(full["ledger_tick"].seconds, early["ledger_tick"].seconds),
+        "ledger_tick_requests_ratio": ratio(
+            full["ledger_tick"].requests, early["ledger_tick"].requests
+        ),
+        "reconcile_time_ratio": ratio(full["reconcile"].seconds, early["reconcile"].seconds),
+        "reconcile_requests_ratio": ratio(full["reconcile"].requests, early["reconcile"].requests),
+        "fill_seconds": round(fill_seconds),
+    }
+
+
+def figures(result: dict[str, object], smoke: bool) -> list[Figure]:
+    size = f"{result['history_batches']} batches, {result['ledger_rows']} ledger rows"
+    label = "history (smoke)" if smoke else "history"
+    return [
+        Figure(
+            f"{label}: one more batch / sensor ticks at {size} vs after 10 batches",
+            f"batch {result['batch_time_ratio']}x time, {result['batch_requests_ratio']}x "
+            f"requests, {result['batch_rss_ratio']}x RSS; incoming tick "
+            f"{result['tick_time_ratio']}x, ledger tick {result['ledger_tick_time_ratio']}x, "
+            f"reconcile {result['reconcile_time_ratio']}x time",
+            "<= 1.25x time, <= 1.1x requests, <= 1.25x RSS",
+        )
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument(
+        "--smoke", action="store_true", help="a small history (seconds to a minute)"
+    )
+    parser.add_argument("--batches", type=int, default=20_000)
+    parser.add_argument("--ledger-rows", type=int, default=1_000_000)
+    parser.add_argument("--rows-per-commit", type=int, default=1000)
+    parser.add_argument("--publish-every", type=int, default=1000, help="batches between publishes")
+    parser.add_argument("--threads", type=int, default=FILL_THREADS)
+    parser.add_argument("--repeats", type=int, default=3, help="samples of each measurement")
+    parser.add_argument("--port", type=int, default=18440, help="the embedded S3 server's port")
+    parser.add_argument("--metrics-port", type=int, help="the server's metrics (default: port + 9)")
+    parser.add_argument("--home", help="a folder for the home (default: a temporary one)")
+    # The child that runs one measurement.
+    parser.add_argument("--measure", choices=MEASUREMENTS, help=argparse.SUPPRESS)
+    parser.add_argument("--bucket", default="kindex", help=argparse.SUPPRESS)
+    parser.add_argument("--round", default="early", help=argparse.SUPPRESS)
+    parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    add_write_docs(parser)
+    args = parser.parse_args()
+    # The benchmark makes its own settings: a configured home, endpoint or queue would take the
+    # measured steps elsewhere (the sensors off the embedded server's feed).
+    for name in [n for n in os.environ if n.startswith(("KINDEX_", "AWS_ENDPOINT_URL"))]:
+        del os.environ[name]
+    if args.measure:
+        measure(args)
+        return
+    if args.smoke:
+        for name, value in SMOKE.items():
+            setattr(args, name, value)
+        args.repeats = 1
+    with home_folder(args.home) as home:
+        args.metrics_port = args.metrics_port or args.port + 9
+        server = MeteredS3(home, port=args.port, metrics_port=args.metrics_port)
+        server.start()
+        try:
+            result = build_and_measure(server, args)
+        finally:
+            server.stop()  # by its own PID: the server this run started
+    if args.write_docs:
+        write_figures(figures(result, args.smoke))
+    print(json.dumps(result))
+
+
+@contextmanager
+def home_folder(chosen: str | None) -> Iterator[Path]:
+    """The chosen folder (kept), else a temporary one."""
+    if chosen:
+        Path(chosen).mkdir(parents=True, exist_ok=True)
+        yield Path(chosen)
+        return
+    with tempfile.TemporaryDirectory(prefix="history-") as tmp:
+        yield Path(tmp)
+
+
+def build_and_measure(server: MeteredS3, args: argparse.Namespace) -> dict[str, object]:
+    settings = Settings(home=server.home, s3_port=server.port, bucket=args.bucket)
+    store = S3Store.from_settings(settings)
+    store.ensure_bucket()
+    header, rows = liger_rows()
+    template = normalized_template(store, settings, small_file(0, header, rows))
+    fill = Fill(
+        store,
+        settings,
+        template,
+        header,
+        rows,
+        ledger_rows=args.ledger_rows,
+        batches=args.batches,
+        rows_per_commit=args.rows_per_commit,
+        publish_every=min(args.publish_every, EARLY_BATCHES),
+    )
+    print(f"history: {EARLY_BATCHES} batches, then measured", flush=True)
+    fill.run(EARLY_BATCHES, args.threads, progress=True)
+    early = measured_round(server, args.bucket, "early", args.repeats)
+    print(f"history: filling to {args.batches} batches", flush=True)
+    fill.publish_every = args.publish_every
+    start = time.perf_counter()
+    fill.run(args.batches, args.threads, progress=True)
+    fill_seconds = time.perf_counter() - start
+    full = measured_round(server, args.bucket, "full", args.repeats)
+    return report(fill, early, full, fill_seconds)
+
+
+if __name__ == "__main__":
+    main()
