@@ -1,23 +1,24 @@
-"""A month of the fleet: what one more batch and each sensor tick cost after 10 batches and after
-a month-like history, on the embedded S3 server.
+"""A month of the fleet: what one more batch and each sensor tick cost after 10 batches and after a
+month-like history, on the embedded S3 server.
 
-Builds a home through the product's own writing code: each fill batch uploads one small Liger
-CSV (the incoming version and its snapshot, `put_by_snapshot`), writes its record set and its
-batch's sets file (`write_files`), and its files' ledger rows (`Ledger.append`); the index is
+Builds a home through the product's own writing code: each fill batch uploads one small Liger CSV
+(the incoming version and its snapshot, `put_by_snapshot`), writes its record set and its batch's
+sets file (the batch steps' `write`), and its files' ledger rows (`Ledger.append`); the index is
 published (`publish_index`) every `--publish-every` batches, as batch runs publish it. The fill
-shortcuts normalization: one small file is normalized once (`normalize_files`) and its record
-set content is written for every batch, under each batch's own snapshot digest. The ledger's
-rows are the batches' own (a pending row when found, a done row when written) topped up, in the
-same commits, with done rows of versions that arrived over the past month and whose incoming
-objects are gone (expired), so that the ledger holds a month's rows without a month of uploads.
+shortcuts normalization: one small file is normalized once (the batch steps' `normalize`) and its
+record set content is written for every batch, under each batch's own snapshot digest. The
+ledger's rows are the batches' own (a pending row when found, a done row when written) topped up,
+in the same commits, with done rows of versions that arrived over the past month and whose
+incoming objects are gone (expired), so that the ledger holds a month's rows without a month of
+uploads.
 
-Measured twice, after 10 batches and after the full history, each in a fresh subprocess (its
-peak RSS is its own, VmHWM): one more batch of 20 small files (`ingest_paths`: upload,
-snapshot, normalize, write, ledger, publish), one `incoming_files_sensor` tick that finds one
-new file, one `ledger_sensor` tick, one `reconcile_sensor` tick. S3 requests are the API calls
-of the product's boto3 clients (S3Store's), counted by wrapping botocore's client; the Iceberg
-reads and writes that go through pyarrow's or DuckDB's own S3 clients are not in the count. The
-last line of stdout is one JSON object of the ratios (full history over after 10 batches).
+Measured twice, after 10 batches and after the full history, each in a fresh subprocess (its peak
+RSS is its own, VmHWM): one more batch of 20 small files (`ingest_paths`: upload, snapshot,
+normalize, write, ledger, publish), one `incoming_files_sensor` tick that finds one new file, one
+`ledger_sensor` tick, one `reconcile_sensor` tick. S3 requests are counted by the embedded server
+itself (its Prometheus request counters), so the Iceberg reads and writes of pyarrow's and
+DuckDB's own S3 clients count too. The last line of stdout is one JSON object of the ratios (full
+history over after 10 batches).
 
     .venv/bin/python benchmarks/history.py [--smoke] [--batches 20000] [--ledger-rows 1000000]
         [--port 18440] [--write-docs]
@@ -52,17 +53,13 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from report import Figure, add_write_docs, write_figures  # noqa: E402
 
+from pipelines.batch.records import done_entry  # noqa: E402
+from pipelines.batch.stages import Failed, Normalized, Snapshotted, known_info  # noqa: E402
+from pipelines.batch.steps import normalize, parse, write  # noqa: E402
+from pipelines.batch.uploads import parts_folder  # noqa: E402
 from pipelines.index.layout import IndexLayout  # noqa: E402
 from pipelines.index.publish import publish_index  # noqa: E402
-from pipelines.ingest import (  # noqa: E402
-    FileWork,
-    PreparedRecords,
-    ingest_paths,
-    known_info,
-    normalize_files,
-    parts_folder,
-    write_files,
-)
+from pipelines.ingest import ingest_paths  # noqa: E402
 from pipelines.intake.ledger import FileEntry, FileState, Ledger  # noqa: E402
 from pipelines.intake.snapshots import content_digest, put_by_snapshot  # noqa: E402
 from pipelines.settings import EMBEDDED_HOST, Settings  # noqa: E402
@@ -111,57 +108,54 @@ def small_file(n: int, header: list[str], rows: list[list[str]]) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class Template:
-    """One small file normalized once: its source, parser version and record set content."""
+    """One small file normalized once: its place (source, parser version) and record set."""
 
-    work: FileWork
-
-    @property
-    def prepared(self) -> PreparedRecords:
-        assert self.work.prepared is not None
-        return self.work.prepared
+    normalized: Normalized
 
 
 def normalized_template(store: S3Store, settings: Settings, data: bytes) -> Template:
-    """A file taken and normalized by the batch steps, its content kept (write_files drops it)."""
-    work = uploaded(store, settings, "incoming/history/template.csv", data, "template")
+    """A file taken and normalized by the batch steps (snapshot, parse, normalize)."""
+    file = uploaded(store, settings, "incoming/history/template.csv", data, "template")
     with parts_folder(settings) as parts_dir:
-        normalize_files(store, settings, [work], parts_dir)
-    work.raise_failure()
-    assert work.prepared is not None and work.prepared.content is not None
-    return Template(work)
+        [result] = normalize(store, settings, [parse(file)], parts_dir)
+    if isinstance(result, Failed):
+        raise result.error
+    assert isinstance(result, Normalized), result
+    return Template(result)
 
 
-def uploaded(store: S3Store, settings: Settings, key: str, data: bytes, batch: str) -> FileWork:
+def uploaded(store: S3Store, settings: Settings, key: str, data: bytes, batch: str) -> Snapshotted:
     """Steps 1-2 of a file: its incoming version by way of its snapshot."""
     taken = put_by_snapshot(store, settings, Path(key), data, content_digest(data), key=key)
     entry = FileEntry.pending(store.bucket, known_info(taken.snapshot), batch=batch)
-    return FileWork(entry, taken.snapshot, taken.data, taken.kept_now)
+    return Snapshotted(entry, taken.snapshot, taken.data, taken.kept_now)
 
 
 def write_batch(
     store: S3Store, settings: Settings, template: Template, items: Sequence[tuple[str, bytes]]
 ) -> list[FileEntry]:
     """A fill batch: its files uploaded, the template's content written as each file's record
-    set (under its own snapshot digest) with the batch's sets file; its ledger rows (each file's
-    pending row and its done row), not appended."""
+    set (under its own snapshot digest) with the batch's sets file (the write step); its ledger
+    rows (each file's pending row and its done row, which names the sets file), not appended."""
     batch = f"history-{secrets.token_hex(6)}"
     layout = IndexLayout.of(settings)
-    works = [uploaded(store, settings, key, data, batch) for key, data in items]
-    for work in works:
-        assert work.snapshot is not None
-        prepared = template.prepared
-        work.source = template.work.source
-        work.prepared = PreparedRecords(
-            prepared.parser_version,
-            prepared.source,
-            layout.record_set_prefix(prepared.parser_version, work.snapshot.digest),
-            prepared.content,
+    files = [uploaded(store, settings, key, data, batch) for key, data in items]
+    place = template.normalized.place
+    prepared = [
+        Normalized(
+            file,
+            replace(
+                place, prefix=layout.record_set_prefix(place.parser_version, file.snapshot.digest)
+            ),
+            template.normalized.content,
         )
-    write_files(store, settings, works)
+        for file in files
+    ]
     rows = []
-    for work in works:
-        work.raise_failure()
-        rows += [work.entry, work.result().entry]
+    for file, result in zip(files, write(store, settings, prepared), strict=True):
+        if isinstance(result, Failed):
+            raise result.error
+        rows += [file.entry, done_entry(result.entry, result.records)]
     return rows
 
 
