@@ -656,26 +656,32 @@ class IndexCatalog:
     def identify(self, name: str) -> bool:
         """Once per table kindex does not rebuild (the file ledger): rewrite, in one commit,
         its live data files whose columns carry no field IDs (written by an older kindex) into
-        one file that does, and forget the snapshots before, which named them. Returns whether
-        it rewrote any."""
+        one file that does (one a partition), and forget the snapshots before, which named
+        them. Returns whether it rewrote any."""
         table = self.table(name, refresh=True)
         if table.properties.get(FIELD_IDS_PROPERTY) == "1":
             return False
         schema = table.schema()
         old = [f for _, f in live_files(table) if footer_lacks_field_ids(table.io, f, schema)]
+        # A partitioned table (the ledger) gets one file per partition: a file holds one.
+        by_partition: dict[str, list[str]] = {}
+        for f in old:
+            by_partition.setdefault(repr(f.partition), []).append(f.file_path)
         with tempfile.TemporaryDirectory(prefix="kindex-identify-") as folder:
-            location = None
-            if old:
-                path = Path(folder) / "identified.parquet"
-                merge_files(table, [f.file_path for f in old], path)
-                location = self.upload(name, path)
+            locations = []
+            for n, paths in enumerate(by_partition.values()):
+                path = Path(folder) / f"identified-{n}.parquet"
+                merge_files(table, paths, path)
+                locations.append(self.upload(name, path))
             with table.transaction() as transaction:
-                if location is not None:
-                    data_file = data_file_of(table.io, transaction.table_metadata, location)
+                if locations:
                     with transaction.update_snapshot().overwrite() as rewrite:
                         for data_file_before in old:
                             rewrite.delete_data_file(data_file_before)
-                        rewrite.append_data_file(data_file)
+                        for location in locations:
+                            rewrite.append_data_file(
+                                data_file_of(table.io, transaction.table_metadata, location)
+                            )
                 transaction.set_properties({FIELD_IDS_PROPERTY: "1"})
         table = self.table(name, refresh=True)
         head = table.current_snapshot()
