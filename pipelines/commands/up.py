@@ -51,7 +51,7 @@ MAX_CONCURRENT_RUNS = 2
 MAX_RUN_RETRIES = 3
 RUN_MONITORING_POLL_SECONDS = 5
 # How often the daemon starts queued runs (Dagster's default is every 5 s): a file dropped waits
-# for a sensor tick and then this, before its run even starts.
+# for a sensor tick and then this, before its run even starts. Dagster takes whole seconds.
 DEQUEUE_INTERVAL_SECONDS = 1
 # Sensors tick on threads of the daemon: a long tick (the reconcile listing of a large bucket)
 # never holds up the one that finds new files.

@@ -322,6 +322,8 @@ class IndexCatalog:
         self.settings = settings
         self.catalog = open_catalog(settings, access)
         self._tables: dict[str, Table] = {}
+        # A snapshot's files never change: a publish plans a table it did not commit to once.
+        self._planned: dict[tuple[str, int], list[str]] = {}
 
     @classmethod
     def beside(cls, store: ObjectStore, settings: Settings) -> IndexCatalog:
@@ -462,8 +464,10 @@ class IndexCatalog:
 
         def planned(name: str) -> list[str]:
             table, snapshot_id = pinned[name]
-            tasks = table.scan(snapshot_id=snapshot_id).plan_files()
-            return sorted(task.file.file_path for task in tasks)
+            if (name, snapshot_id) not in self._planned:
+                tasks = table.scan(snapshot_id=snapshot_id).plan_files()
+                self._planned[name, snapshot_id] = sorted(task.file.file_path for task in tasks)
+            return self._planned[name, snapshot_id]
 
         files: dict[str, list[str]] = {name: [] for name in STORED_TABLES}
         # Each table's manifests are read on a thread of its own: their S3 round trips overlap.

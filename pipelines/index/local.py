@@ -171,6 +171,8 @@ def build_database(database: Path, layout: IndexLayout, files: Mapping[str, Sequ
     paths = {name: [str(layout.cached_path(k)) for k in keys] for name, keys in files.items()}
     con = duckdb.connect(str(temporary), config=CONNECTION_CONFIG)
     try:
+        # One transaction: one write of the file, not one per view.
+        con.execute("BEGIN TRANSACTION")
         create_views(con, parquet_sources(paths))
         con.execute(f"CREATE SCHEMA {INTERNAL_SCHEMA}")
         # Each file's size as published: a cached file that no longer has it was changed.
@@ -191,6 +193,7 @@ def build_database(database: Path, layout: IndexLayout, files: Mapping[str, Sequ
             f"CREATE TABLE {BUILT_TABLE} AS SELECT ? AS home, ? AS bucket, ? AS views",
             [str(layout.home), layout.bucket, views_fingerprint()],
         )
+        con.execute("COMMIT")
     finally:
         con.close()
     os.replace(temporary, database)

@@ -341,6 +341,9 @@ def _publish(store: ObjectStore, settings: Settings) -> IndexVersion:
         store, layout, catalog, current, found.sets, found.reads, found.summaries, found.point
     )
     install_local(store, layout, published(catalog, new_version, store.bucket))
+    # Upkeep once the new version is readable here (a file is queryable at its install):
+    # neither step changes what a version reads.
+    tidy_versions(catalog, new_version)
     return IndexVersion(
         new_version.version,
         new_version.parent,
@@ -500,10 +503,15 @@ def build_version(
         ledger_point=ledger_point,
     )
     catalog.commit_version(version)
-    catalog.compact(VERSIONS_TABLE)
-    if seq % EXPIRE_EVERY_VERSIONS == 0:
-        catalog.expire()
     return version, runs.new
+
+
+def tidy_versions(catalog: IndexCatalog, version: Version) -> None:
+    """After a version's commit: the versions table's small files merged, and every
+    EXPIRE_EVERY_VERSIONS versions, the snapshots no retained version names expired."""
+    catalog.compact(VERSIONS_TABLE)
+    if version.seq % EXPIRE_EVERY_VERSIONS == 0:
+        catalog.expire()
 
 
 def find_reprocessed(con: duckdb.DuckDBPyConnection) -> None:
