@@ -22,6 +22,7 @@ from pipelines.index.catalog import TABLE_PROPERTIES
 from pipelines.index.publish import publish_index
 from pipelines.intake.ledger import (
     FIRST_BACKOFF,
+    LEDGER_PROPERTIES,
     LEDGER_SCHEMA,
     LEDGER_TABLE,
     RECENT,
@@ -191,6 +192,32 @@ def test_appends_are_compacted_and_every_row_stays(s3_store: Any, index_settings
     assert len(ledger.current()) == COMPACT_ABOVE_FILES + 4
 
 
+def test_the_ledger_keeps_one_manifest_whatever_its_commits(
+    s3_store: Any, index_settings: Any
+) -> None:
+    """Each append merges the manifests (a scan reads one manifest list and one or two
+    manifests, not one per commit since the table began); the rows each commit added stay
+    told apart (what a publish reads since its point)."""
+    from pipelines.index.committed import committed_since
+
+    ledger = Ledger.of(s3_store, index_settings)
+    now = datetime.now(UTC).replace(microsecond=0)
+    for n in range(12):  # three windows, a commit each
+        at = now - timedelta(hours=n % 3)
+        entry = FileEntry.pending(s3_store.bucket, info(f"incoming/{n}.csv", at=at))
+        ledger.append([replace(entry, sets_file=f"records/batches/b{n:02d}/sets")])
+        if n == 5:
+            point = ledger.head()
+    table = ledger.catalog.table(LEDGER_TABLE, refresh=True)
+    snapshot = table.current_snapshot()
+    assert snapshot is not None
+    assert len(snapshot.manifests(table.io)) <= 2  # merged (a compaction's own, besides)
+    assert len(ledger.current()) == 12
+    since = committed_since(ledger.catalog, point)
+    assert since.point == ledger.head() and not since.whole
+    assert since.sets_files == [f"records/batches/b{n:02d}/sets" for n in range(6, 12)]
+
+
 # -- partitions: what a tick and the ledger sensor read ------------------------------------------
 
 
@@ -298,6 +325,8 @@ def test_an_unpartitioned_ledger_is_migrated_once(s3_store: Any, index_settings:
     ledger.append([FileEntry.pending(s3_store.bucket, info("incoming/c.csv", at=now))])
     migrated = catalog.table(LEDGER_TABLE, refresh=True)
     assert not migrated.spec().is_unpartitioned()
+    # Its appends merge their manifests from now on.
+    assert {k: migrated.properties.get(k) for k in LEDGER_PROPERTIES} == LEDGER_PROPERTIES
     assert [f.name for f in migrated.spec().fields] == ["arrival_window"]
     assert {e.key for e in ledger.current()} == {
         "incoming/stuck.csv",
