@@ -49,11 +49,11 @@ from pyiceberg.expressions import (
     Or,
     StartsWith,
 )
-from pyiceberg.table import TableProperties
 from pyiceberg.table.update import AssertRefSnapshotId, SetPropertiesUpdate
 
 from pipelines.index.catalog import (
     FIELD_IDS_PROPERTY,
+    MANIFEST_MERGE_PROPERTIES,
     SUMMARY_PREFIX,
     TABLE_PROPERTIES,
     IndexCatalog,
@@ -89,14 +89,6 @@ RECENT = timedelta(hours=1)
 # this many (an expiry is a commit of its own).
 EXPIRE_ABOVE_SNAPSHOTS = 32
 EXPIRE_EVERY_COMMITS = 8
-# Each append merges the ledger's manifests into one (pyiceberg's merge append): a scan reads
-# one manifest list and one manifest whatever the number of commits since the table began, where
-# fast appends leave a manifest per commit that every later scan reads. Its entries are the live
-# data files, which compaction keeps few.
-LEDGER_PROPERTIES = TABLE_PROPERTIES | {
-    TableProperties.MANIFEST_MERGE_ENABLED: "true",
-    TableProperties.MANIFEST_MIN_MERGE_COUNT: "2",
-}
 FIRST_BACKOFF = timedelta(seconds=30)
 MAX_BACKOFF = timedelta(hours=6)
 
@@ -261,7 +253,7 @@ class Ledger:
             table = self.catalog.catalog.create_table_if_not_exists(
                 (self.catalog.namespace, LEDGER_TABLE),
                 schema=LEDGER_SCHEMA,
-                properties=LEDGER_PROPERTIES,
+                properties=TABLE_PROPERTIES,
             )
         else:
             if table.properties.get(FIELD_IDS_PROPERTY) != "1":
@@ -270,7 +262,8 @@ class Ledger:
             if "sets_file" not in table.schema().column_names:  # a ledger of an older kindex
                 with self.catalog.table(LEDGER_TABLE, refresh=True).update_schema() as update:
                     update.union_by_name(LEDGER_SCHEMA)
-            missing = {k: v for k, v in LEDGER_PROPERTIES.items() if table.properties.get(k) != v}
+            merging = MANIFEST_MERGE_PROPERTIES.items()
+            missing = {k: v for k, v in merging if table.properties.get(k) != v}
             if missing:  # a ledger made by an older kindex: its appends merge from now on
                 with self.catalog.table(LEDGER_TABLE, refresh=True).transaction() as transaction:
                     transaction.set_properties(missing)
