@@ -48,6 +48,7 @@ from pyiceberg.manifest import DataFile, DataFileContent, FileFormat, ManifestFi
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table, TableProperties
 from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.transforms import IdentityTransform
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
@@ -584,12 +585,7 @@ class IndexCatalog:
         snapshot = table.current_snapshot()
         if snapshot is None or len(snapshot.manifests(table.io)) <= MERGE_ABOVE_MANIFESTS:
             return False
-        summary = snapshot.summary
-        kept = {
-            k: v
-            for k, v in (summary.additional_properties.items() if summary else ())
-            if k.startswith(SUMMARY_PREFIX)
-        }
+        kept = version_summary(snapshot)
         with table.transaction() as transaction:
             missing = {
                 k: v for k, v in MANIFEST_MERGE_PROPERTIES.items() if table.properties.get(k) != v
@@ -647,10 +643,7 @@ class IndexCatalog:
                 path = Path(folder) / f"merged-{n}.parquet"
                 merge_files(table, [f.file_path for f in merged], path)
                 locations.append(self.upload(name, path))
-        # The version a commit point's head names stays named (see current()).
-        kept = {
-            k: v for k, v in summary.additional_properties.items() if k.startswith(SUMMARY_PREFIX)
-        }
+        kept = version_summary(snapshot)
         with table.transaction() as transaction:
             added = [data_file_of(table.io, transaction.table_metadata, x) for x in locations]
             update = transaction.update_snapshot(snapshot_properties=kept)
@@ -757,6 +750,16 @@ class IndexCatalog:
             pq.write_table(row.cast(schema), path)
             location = self.upload(VERSIONS_TABLE, path)
         self.add_files(VERSIONS_TABLE, [location], version.summary())
+
+
+def version_summary(snapshot: Snapshot | None) -> dict[str, str]:
+    """What a snapshot's summary says of kindex's version: a commit that rewrites the head
+    (compaction, a manifest merge) carries it, so the version a commit point's head names stays
+    named (see current())."""
+    summary = snapshot.summary if snapshot is not None else None
+    if summary is None:
+        return {}
+    return {k: v for k, v in summary.additional_properties.items() if k.startswith(SUMMARY_PREFIX)}
 
 
 def holds_live_runs(table: Table, data_file: DataFile) -> bool:
