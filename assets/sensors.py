@@ -310,14 +310,16 @@ def ledger_sensor(
     if head == cursor.head and not cursor.waiting:
         return SkipReason("the ledger has not changed and nothing waits")
     now = now_utc()
-    due = ledger.due(now, stale_before=now - STALE_PENDING)
+    # At the head just read: the table's metadata is read once by a tick that requests nothing.
+    due = ledger.due(now, stale_before=now - STALE_PENDING, refresh=False)
     if runs_in_flight(context.instance):  # a pending file may be in one of them
         due = [e for e in due if e.state is FileState.FAILED]
     requests = batch_requests(ledger, due, "retry") if due else []
     if due:
         context.log.info(f"requesting {len(due)} files again in {len(requests)} batches")
-    waiting = ledger.waiting()
-    return batch_result(requests, LedgerCursor(ledger.head(), waiting).to_json())
+        head = ledger.head()  # the commit of their pending rows: they wait
+    waiting = bool(due) or ledger.waiting(refresh=False)
+    return batch_result(requests, LedgerCursor(head, waiting).to_json())
 
 
 @sensor(

@@ -32,6 +32,7 @@ import io
 import json
 import os
 import random
+import re
 import secrets
 import statistics
 import subprocess
@@ -39,6 +40,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -224,14 +226,56 @@ class MeteredS3(EmbeddedS3):
 
 def server_requests(metrics_port: int) -> int:
     """The S3 requests the server has answered since it started (all buckets, all codes)."""
+    return sum(server_requests_by_type(metrics_port).values())
+
+
+def server_requests_by_type(metrics_port: int) -> Counter[str]:
+    """server_requests by S3 API (the counter's `type` label)."""
     url = f"http://{EMBEDDED_HOST}:{metrics_port}/metrics"
     with urllib.request.urlopen(url, timeout=10) as answer:
         text = answer.read().decode()
-    total = 0.0
+    counts: Counter[str] = Counter()
     for line in text.splitlines():
         if line.startswith(REQUEST_COUNTER + "{"):
-            total += float(line.rsplit(" ", 1)[1])
-    return round(total)
+            labels, value = line.rsplit(" ", 1)
+            kind = re.search(r'type="([^"]*)"', labels)
+            counts[kind.group(1) if kind else "?"] += round(float(value))
+    return counts
+
+
+class RequestTrace:
+    """With --trace: this process's S3 calls by operation and key prefix (boto3's calls, and the
+    files pyiceberg's FileIO opens), to find what grows with history."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+
+    @staticmethod
+    def prefix(key: str) -> str:
+        url = "://" in key
+        parts = [
+            re.sub(r"[0-9a-f-]{6,}|\d+", "#", part) for part in key.split("://")[-1].split("/")
+        ]
+        return "/".join(parts[3:] if url else parts)  # an Iceberg file: from its table on
+
+    def install(self) -> None:
+        from pyiceberg.io.pyarrow import PyArrowFileIO
+
+        from pipelines.storage.s3 import boto_session
+
+        def boto_call(model: Any, params: dict[str, Any], **_: Any) -> None:
+            key = params.get("Key") or params.get("Prefix") or ""
+            self.counts[f"boto {model.name} {self.prefix(str(key))}"] += 1
+
+        boto_session().events.register("before-call.s3", boto_call)
+        for method in ("new_input", "new_output", "delete"):
+            real = getattr(PyArrowFileIO, method)
+
+            def traced(io: Any, location: Any, *a: Any, _real: Any = real, _m: str = method) -> Any:
+                self.counts[f"iceberg {_m} {self.prefix(str(location))}"] += 1
+                return _real(io, location, *a)
+
+            setattr(PyArrowFileIO, method, traced)
 
 
 # -- the fill -----------------------------------------------------------------------------------
@@ -342,6 +386,9 @@ def measure(args: argparse.Namespace) -> None:
         json.loads(state_path.read_text()) if state_path.exists() else {}
     )
     settings = Settings(home=home, s3_port=port, bucket=bucket)
+    trace = RequestTrace()
+    if args.trace:
+        trace.install()
     store = S3Store.from_settings(settings)
     load_sensors()
     if args.measure == "batch":
@@ -352,7 +399,8 @@ def measure(args: argparse.Namespace) -> None:
                 path = Path(folder) / f"measured-{args.round}-{n:02d}.csv"
                 path.write_bytes(small_file(900_000 + args.seed * 100 + n, header, rows))
                 paths.append(path)
-            before = server_requests(args.metrics_port)
+            before = server_requests_by_type(args.metrics_port)
+            trace.counts.clear()
             start = time.perf_counter()
             summary = ingest_paths(paths, settings, progress=False, store=store)
             took = time.perf_counter() - start
@@ -363,7 +411,8 @@ def measure(args: argparse.Namespace) -> None:
                 f"incoming/measured/{args.round}-{args.seed}.csv",
                 small_file(args.seed, *liger_rows()),
             )
-        before = server_requests(args.metrics_port)
+        before = server_requests_by_type(args.metrics_port)
+        trace.counts.clear()
         start = time.perf_counter()
         found, cursors[args.measure] = sensor_tick(
             home, port, bucket, args.measure, cursors.get(args.measure)
@@ -372,9 +421,12 @@ def measure(args: argparse.Namespace) -> None:
         if args.measure == "tick":
             assert found == 1, f"the tick found {found} batches, not the one new file"
         state_path.write_text(json.dumps(cursors))
-    requests = server_requests(args.metrics_port) - before
+    by_type = server_requests_by_type(args.metrics_port) - before
     rss = peak_rss_mib()
-    print(json.dumps({"seconds": took, "requests": requests, "rss_mib": rss}))
+    cost = {"seconds": took, "requests": sum(by_type.values()), "rss_mib": rss}
+    if args.trace:
+        cost |= {"by_type": dict(by_type), "trace": dict(trace.counts)}
+    print(json.dumps(cost))
 
 
 def peak_rss_mib() -> float:
@@ -393,7 +445,9 @@ class Cost:
     rss_mib: float
 
 
-def measured_round(server: MeteredS3, bucket: str, name: str, repeats: int) -> dict[str, Cost]:
+def measured_round(
+    server: MeteredS3, bucket: str, name: str, repeats: int, trace: bool = False
+) -> dict[str, Cost]:
     """Each measurement `repeats` times, each in a fresh process; medians."""
     settings = Settings(home=server.home, s3_port=server.port, bucket=bucket)
     state = server.home / "history-cursors.json"
@@ -419,11 +473,16 @@ def measured_round(server: MeteredS3, bucket: str, name: str, repeats: int) -> d
                 name,
                 "--seed",
                 str(seed + (1000 if name == "full" else 0)),
+                *(["--trace"] if trace else []),
             ]
             done = subprocess.run(command, capture_output=True, text=True, check=False)
             if done.returncode != 0:
                 raise SystemExit(f"{what} ({name}) failed:\n{done.stdout}\n{done.stderr}")
             samples.append(json.loads(done.stdout.strip().splitlines()[-1]))
+            if trace:
+                print(f"  {name} {what} by API: {sorted(samples[-1]['by_type'].items())}")
+                for where, count in sorted(samples[-1]["trace"].items()):
+                    print(f"    {count:5d} {where}")
         costs[what] = Cost(
             statistics.median(s["seconds"] for s in samples),
             statistics.median(s["requests"] for s in samples),
@@ -506,6 +565,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="samples of each measurement")
     parser.add_argument("--port", type=int, default=18440, help="the embedded S3 server's port")
     parser.add_argument("--metrics-port", type=int, help="the server's metrics (default: port + 9)")
+    parser.add_argument(
+        "--trace", action="store_true", help="print each measurement's requests by API and key"
+    )
     parser.add_argument("--home", help="a folder for the home (default: a temporary one)")
     # The child that runs one measurement.
     parser.add_argument("--measure", choices=MEASUREMENTS, help=argparse.SUPPRESS)
@@ -568,13 +630,13 @@ def build_and_measure(server: MeteredS3, args: argparse.Namespace) -> dict[str, 
     )
     print(f"history: {EARLY_BATCHES} batches, then measured", flush=True)
     fill.run(EARLY_BATCHES, args.threads, progress=True)
-    early = measured_round(server, args.bucket, "early", args.repeats)
+    early = measured_round(server, args.bucket, "early", args.repeats, args.trace)
     print(f"history: filling to {args.batches} batches", flush=True)
     fill.publish_every = args.publish_every
     start = time.perf_counter()
     fill.run(args.batches, args.threads, progress=True)
     fill_seconds = time.perf_counter() - start
-    full = measured_round(server, args.bucket, "full", args.repeats)
+    full = measured_round(server, args.bucket, "full", args.repeats, args.trace)
     return report(fill, early, full, fill_seconds)
 
 

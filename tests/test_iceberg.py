@@ -31,6 +31,7 @@ from pipelines.cli import main
 from pipelines.index.catalog import (
     COMPACT_ABOVE_FILES,
     LAYOUT_PROPERTY,
+    MERGE_ABOVE_MANIFESTS,
     VERSIONS_TABLE,
     IndexCatalog,
     MissingFieldIds,
@@ -312,8 +313,9 @@ def test_compaction_merges_the_newest_files_geometrically() -> None:
 def test_small_files_one_by_one_stay_few_files_and_every_row(
     s3_store: Any, index_settings: Any
 ) -> None:
-    """Files ingested one by one: each table's data files stay few, and the compacted index
-    holds exactly what one publish of all of them holds."""
+    """Files ingested one by one: each table's data files stay few, its manifests too (merged
+    by compaction: a scan reads a few whatever the publishes), and the compacted index holds
+    exactly what one publish of all of them holds."""
     count = 3 * COMPACT_ABOVE_FILES
     header, rows = liger_rows(range(2, 2 + 5 * count))
     files = [
@@ -323,6 +325,11 @@ def test_small_files_one_by_one_stay_few_files_and_every_row(
         ingest_bytes(s3_store, index_settings, [(key, data)])
     current = load_current(s3_store, index_settings)
     assert all(len(keys) <= 2 * COMPACT_ABOVE_FILES for keys in current.files.values())
+    catalog = IndexCatalog(index_settings)
+    for name in (*STORED_TABLES, VERSIONS_TABLE, LEDGER_TABLE):
+        table = catalog.table(name, refresh=True)
+        head = table.current_snapshot()
+        assert head is None or len(head.manifests(table.io)) <= MERGE_ABOVE_MANIFESTS + 1, name
     compacted = fingerprints(index_settings)
     assert compacted["runs"].startswith(f"{5 * count}:")
 

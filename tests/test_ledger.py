@@ -18,7 +18,7 @@ from index_support import index_settings as index_settings  # the fixture
 
 from assets.reconcile import reconcile_sensor
 from assets.resources import KindexResource
-from pipelines.index.catalog import TABLE_PROPERTIES
+from pipelines.index.catalog import MANIFEST_MERGE_PROPERTIES, TABLE_PROPERTIES
 from pipelines.index.publish import publish_index
 from pipelines.intake.ledger import (
     FIRST_BACKOFF,
@@ -191,6 +191,70 @@ def test_appends_are_compacted_and_every_row_stays(s3_store: Any, index_settings
     assert len(ledger.current()) == COMPACT_ABOVE_FILES + 4
 
 
+def test_the_ledger_keeps_one_manifest_whatever_its_commits(
+    s3_store: Any, index_settings: Any
+) -> None:
+    """Each append merges the manifests (a scan reads one manifest list and one or two
+    manifests, not one per commit since the table began); the rows each commit added stay
+    told apart (what a publish reads since its point)."""
+    from pipelines.index.committed import committed_since
+
+    ledger = Ledger.of(s3_store, index_settings)
+    now = datetime.now(UTC).replace(microsecond=0)
+    for n in range(12):  # three windows, a commit each
+        at = now - timedelta(hours=n % 3)
+        entry = FileEntry.pending(s3_store.bucket, info(f"incoming/{n}.csv", at=at))
+        ledger.append([replace(entry, sets_file=f"records/batches/b{n:02d}/sets")])
+        if n == 5:
+            point = ledger.head()
+    table = ledger.catalog.table(LEDGER_TABLE, refresh=True)
+    snapshot = table.current_snapshot()
+    assert snapshot is not None
+    assert len(snapshot.manifests(table.io)) <= 2  # merged (a compaction's own, besides)
+    assert len(ledger.current()) == 12
+    since = committed_since(ledger.catalog, point)
+    assert since.point == ledger.head() and not since.whole
+    assert since.sets_files == [f"records/batches/b{n:02d}/sets" for n in range(6, 12)]
+
+
+def test_a_tables_manifests_are_merged_into_one_keeping_every_row(
+    s3_store: Any, index_settings: Any
+) -> None:
+    """A table appended fast (a manifest per commit, as the index's tables are, or as a ledger
+    of an older kindex was) gets one manifest from `merge_manifests` past
+    MERGE_ABOVE_MANIFESTS, its rows and its head's version summary kept."""
+    from pipelines.index.catalog import MERGE_ABOVE_MANIFESTS
+
+    catalog = Ledger.of(s3_store, index_settings).catalog
+    catalog.catalog.create_namespace_if_not_exists(catalog.namespace)
+    older = {k: v for k, v in TABLE_PROPERTIES.items() if k not in MANIFEST_MERGE_PROPERTIES}
+    table = catalog.catalog.create_table(
+        (catalog.namespace, LEDGER_TABLE), schema=LEDGER_SCHEMA, properties=older
+    )
+    entries = [FileEntry.pending(s3_store.bucket, info(f"incoming/{n}.csv")) for n in range(6)]
+    for n, entry in enumerate(entries):
+        row = {**asdict(entry), "state": str(entry.state), "arrival_window": "w", "updated_at": AT}
+        table.append(
+            pa.Table.from_pylist([row], schema=LEDGER_SCHEMA),
+            snapshot_properties={"kindex.mark": str(n)},
+        )
+        catalog.table(LEDGER_TABLE, refresh=True)  # what a writer of the table holds
+        if n + 1 <= MERGE_ABOVE_MANIFESTS:
+            assert not catalog.merge_manifests(LEDGER_TABLE)
+    assert catalog.merge_manifests(LEDGER_TABLE)
+    table = catalog.table(LEDGER_TABLE, refresh=True)
+    head = table.current_snapshot()
+    assert head is not None and head.summary is not None
+    assert len(head.manifests(table.io)) == 1
+    assert head.summary["kindex.mark"] == "5"
+    assert {k: table.properties.get(k) for k in MANIFEST_MERGE_PROPERTIES} == (
+        MANIFEST_MERGE_PROPERTIES
+    )
+    assert sorted(table.scan().to_arrow().column("key").to_pylist()) == sorted(
+        e.key for e in entries
+    )
+
+
 # -- partitions: what a tick and the ledger sensor read ------------------------------------------
 
 
@@ -276,8 +340,9 @@ def test_an_unpartitioned_ledger_is_migrated_once(s3_store: Any, index_settings:
     ledger = Ledger.of(s3_store, index_settings)
     catalog = ledger.catalog
     catalog.catalog.create_namespace_if_not_exists(catalog.namespace)
+    older = {k: v for k, v in TABLE_PROPERTIES.items() if k not in MANIFEST_MERGE_PROPERTIES}
     table = catalog.catalog.create_table(
-        (catalog.namespace, LEDGER_TABLE), schema=LEDGER_SCHEMA, properties=TABLE_PROPERTIES
+        (catalog.namespace, LEDGER_TABLE), schema=LEDGER_SCHEMA, properties=older
     )
     now = datetime.now(UTC).replace(microsecond=0)
     stuck = FileEntry.pending(
@@ -298,6 +363,10 @@ def test_an_unpartitioned_ledger_is_migrated_once(s3_store: Any, index_settings:
     ledger.append([FileEntry.pending(s3_store.bucket, info("incoming/c.csv", at=now))])
     migrated = catalog.table(LEDGER_TABLE, refresh=True)
     assert not migrated.spec().is_unpartitioned()
+    # Its appends merge their manifests from now on.
+    assert {
+        k: migrated.properties.get(k) for k in MANIFEST_MERGE_PROPERTIES
+    } == MANIFEST_MERGE_PROPERTIES
     assert [f.name for f in migrated.spec().fields] == ["arrival_window"]
     assert {e.key for e in ledger.current()} == {
         "incoming/stuck.csv",

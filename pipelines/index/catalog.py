@@ -46,8 +46,9 @@ from pyiceberg.io.pyarrow import (
 )
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat, ManifestFile
 from pyiceberg.schema import Schema
-from pyiceberg.table import Table
+from pyiceberg.table import Table, TableProperties
 from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.transforms import IdentityTransform
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
@@ -79,7 +80,17 @@ LAYOUT = "5"
 # Set on a table that kindex did not rebuild (the file ledger) once its data files written
 # before carried no field IDs have been rewritten with them (IndexCatalog.identify).
 FIELD_IDS_PROPERTY = SUMMARY_PREFIX + "field-ids"
-TABLE_PROPERTIES = {
+# A merge append (pyiceberg's) merges the table's manifests into one: a scan then reads one
+# manifest list and one manifest whatever the number of commits since the table began, where a
+# fast append leaves a manifest per commit for every later scan to read. The ledger's appends
+# merge each time; the index's tables are appended fast (a publish's latency) and merged by
+# their compaction once they hold more than MERGE_ABOVE_MANIFESTS.
+MANIFEST_MERGE_PROPERTIES = {
+    TableProperties.MANIFEST_MERGE_ENABLED: "true",
+    TableProperties.MANIFEST_MIN_MERGE_COUNT: "2",
+}
+MERGE_ABOVE_MANIFESTS = 4
+TABLE_PROPERTIES = MANIFEST_MERGE_PROPERTIES | {
     LAYOUT_PROPERTY: LAYOUT,
     FIELD_IDS_PROPERTY: "1",
     "write.parquet.compression-codec": "zstd",
@@ -563,6 +574,34 @@ class IndexCatalog:
                     )
 
     def compact(self, name: str, partitions: Collection[str] | None = None) -> bool:
+        """Merge the table's small data files (`compact_files`), then its manifests once they
+        are more than MERGE_ABOVE_MANIFESTS (`merge_manifests`); return whether it merged
+        data files."""
+        compacted = self.compact_files(name, partitions)
+        self.merge_manifests(name)
+        return compacted
+
+    def merge_manifests(self, name: str) -> bool:
+        """One manifest for a table that holds more than MERGE_ABOVE_MANIFESTS: a merge append
+        that adds no file (every row kept, the head's version summary too), in one commit with
+        the merge properties of a table made before them. Returns whether it did."""
+        table = self.table(name)
+        snapshot = table.current_snapshot()
+        if snapshot is None or len(snapshot.manifests(table.io)) <= MERGE_ABOVE_MANIFESTS:
+            return False
+        kept = version_summary(snapshot)
+        with table.transaction() as transaction:
+            missing = {
+                k: v for k, v in MANIFEST_MERGE_PROPERTIES.items() if table.properties.get(k) != v
+            }
+            if missing:
+                transaction.set_properties(missing)
+            update = transaction.update_snapshot(snapshot_properties=kept)
+            with update.merge_append():
+                pass
+        return True
+
+    def compact_files(self, name: str, partitions: Collection[str] | None = None) -> bool:
         """Merge the newest small files of a table into one (every row kept, in one
         commit); return whether it did. Of run_segments, only settled files are merged (a
         publish rewrites the live ones). A partitioned table's files are merged within each
@@ -608,10 +647,7 @@ class IndexCatalog:
                 path = Path(folder) / f"merged-{n}.parquet"
                 merge_files(table, [f.file_path for f in merged], path)
                 locations.append(self.upload(name, path))
-        # The version a commit point's head names stays named (see current()).
-        kept = {
-            k: v for k, v in summary.additional_properties.items() if k.startswith(SUMMARY_PREFIX)
-        }
+        kept = version_summary(snapshot)
         with table.transaction() as transaction:
             added = [data_file_of(table.io, transaction.table_metadata, x) for x in locations]
             update = transaction.update_snapshot(snapshot_properties=kept)
@@ -724,6 +760,16 @@ class IndexCatalog:
             pq.write_table(row.cast(schema), path)
             location = self.upload(VERSIONS_TABLE, path)
         self.add_files(VERSIONS_TABLE, [location], version.summary())
+
+
+def version_summary(snapshot: Snapshot | None) -> dict[str, str]:
+    """What a snapshot's summary says of kindex's version: a commit that rewrites the head
+    (compaction, a manifest merge) carries it, so the version a commit point's head names stays
+    named (see current())."""
+    summary = snapshot.summary if snapshot is not None else None
+    if summary is None:
+        return {}
+    return {k: v for k, v in summary.additional_properties.items() if k.startswith(SUMMARY_PREFIX)}
 
 
 def holds_live_runs(table: Table, data_file: DataFile) -> bool:

@@ -53,6 +53,7 @@ from pyiceberg.table.update import AssertRefSnapshotId, SetPropertiesUpdate
 
 from pipelines.index.catalog import (
     FIELD_IDS_PROPERTY,
+    MANIFEST_MERGE_PROPERTIES,
     SUMMARY_PREFIX,
     TABLE_PROPERTIES,
     IndexCatalog,
@@ -261,6 +262,11 @@ class Ledger:
             if "sets_file" not in table.schema().column_names:  # a ledger of an older kindex
                 with self.catalog.table(LEDGER_TABLE, refresh=True).update_schema() as update:
                     update.union_by_name(LEDGER_SCHEMA)
+            merging = MANIFEST_MERGE_PROPERTIES.items()
+            missing = {k: v for k, v in merging if table.properties.get(k) != v}
+            if missing:  # a ledger made by an older kindex: its appends merge from now on
+                with self.catalog.table(LEDGER_TABLE, refresh=True).transaction() as transaction:
+                    transaction.set_properties(missing)
         table = self.catalog.table(LEDGER_TABLE, refresh=True)
         if table.spec().is_unpartitioned():
             self.migrate()
@@ -453,11 +459,12 @@ class Ledger:
         table = self._table(refresh=True)
         return table.properties.get(OPEN_SINCE_PROPERTY) if table is not None else None
 
-    def open_versions(self) -> list[FileEntry]:
+    def open_versions(self, *, refresh: bool = True) -> list[FileEntry]:
         """The versions whose newest row is pending or failed, read from OPEN_SINCE_PROPERTY's
         window on; the property is raised to the oldest of them (or to 2 x RECENT ago) when no
-        commit came since the read."""
-        table = self._table(refresh=True)
+        commit came since the read. `refresh=False`: at the head this process last loaded (by
+        `head()` just before: one read of the table's metadata, not one per question)."""
+        table = self._table(refresh=refresh)
         if table is None or table.current_snapshot() is None:
             return []
         since = table.properties.get(OPEN_SINCE_PROPERTY)
@@ -480,14 +487,16 @@ class Ledger:
             self._open = (head.snapshot_id, found)
         return found
 
-    def due(self, now: datetime, stale_before: datetime) -> list[FileEntry]:
+    def due(
+        self, now: datetime, stale_before: datetime, *, refresh: bool = True
+    ) -> list[FileEntry]:
         """Versions to process (again): failed ones whose backoff has passed, pending ones whose
         batch never reported (a run lost before it started, or killed), and pending ones marked
         due again (rows that awaited another file, which landed). Read from the
         oldest open version's window on (`open_versions`), however long ago that was."""
         return [
             e
-            for e in self.open_versions()
+            for e in self.open_versions(refresh=refresh)
             if (
                 e.state in (FileState.FAILED, FileState.PENDING)
                 and e.next_attempt_at is not None
@@ -500,9 +509,9 @@ class Ledger:
             )
         ]
 
-    def waiting(self) -> bool:
+    def waiting(self, *, refresh: bool = True) -> bool:
         """Whether any version is pending or failed (read as `due` reads)."""
-        return bool(self.open_versions())
+        return bool(self.open_versions(refresh=refresh))
 
     def select(
         self,
