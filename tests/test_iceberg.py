@@ -19,10 +19,9 @@ from typing import Any
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from conftest import HomeCopy, bucket_store, drop_bucket, use_bucket
+from conftest import HomeCopy, SharedCsvHome, bucket_store, drop_bucket, use_bucket
 from index_support import (
     DATA,
-    LIGER_CSV,
     csv_bytes,
     fingerprints,
     index_settings,
@@ -46,7 +45,6 @@ from pipelines.index.engines import ENGINES
 from pipelines.index.local import load_current
 from pipelines.index.remote import connect_remote
 from pipelines.index.tables import STORED_TABLES, TABLES, VIEWS
-from pipelines.ingest import ingest_paths
 from pipelines.intake.ledger import LEDGER_TABLE, FileEntry, Ledger
 from pipelines.records.canonical import manifest_digest
 from pipelines.settings import Settings
@@ -84,12 +82,12 @@ def seed_run_digests() -> set[str]:
 
 
 def test_a_bare_duckdb_runs_what_kindex_connect_prints(
-    s3_store: Any, index_settings: Any, capsys: pytest.CaptureFixture[str]
+    shared_csv: SharedCsvHome, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """After an ingest of the shared CSV, a fresh process with only duckdb and its extensions
     sees every run, the seeds' digests and the same counts as `kindex query`; pyiceberg reads
     the same runs table through the catalog."""
-    ingest_paths([LIGER_CSV], index_settings, progress=False, store=s3_store)
+    s3_store, index_settings = shared_csv.store, shared_csv.settings
     assert main(["connect"]) == 0
     statements = capsys.readouterr().out
     names = [*TABLES, *VIEWS]

@@ -10,6 +10,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import SharedCsvHome
 from index_support import (
     DATA,
     LIGER_CSV,
@@ -42,33 +43,40 @@ def seed_records(path: Path) -> dict[str, dict[str, Any]]:
 
 
 @pytest.fixture
-def ingested(s3_store: Any, index_settings: Any) -> Any:
-    summary = ingest_paths([LIGER_CSV], index_settings, progress=False, store=s3_store)
-    return summary
+def ingested(shared_csv: SharedCsvHome) -> Any:
+    """The shared CSV's ingest (built once for the session, restored for each test)."""
+    return shared_csv.summary
 
 
-def test_the_shared_csv_indexes_every_row(ingested: Any, index_settings: Any) -> None:
+@pytest.fixture
+def shared_settings(shared_csv: SharedCsvHome) -> Settings:
+    return shared_csv.settings
+
+
+def test_the_shared_csv_indexes_every_row(ingested: Any, shared_settings: Settings) -> None:
     assert ingested.rows == 2448
     assert ingested.runs_by_metric == {"latency": 1649, "memory": 799}
-    assert query(index_settings, "SELECT count(*), count(DISTINCT run_digest) FROM runs") == [
+    assert query(shared_settings, "SELECT count(*), count(DISTINCT run_digest) FROM runs") == [
         (2448, 2448)
     ]
-    assert query(index_settings, "SELECT count(*) FROM lineage") == [(2448,)]
-    assert query(index_settings, "SELECT count(*) FROM quarantine") == [(0,)]
+    assert query(shared_settings, "SELECT count(*) FROM lineage") == [(2448,)]
+    assert query(shared_settings, "SELECT count(*) FROM quarantine") == [(0,)]
     [(key, line)] = query(
-        index_settings, "SELECT DISTINCT source_key, min(source_line) FROM runs GROUP BY ALL"
+        shared_settings, "SELECT DISTINCT source_key, min(source_line) FROM runs GROUP BY ALL"
     )
     assert (key, line) == ("incoming/all_benchmark_data.csv", 2)
 
 
-def test_seed_runs_and_their_references_are_indexed(ingested: Any, index_settings: Any) -> None:
+def test_seed_runs_and_their_references_are_indexed(
+    ingested: Any, shared_settings: Settings
+) -> None:
     lines = set()
     for seed_file in sorted((DATA / "seeds").glob("*.txt")):
         seed = seed_records(seed_file)
         run = seed["run"]
         spec = run["spec"]
         rows = query(
-            index_settings,
+            shared_settings,
             "SELECT implementation_digest, workload_digest, protocol_digest, environment_digest,"
             f" external_id, source_line FROM runs WHERE run_digest = '{manifest_digest(run)}'",
         )
@@ -87,71 +95,72 @@ def test_seed_runs_and_their_references_are_indexed(ingested: Any, index_setting
             digest = manifest_digest(seed[kind])
             assert digest == spec[f"{kind}Digest"]
             assert query(
-                index_settings, f"SELECT count(*) FROM {table} WHERE digest = '{digest}'"
+                shared_settings, f"SELECT count(*) FROM {table} WHERE digest = '{digest}'"
             ) == [(1,)]
         for column, table in (
             ("workloadDigest", "workloads"),
             ("implementationDigest", "implementations"),
         ):
             assert query(
-                index_settings, f"SELECT count(*) FROM {table} WHERE digest = '{spec[column]}'"
+                shared_settings, f"SELECT count(*) FROM {table} WHERE digest = '{spec[column]}'"
             ) == [(1,)]
     assert lines == {2212, 1843}
 
 
 def test_reingest_adds_nothing_and_changes_no_table(
-    ingested: Any, s3_store: Any, index_settings: Any
+    ingested: Any, shared_csv: SharedCsvHome
 ) -> None:
-    before = fingerprints(index_settings)
+    shared_settings = shared_csv.settings
+    before = fingerprints(shared_settings)
     assert set(before) == set(TABLES + VIEWS)
-    records_before = sorted(o.key for o in s3_store.list("records/"))
-    again = ingest_paths([LIGER_CSV], index_settings, progress=False, store=s3_store)
+    records_before = sorted(o.key for o in shared_csv.store.list("records/"))
+    again = ingest_paths([LIGER_CSV], shared_settings, progress=False, store=shared_csv.store)
     assert again.files[0].reused
     assert not again.index.published
-    assert fingerprints(index_settings) == before
-    assert sorted(o.key for o in s3_store.list("records/")) == records_before
+    assert fingerprints(shared_settings) == before
+    assert sorted(o.key for o in shared_csv.store.list("records/")) == records_before
     # The same bytes under another name: one more read, the same snapshot, no new record.
-    copy = Path(index_settings.home) / "copy.csv"
+    copy = Path(shared_settings.home) / "copy.csv"
     copy.write_bytes(LIGER_CSV.read_bytes())
-    ingest_paths([copy], index_settings, progress=False, store=s3_store)
-    after = fingerprints(index_settings)
+    ingest_paths([copy], shared_settings, progress=False, store=shared_csv.store)
+    after = fingerprints(shared_settings)
     assert {k: v for k, v in after.items() if k != "snapshots"} == {
         k: v for k, v in before.items() if k != "snapshots"
     }
     assert query(
-        index_settings, "SELECT count(*), count(DISTINCT snapshot_digest) FROM snapshots"
+        shared_settings, "SELECT count(*), count(DISTINCT snapshot_digest) FROM snapshots"
     ) == [(2, 1)]
 
 
-def test_views_answer_the_questions_people_ask(ingested: Any, index_settings: Any) -> None:
+def test_views_answer_the_questions_people_ask(ingested: Any, shared_settings: Settings) -> None:
     speedups = query(
-        index_settings,
+        shared_settings,
         "SELECT provider, baseline_provider, speedup FROM speedups "
         "WHERE kernel = 'jsd' AND gpu = 'NVIDIA B200' AND provider = 'liger'",
     )
     assert speedups and all(b != "liger" and s > 0 for _, b, s in speedups)
     # A regression needs the spread to separate: new p20 above old p80.
     assert query(
-        index_settings,
+        shared_settings,
         "SELECT count(*) FROM version_changes WHERE regressed AND NOT (new_p20 > old_p80)",
     ) == [(0,)]
     assert query(
-        index_settings, "SELECT count(*) FROM latest_runs WHERE superseded_by IS NOT NULL"
+        shared_settings, "SELECT count(*) FROM latest_runs WHERE superseded_by IS NOT NULL"
     ) == [(0,)]
-    assert query(index_settings, "SELECT count(*), sum(runs) FROM cohorts") == query(
-        index_settings,
+    assert query(shared_settings, "SELECT count(*), sum(runs) FROM cohorts") == query(
+        shared_settings,
         "SELECT count(DISTINCT (operation_digest, workload_digest, protocol_digest,"
         " environment_digest, metric)), count(*) FROM runs",
     )
 
 
 def test_cohorts_do_not_depend_on_the_order_runs_are_scanned(
-    ingested: Any, index_settings: Any
+    ingested: Any, shared_settings: Settings
 ) -> None:
     """Some cohorts hold runs of several kernels (benchmarks sharing one OperationSpec): the
     cohort names the same one whichever order the files list the runs in (one publish of many
     files, or many publishes, lay them out differently)."""
-    con = open_index(index_settings)
+    con = open_index(shared_settings)
     try:
         assert con.execute(
             "SELECT count(*) FROM (SELECT cohort_id FROM runs JOIN cohorts USING "
@@ -174,7 +183,7 @@ def test_cohorts_do_not_depend_on_the_order_runs_are_scanned(
 
 
 def test_query_command_prints_json_and_rejects_bad_sql(
-    ingested: Any, index_settings: Any, capsys: pytest.CaptureFixture[str]
+    ingested: Any, shared_settings: Settings, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert (
         main(
