@@ -10,6 +10,7 @@ import shutil
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -180,6 +181,30 @@ class HomeCopy:
         shutil.copytree(self.saved_home, self.home, symlinks=True)
 
 
+@contextmanager
+def building_home(
+    embedded_s3: EmbeddedS3, s3_client: Any, folder: Path
+) -> Iterator[tuple[S3Store, Settings]]:
+    """A new bucket of the session's server and a home in `folder`, the environment pointing
+    at them while a module- or session-scoped fixture builds what its tests share."""
+    bucket = f"home-{uuid.uuid4().hex[:16]}"
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        use_bucket(monkeypatch, embedded_s3, bucket, folder / "home")
+        store = bucket_store(embedded_s3, s3_client, bucket)
+        store.ensure_bucket()
+        yield store, Settings.from_env()
+
+
+def restored_home(
+    saved: HomeCopy, embedded_s3: EmbeddedS3, s3_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> tuple[S3Store, Settings]:
+    """A saved home as it was built, this test's to read or add to (the environment points at
+    it, as `s3_store` and `index_settings` do)."""
+    saved.restore(s3_client)
+    use_bucket(monkeypatch, embedded_s3, saved.bucket, saved.home)
+    return bucket_store(embedded_s3, s3_client, saved.bucket), Settings.from_env()
+
+
 def drop_bucket(client: Any, name: str) -> None:
     """Delete one bucket of the session's server and its objects (gone already: nothing)."""
     try:
@@ -216,16 +241,11 @@ def built_shared_csv(
     """The shared Liger CSV ingested once for the session (per xdist worker): most of the work
     of every test that reads the whole CSV's index."""
     folder = tmp_path_factory.mktemp("shared-csv")
-    bucket = f"shared-csv-{uuid.uuid4().hex[:16]}"
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        use_bucket(monkeypatch, embedded_s3, bucket, folder / "home")
-        settings = Settings.from_env()
-        store = bucket_store(embedded_s3, s3_client, bucket)
-        store.ensure_bucket()
+    with building_home(embedded_s3, s3_client, folder) as (store, settings):
         summary = ingest_paths([LIGER_CSV], settings, progress=False, store=store)
-        saved = HomeCopy.saved(s3_client, bucket, folder / "home", folder)
+        saved = HomeCopy.saved(s3_client, store.bucket, folder / "home", folder)
     yield saved, summary
-    drop_bucket(s3_client, bucket)
+    drop_bucket(s3_client, saved.bucket)
 
 
 @pytest.fixture
@@ -238,11 +258,7 @@ def shared_csv(
     """The shared CSV's home as it was ingested, this test's to read or add to (the environment
     points at it, as `s3_store` and `index_settings` do)."""
     saved, summary = built_shared_csv
-    saved.restore(s3_client)
-    use_bucket(monkeypatch, embedded_s3, saved.bucket, saved.home)
-    return SharedCsvHome(
-        bucket_store(embedded_s3, s3_client, saved.bucket), Settings.from_env(), summary
-    )
+    return SharedCsvHome(*restored_home(saved, embedded_s3, s3_client, monkeypatch), summary)
 
 
 @pytest.fixture(autouse=True)

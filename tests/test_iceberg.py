@@ -9,7 +9,6 @@ import re
 import subprocess
 import sys
 import threading
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -19,7 +18,7 @@ from typing import Any
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from conftest import HomeCopy, SharedCsvHome, bucket_store, drop_bucket, use_bucket
+from conftest import HomeCopy, SharedCsvHome, building_home, drop_bucket, restored_home
 from index_support import (
     DATA,
     csv_bytes,
@@ -133,22 +132,17 @@ def built_two_files(
     """The two files ingested once for the module: each test reads a copy of that home (or
     adds to it), instead of ingesting the same files again."""
     folder = tmp_path_factory.mktemp("two-files")
-    bucket = f"two-files-{uuid.uuid4().hex[:16]}"
     header, rows = liger_rows(range(2, 42))
     at = header.index("timestamp")
     later = [[*row[:at], "2030-01-01 00:00:00", *row[at + 1 :]] for row in rows]
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        use_bucket(monkeypatch, embedded_s3, bucket, folder / "home")
-        settings = Settings.from_env()
-        store = bucket_store(embedded_s3, s3_client, bucket)
-        store.ensure_bucket()
+    with building_home(embedded_s3, s3_client, folder) as (store, settings):
         ingest_bytes(store, settings, [("incoming/a.csv", csv_bytes(header, rows))])
         first = load_current(store, settings).version
         ingest_bytes(store, settings, [("incoming/b.csv", csv_bytes(header, later))])
         newest = load_current(store, settings).version
-        saved = HomeCopy.saved(s3_client, bucket, folder / "home", folder)
+        saved = HomeCopy.saved(s3_client, store.bucket, folder / "home", folder)
     yield TwoFiles(saved, first, newest)
-    drop_bucket(s3_client, bucket)
+    drop_bucket(s3_client, saved.bucket)
 
 
 @pytest.fixture
@@ -160,10 +154,8 @@ def two_files(
 ) -> tuple[S3Store, Settings, TwoFiles]:
     """The two files' home as it was built, this test's to read or add to (the environment
     points at it, as `s3_store` and `index_settings` do)."""
-    built = built_two_files
-    built.saved.restore(s3_client)
-    use_bucket(monkeypatch, embedded_s3, built.saved.bucket, built.saved.home)
-    return bucket_store(embedded_s3, s3_client, built.saved.bucket), Settings.from_env(), built
+    store, settings = restored_home(built_two_files.saved, embedded_s3, s3_client, monkeypatch)
+    return store, settings, built_two_files
 
 
 def test_a_bare_duckdb_skips_the_settled_files_for_the_latest_runs(

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import SharedCsvHome
+from conftest import HomeCopy, SharedCsvHome, building_home, drop_bucket, restored_home
 from index_support import (
     DATA,
     LIGER_CSV,
@@ -32,6 +34,8 @@ from pipelines.index.tables import TABLES, VIEWS
 from pipelines.ingest import ingest_paths
 from pipelines.records.canonical import manifest_digest
 from pipelines.settings import Settings
+from pipelines.storage.embedded import EmbeddedS3
+from pipelines.storage.s3 import S3Store
 
 __all__ = ["index_settings"]
 
@@ -208,16 +212,62 @@ def test_query_command_prints_json_and_rejects_bad_sql(
     capsys.readouterr()
 
 
-def test_a_second_file_adds_only_its_new_runs(s3_store: Any, index_settings: Any) -> None:
+def stored_rows(store: Any, settings: Any, table: str) -> int:
+    keys = load_current(store, settings).files[table]
+    return sum(pq.read_metadata(io.BytesIO(store.get_bytes(key))).num_rows for key in keys)
+
+
+@dataclass(frozen=True, slots=True)
+class TwoFiles:
+    """first.csv (200 rows of the shared CSV) then second.csv (those and 100 more) ingested,
+    with what the index held between the two."""
+
+    saved: HomeCopy
+    first_segments: list[str]
+    first_lineage_files_rows: int
+    first_lineage: list[tuple[Any, ...]]
+
+
+@pytest.fixture(scope="module")
+def built_two_files(
+    embedded_s3: EmbeddedS3, s3_client: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[TwoFiles]:
+    """The two files ingested once for the module (two tests read them)."""
+    folder = tmp_path_factory.mktemp("two-files")
+    header, rows = liger_rows(range(2, 302))
+    with building_home(embedded_s3, s3_client, folder) as (store, settings):
+        ingest_bytes(store, settings, [("incoming/first.csv", csv_bytes(header, rows[:200]))])
+        first_segments = load_current(store, settings).files["run_segments"]
+        first_lineage_files_rows = stored_rows(store, settings, "lineage_files")
+        first_lineage = query(settings, "SELECT count(*) FROM lineage")
+        ingest_bytes(store, settings, [("incoming/second.csv", csv_bytes(header, rows))])
+        saved = HomeCopy.saved(s3_client, store.bucket, folder / "home", folder)
+    yield TwoFiles(saved, first_segments, first_lineage_files_rows, first_lineage)
+    drop_bucket(s3_client, saved.bucket)
+
+
+@pytest.fixture
+def two_files(
+    built_two_files: TwoFiles,
+    embedded_s3: EmbeddedS3,
+    s3_client: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> tuple[S3Store, Settings, TwoFiles]:
+    """The two files' home as it was built (the environment points at it)."""
+    store, settings = restored_home(built_two_files.saved, embedded_s3, s3_client, monkeypatch)
+    return store, settings, built_two_files
+
+
+def test_a_second_file_adds_only_its_new_runs(
+    two_files: tuple[S3Store, Settings, TwoFiles],
+) -> None:
     """A second file holding a first file's runs and more: only its new runs are written, to a
     data file in the table's folder of the warehouse, with where each was first seen and its
     state; the first file's rows stay where they are (none of their state changed). Each
     record's source_key is where it was first seen."""
-    header, rows = liger_rows(range(2, 302))
-    ingest_bytes(s3_store, index_settings, [("incoming/first.csv", csv_bytes(header, rows[:200]))])
+    s3_store, index_settings, built = two_files
     layout = IndexLayout.of(index_settings)
-    first = load_current(s3_store, index_settings).files["run_segments"]
-    ingest_bytes(s3_store, index_settings, [("incoming/second.csv", csv_bytes(header, rows))])
+    first = built.first_segments
     segments = load_current(s3_store, index_settings).files["run_segments"]
     tables = f"{layout.index_prefix}{s3_store.bucket}/run_segments/data/"
     assert segments and all(s.startswith(tables) for s in segments), segments
@@ -234,22 +284,15 @@ def test_a_second_file_adds_only_its_new_runs(s3_store: Any, index_settings: Any
     assert sources == [("incoming/first.csv",), ("incoming/second.csv",)]
 
 
-def stored_rows(store: Any, settings: Any, table: str) -> int:
-    keys = load_current(store, settings).files[table]
-    return sum(pq.read_metadata(io.BytesIO(store.get_bytes(key))).num_rows for key in keys)
-
-
 def test_lineage_files_hold_only_the_lineage_rows_that_runs_do_not(
-    s3_store: Any, index_settings: Any
+    two_files: tuple[S3Store, Settings, TwoFiles],
 ) -> None:
     """A run's own row is its first lineage row: a file whose runs are all new stores no lineage
     of its own, and a file that repeats runs stores the rows of those. The lineage view holds
     every (file, line, run) all the same."""
-    header, rows = liger_rows(range(2, 302))
-    ingest_bytes(s3_store, index_settings, [("incoming/first.csv", csv_bytes(header, rows[:200]))])
-    assert stored_rows(s3_store, index_settings, "lineage_files") == 0
-    assert query(index_settings, "SELECT count(*) FROM lineage") == [(200,)]
-    ingest_bytes(s3_store, index_settings, [("incoming/second.csv", csv_bytes(header, rows))])
+    s3_store, index_settings, built = two_files
+    assert built.first_lineage_files_rows == 0  # after first.csv alone
+    assert built.first_lineage == [(200,)]
     assert stored_rows(s3_store, index_settings, "lineage_files") == 200
     assert query(
         index_settings,
