@@ -10,14 +10,19 @@ import shutil
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from pipelines.ingest import IngestSummary, ingest_paths
+from pipelines.settings import Settings
 from pipelines.storage.embedded import EmbeddedS3, start_on_free_ports
 from pipelines.storage.s3 import S3Store, make_client
+
+LIGER_CSV = Path(__file__).parent / "data" / "liger" / "all_benchmark_data.csv"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -176,6 +181,30 @@ class HomeCopy:
         shutil.copytree(self.saved_home, self.home, symlinks=True)
 
 
+@contextmanager
+def building_home(
+    embedded_s3: EmbeddedS3, s3_client: Any, folder: Path
+) -> Iterator[tuple[S3Store, Settings]]:
+    """A new bucket of the session's server and a home in `folder`, the environment pointing
+    at them while a module- or session-scoped fixture builds what its tests share."""
+    bucket = f"home-{uuid.uuid4().hex[:16]}"
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        use_bucket(monkeypatch, embedded_s3, bucket, folder / "home")
+        store = bucket_store(embedded_s3, s3_client, bucket)
+        store.ensure_bucket()
+        yield store, Settings.from_env()
+
+
+def restored_home(
+    saved: HomeCopy, embedded_s3: EmbeddedS3, s3_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> tuple[S3Store, Settings]:
+    """A saved home as it was built, this test's to read or add to (the environment points at
+    it, as `s3_store` and `index_settings` do)."""
+    saved.restore(s3_client)
+    use_bucket(monkeypatch, embedded_s3, saved.bucket, saved.home)
+    return bucket_store(embedded_s3, s3_client, saved.bucket), Settings.from_env()
+
+
 def drop_bucket(client: Any, name: str) -> None:
     """Delete one bucket of the session's server and its objects (gone already: nothing)."""
     try:
@@ -194,6 +223,42 @@ def drop_buckets(client: Any) -> None:
     out (PutObject then answers InternalError)."""
     for bucket in client.list_buckets().get("Buckets", []):
         drop_bucket(client, bucket["Name"])
+
+
+@dataclass(frozen=True, slots=True)
+class SharedCsvHome:
+    """A home whose bucket holds the shared Liger CSV ingested (and its index published)."""
+
+    store: S3Store
+    settings: Settings
+    summary: IngestSummary
+
+
+@pytest.fixture(scope="session")
+def built_shared_csv(
+    embedded_s3: EmbeddedS3, s3_client: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[HomeCopy, IngestSummary]]:
+    """The shared Liger CSV ingested once for the session (per xdist worker): most of the work
+    of every test that reads the whole CSV's index."""
+    folder = tmp_path_factory.mktemp("shared-csv")
+    with building_home(embedded_s3, s3_client, folder) as (store, settings):
+        summary = ingest_paths([LIGER_CSV], settings, progress=False, store=store)
+        saved = HomeCopy.saved(s3_client, store.bucket, folder / "home", folder)
+    yield saved, summary
+    drop_bucket(s3_client, saved.bucket)
+
+
+@pytest.fixture
+def shared_csv(
+    built_shared_csv: tuple[HomeCopy, IngestSummary],
+    embedded_s3: EmbeddedS3,
+    s3_client: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> SharedCsvHome:
+    """The shared CSV's home as it was ingested, this test's to read or add to (the environment
+    points at it, as `s3_store` and `index_settings` do)."""
+    saved, summary = built_shared_csv
+    return SharedCsvHome(*restored_home(saved, embedded_s3, s3_client, monkeypatch), summary)
 
 
 @pytest.fixture(autouse=True)

@@ -9,6 +9,8 @@ import re
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -16,9 +18,9 @@ from typing import Any
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from conftest import HomeCopy, SharedCsvHome, building_home, drop_bucket, restored_home
 from index_support import (
     DATA,
-    LIGER_CSV,
     csv_bytes,
     fingerprints,
     index_settings,
@@ -35,6 +37,7 @@ from pipelines.index.catalog import (
     VERSIONS_TABLE,
     IndexCatalog,
     MissingFieldIds,
+    Version,
     files_without_field_ids,
     plan_compaction,
 )
@@ -42,10 +45,12 @@ from pipelines.index.engines import ENGINES
 from pipelines.index.local import load_current
 from pipelines.index.remote import connect_remote
 from pipelines.index.tables import STORED_TABLES, TABLES, VIEWS
-from pipelines.ingest import ingest_paths
 from pipelines.intake.ledger import LEDGER_TABLE, FileEntry, Ledger
 from pipelines.records.canonical import manifest_digest
+from pipelines.settings import Settings
 from pipelines.storage.base import ObjectInfo
+from pipelines.storage.embedded import EmbeddedS3
+from pipelines.storage.s3 import S3Store
 
 __all__ = ["index_settings"]
 
@@ -77,12 +82,12 @@ def seed_run_digests() -> set[str]:
 
 
 def test_a_bare_duckdb_runs_what_kindex_connect_prints(
-    s3_store: Any, index_settings: Any, capsys: pytest.CaptureFixture[str]
+    shared_csv: SharedCsvHome, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """After an ingest of the shared CSV, a fresh process with only duckdb and its extensions
     sees every run, the seeds' digests and the same counts as `kindex query`; pyiceberg reads
     the same runs table through the catalog."""
-    ingest_paths([LIGER_CSV], index_settings, progress=False, store=s3_store)
+    s3_store, index_settings = shared_csv.store, shared_csv.settings
     assert main(["connect"]) == 0
     statements = capsys.readouterr().out
     names = [*TABLES, *VIEWS]
@@ -111,17 +116,56 @@ def files_read(con: Any, sql: str) -> int:
     return sum(int(n) for n in re.findall(r"Total Files Read: (\d+)", plan))
 
 
+@dataclass(frozen=True, slots=True)
+class TwoFiles:
+    """A home that ingested a.csv (40 rows of the shared CSV), then b.csv (the same cases run
+    again later), with the index version each publish made."""
+
+    saved: HomeCopy
+    first: Version
+    newest: Version
+
+
+@pytest.fixture(scope="module")
+def built_two_files(
+    embedded_s3: EmbeddedS3, s3_client: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[TwoFiles]:
+    """The two files ingested once for the module: each test reads a copy of that home (or
+    adds to it), instead of ingesting the same files again."""
+    folder = tmp_path_factory.mktemp("two-files")
+    header, rows = liger_rows(range(2, 42))
+    at = header.index("timestamp")
+    later = [[*row[:at], "2030-01-01 00:00:00", *row[at + 1 :]] for row in rows]
+    with building_home(embedded_s3, s3_client, folder) as (store, settings):
+        ingest_bytes(store, settings, [("incoming/a.csv", csv_bytes(header, rows))])
+        first = load_current(store, settings).version
+        ingest_bytes(store, settings, [("incoming/b.csv", csv_bytes(header, later))])
+        newest = load_current(store, settings).version
+        saved = HomeCopy.saved(s3_client, store.bucket, folder / "home", folder)
+    yield TwoFiles(saved, first, newest)
+    drop_bucket(s3_client, saved.bucket)
+
+
+@pytest.fixture
+def two_files(
+    built_two_files: TwoFiles,
+    embedded_s3: EmbeddedS3,
+    s3_client: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> tuple[S3Store, Settings, TwoFiles]:
+    """The two files' home as it was built, this test's to read or add to (the environment
+    points at it, as `s3_store` and `index_settings` do)."""
+    store, settings = restored_home(built_two_files.saved, embedded_s3, s3_client, monkeypatch)
+    return store, settings, built_two_files
+
+
 def test_a_bare_duckdb_skips_the_settled_files_for_the_latest_runs(
-    s3_store: Any, index_settings: Any
+    two_files: tuple[S3Store, Settings, TwoFiles],
 ) -> None:
     """Later runs of the same cases settle the first file's runs into a file of their own: the
     views over latest runs and version heads open only the live file through iceberg_scan (the
     table's partition on `live`), while a scan of all runs opens both."""
-    header, rows = liger_rows(range(2, 42))
-    at = header.index("timestamp")
-    later = [[*row[:at], "2030-01-01 00:00:00", *row[at + 1 :]] for row in rows]
-    ingest_bytes(s3_store, index_settings, [("incoming/a.csv", csv_bytes(header, rows))])
-    ingest_bytes(s3_store, index_settings, [("incoming/b.csv", csv_bytes(header, later))])
+    _, index_settings, _ = two_files
     con = connect_remote(index_settings)
     assert con.execute(
         "SELECT count(*) FILTER (WHERE live), count(*) FROM run_segments"
@@ -132,24 +176,22 @@ def test_a_bare_duckdb_skips_the_settled_files_for_the_latest_runs(
 
 
 def test_query_as_of_the_version_before_the_last_file(
-    s3_store: Any, index_settings: Any, capsys: pytest.CaptureFixture[str]
+    two_files: tuple[S3Store, Settings, TwoFiles], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    header, rows = liger_rows(range(2, 62))
-    ingest_bytes(s3_store, index_settings, [("incoming/a.csv", csv_bytes(header, rows[:40]))])
-    before = load_current(s3_store, index_settings).version
-    ingest_bytes(s3_store, index_settings, [("incoming/b.csv", csv_bytes(header, rows[40:]))])
+    _, _, built = two_files
+    before = built.first
     sql = "SELECT count(*) AS n, count(DISTINCT source_key) AS keys FROM runs"
 
     def counts(*extra: str) -> str:
         assert main(["query", sql, "--format", "csv", *extra]) == 0
         return capsys.readouterr().out
 
-    assert counts() == "n,keys\n60,2\n"
+    assert counts() == "n,keys\n80,2\n"
     assert before.version and before.published_at
     assert counts("--as-of", before.version) == "n,keys\n40,1\n"
     assert counts("--as-of", str(before.snapshot_ids["run_segments"])) == "n,keys\n40,1\n"
     assert counts("--as-of", before.published_at.isoformat()) == "n,keys\n40,1\n"
-    assert counts() == "n,keys\n60,2\n"  # the current version is still the local default
+    assert counts() == "n,keys\n80,2\n"  # the current version is still the local default
     assert main(["query", sql, "--as-of", "2001-01-01T00:00:00Z"]) == 1
     assert "no version was published by then" in capsys.readouterr().err
 
@@ -167,16 +209,12 @@ def ledger_entries(bucket: str, count: int, offset: int = 0) -> list[FileEntry]:
 
 
 def test_every_data_file_of_every_table_carries_its_field_ids(
-    s3_store: Any, index_settings: Any
+    two_files: tuple[S3Store, Settings, TwoFiles],
 ) -> None:
     """Two publishes (a record set's manifests file joining the table as it is, the files the
     publish writes, the run files it rewrites) and a ledger appended to past its compaction:
     every data file that any manifest of any table names carries the table's field IDs."""
-    header, rows = liger_rows(range(2, 42))
-    at = header.index("timestamp")
-    later = [[*row[:at], "2030-01-01 00:00:00", *row[at + 1 :]] for row in rows]
-    ingest_bytes(s3_store, index_settings, [("incoming/a.csv", csv_bytes(header, rows))])
-    ingest_bytes(s3_store, index_settings, [("incoming/b.csv", csv_bytes(header, later))])
+    s3_store, index_settings, _ = two_files
     ledger = Ledger.of(s3_store, index_settings)
     for n in range(COMPACT_ABOVE_FILES + 2):
         ledger.append(ledger_entries(s3_store.bucket, 1, n))
@@ -264,16 +302,13 @@ def test_an_index_and_ledger_written_without_field_ids_are_rewritten_once(
 
 
 def test_kindex_connect_prints_a_program_per_engine_pinned_to_one_version(
-    s3_store: Any, index_settings: Any, capsys: pytest.CaptureFixture[str]
+    two_files: tuple[S3Store, Settings, TwoFiles], capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Each engine's program is Python that pins the version asked for: Polars and Daft each
     table's snapshot id, ClickHouse the version's publish time and each table's metadata file.
     (They run against a real home in tests/test_engines.py, with the engines installed.)"""
-    header, rows = liger_rows(range(2, 22))
-    ingest_bytes(s3_store, index_settings, [("incoming/a.csv", csv_bytes(header, rows[:10]))])
-    first = load_current(s3_store, index_settings).version
-    ingest_bytes(s3_store, index_settings, [("incoming/b.csv", csv_bytes(header, rows[10:]))])
-    newest = load_current(s3_store, index_settings).version
+    s3_store, index_settings, built = two_files
+    first, newest = built.first, built.newest
     catalog = IndexCatalog.beside(s3_store, index_settings)
     metadata = catalog.metadata_locations()["run_segments"].rsplit("/", 1)[1]
     for engine in ENGINES:

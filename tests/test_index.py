@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import HomeCopy, SharedCsvHome, building_home, drop_bucket, restored_home
 from index_support import (
     DATA,
     LIGER_CSV,
@@ -31,6 +34,8 @@ from pipelines.index.tables import TABLES, VIEWS
 from pipelines.ingest import ingest_paths
 from pipelines.records.canonical import manifest_digest
 from pipelines.settings import Settings
+from pipelines.storage.embedded import EmbeddedS3
+from pipelines.storage.s3 import S3Store
 
 __all__ = ["index_settings"]
 
@@ -42,33 +47,40 @@ def seed_records(path: Path) -> dict[str, dict[str, Any]]:
 
 
 @pytest.fixture
-def ingested(s3_store: Any, index_settings: Any) -> Any:
-    summary = ingest_paths([LIGER_CSV], index_settings, progress=False, store=s3_store)
-    return summary
+def ingested(shared_csv: SharedCsvHome) -> Any:
+    """The shared CSV's ingest (built once for the session, restored for each test)."""
+    return shared_csv.summary
 
 
-def test_the_shared_csv_indexes_every_row(ingested: Any, index_settings: Any) -> None:
+@pytest.fixture
+def shared_settings(shared_csv: SharedCsvHome) -> Settings:
+    return shared_csv.settings
+
+
+def test_the_shared_csv_indexes_every_row(ingested: Any, shared_settings: Settings) -> None:
     assert ingested.rows == 2448
     assert ingested.runs_by_metric == {"latency": 1649, "memory": 799}
-    assert query(index_settings, "SELECT count(*), count(DISTINCT run_digest) FROM runs") == [
+    assert query(shared_settings, "SELECT count(*), count(DISTINCT run_digest) FROM runs") == [
         (2448, 2448)
     ]
-    assert query(index_settings, "SELECT count(*) FROM lineage") == [(2448,)]
-    assert query(index_settings, "SELECT count(*) FROM quarantine") == [(0,)]
+    assert query(shared_settings, "SELECT count(*) FROM lineage") == [(2448,)]
+    assert query(shared_settings, "SELECT count(*) FROM quarantine") == [(0,)]
     [(key, line)] = query(
-        index_settings, "SELECT DISTINCT source_key, min(source_line) FROM runs GROUP BY ALL"
+        shared_settings, "SELECT DISTINCT source_key, min(source_line) FROM runs GROUP BY ALL"
     )
     assert (key, line) == ("incoming/all_benchmark_data.csv", 2)
 
 
-def test_seed_runs_and_their_references_are_indexed(ingested: Any, index_settings: Any) -> None:
+def test_seed_runs_and_their_references_are_indexed(
+    ingested: Any, shared_settings: Settings
+) -> None:
     lines = set()
     for seed_file in sorted((DATA / "seeds").glob("*.txt")):
         seed = seed_records(seed_file)
         run = seed["run"]
         spec = run["spec"]
         rows = query(
-            index_settings,
+            shared_settings,
             "SELECT implementation_digest, workload_digest, protocol_digest, environment_digest,"
             f" external_id, source_line FROM runs WHERE run_digest = '{manifest_digest(run)}'",
         )
@@ -87,71 +99,72 @@ def test_seed_runs_and_their_references_are_indexed(ingested: Any, index_setting
             digest = manifest_digest(seed[kind])
             assert digest == spec[f"{kind}Digest"]
             assert query(
-                index_settings, f"SELECT count(*) FROM {table} WHERE digest = '{digest}'"
+                shared_settings, f"SELECT count(*) FROM {table} WHERE digest = '{digest}'"
             ) == [(1,)]
         for column, table in (
             ("workloadDigest", "workloads"),
             ("implementationDigest", "implementations"),
         ):
             assert query(
-                index_settings, f"SELECT count(*) FROM {table} WHERE digest = '{spec[column]}'"
+                shared_settings, f"SELECT count(*) FROM {table} WHERE digest = '{spec[column]}'"
             ) == [(1,)]
     assert lines == {2212, 1843}
 
 
 def test_reingest_adds_nothing_and_changes_no_table(
-    ingested: Any, s3_store: Any, index_settings: Any
+    ingested: Any, shared_csv: SharedCsvHome
 ) -> None:
-    before = fingerprints(index_settings)
+    shared_settings = shared_csv.settings
+    before = fingerprints(shared_settings)
     assert set(before) == set(TABLES + VIEWS)
-    records_before = sorted(o.key for o in s3_store.list("records/"))
-    again = ingest_paths([LIGER_CSV], index_settings, progress=False, store=s3_store)
+    records_before = sorted(o.key for o in shared_csv.store.list("records/"))
+    again = ingest_paths([LIGER_CSV], shared_settings, progress=False, store=shared_csv.store)
     assert again.files[0].reused
     assert not again.index.published
-    assert fingerprints(index_settings) == before
-    assert sorted(o.key for o in s3_store.list("records/")) == records_before
+    assert fingerprints(shared_settings) == before
+    assert sorted(o.key for o in shared_csv.store.list("records/")) == records_before
     # The same bytes under another name: one more read, the same snapshot, no new record.
-    copy = Path(index_settings.home) / "copy.csv"
+    copy = Path(shared_settings.home) / "copy.csv"
     copy.write_bytes(LIGER_CSV.read_bytes())
-    ingest_paths([copy], index_settings, progress=False, store=s3_store)
-    after = fingerprints(index_settings)
+    ingest_paths([copy], shared_settings, progress=False, store=shared_csv.store)
+    after = fingerprints(shared_settings)
     assert {k: v for k, v in after.items() if k != "snapshots"} == {
         k: v for k, v in before.items() if k != "snapshots"
     }
     assert query(
-        index_settings, "SELECT count(*), count(DISTINCT snapshot_digest) FROM snapshots"
+        shared_settings, "SELECT count(*), count(DISTINCT snapshot_digest) FROM snapshots"
     ) == [(2, 1)]
 
 
-def test_views_answer_the_questions_people_ask(ingested: Any, index_settings: Any) -> None:
+def test_views_answer_the_questions_people_ask(ingested: Any, shared_settings: Settings) -> None:
     speedups = query(
-        index_settings,
+        shared_settings,
         "SELECT provider, baseline_provider, speedup FROM speedups "
         "WHERE kernel = 'jsd' AND gpu = 'NVIDIA B200' AND provider = 'liger'",
     )
     assert speedups and all(b != "liger" and s > 0 for _, b, s in speedups)
     # A regression needs the spread to separate: new p20 above old p80.
     assert query(
-        index_settings,
+        shared_settings,
         "SELECT count(*) FROM version_changes WHERE regressed AND NOT (new_p20 > old_p80)",
     ) == [(0,)]
     assert query(
-        index_settings, "SELECT count(*) FROM latest_runs WHERE superseded_by IS NOT NULL"
+        shared_settings, "SELECT count(*) FROM latest_runs WHERE superseded_by IS NOT NULL"
     ) == [(0,)]
-    assert query(index_settings, "SELECT count(*), sum(runs) FROM cohorts") == query(
-        index_settings,
+    assert query(shared_settings, "SELECT count(*), sum(runs) FROM cohorts") == query(
+        shared_settings,
         "SELECT count(DISTINCT (operation_digest, workload_digest, protocol_digest,"
         " environment_digest, metric)), count(*) FROM runs",
     )
 
 
 def test_cohorts_do_not_depend_on_the_order_runs_are_scanned(
-    ingested: Any, index_settings: Any
+    ingested: Any, shared_settings: Settings
 ) -> None:
     """Some cohorts hold runs of several kernels (benchmarks sharing one OperationSpec): the
     cohort names the same one whichever order the files list the runs in (one publish of many
     files, or many publishes, lay them out differently)."""
-    con = open_index(index_settings)
+    con = open_index(shared_settings)
     try:
         assert con.execute(
             "SELECT count(*) FROM (SELECT cohort_id FROM runs JOIN cohorts USING "
@@ -174,7 +187,7 @@ def test_cohorts_do_not_depend_on_the_order_runs_are_scanned(
 
 
 def test_query_command_prints_json_and_rejects_bad_sql(
-    ingested: Any, index_settings: Any, capsys: pytest.CaptureFixture[str]
+    ingested: Any, shared_settings: Settings, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert (
         main(
@@ -199,16 +212,62 @@ def test_query_command_prints_json_and_rejects_bad_sql(
     capsys.readouterr()
 
 
-def test_a_second_file_adds_only_its_new_runs(s3_store: Any, index_settings: Any) -> None:
+def stored_rows(store: Any, settings: Any, table: str) -> int:
+    keys = load_current(store, settings).files[table]
+    return sum(pq.read_metadata(io.BytesIO(store.get_bytes(key))).num_rows for key in keys)
+
+
+@dataclass(frozen=True, slots=True)
+class TwoFiles:
+    """first.csv (200 rows of the shared CSV) then second.csv (those and 100 more) ingested,
+    with what the index held between the two."""
+
+    saved: HomeCopy
+    first_segments: list[str]
+    first_lineage_files_rows: int
+    first_lineage: list[tuple[Any, ...]]
+
+
+@pytest.fixture(scope="module")
+def built_two_files(
+    embedded_s3: EmbeddedS3, s3_client: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[TwoFiles]:
+    """The two files ingested once for the module (two tests read them)."""
+    folder = tmp_path_factory.mktemp("two-files")
+    header, rows = liger_rows(range(2, 302))
+    with building_home(embedded_s3, s3_client, folder) as (store, settings):
+        ingest_bytes(store, settings, [("incoming/first.csv", csv_bytes(header, rows[:200]))])
+        first_segments = load_current(store, settings).files["run_segments"]
+        first_lineage_files_rows = stored_rows(store, settings, "lineage_files")
+        first_lineage = query(settings, "SELECT count(*) FROM lineage")
+        ingest_bytes(store, settings, [("incoming/second.csv", csv_bytes(header, rows))])
+        saved = HomeCopy.saved(s3_client, store.bucket, folder / "home", folder)
+    yield TwoFiles(saved, first_segments, first_lineage_files_rows, first_lineage)
+    drop_bucket(s3_client, saved.bucket)
+
+
+@pytest.fixture
+def two_files(
+    built_two_files: TwoFiles,
+    embedded_s3: EmbeddedS3,
+    s3_client: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> tuple[S3Store, Settings, TwoFiles]:
+    """The two files' home as it was built (the environment points at it)."""
+    store, settings = restored_home(built_two_files.saved, embedded_s3, s3_client, monkeypatch)
+    return store, settings, built_two_files
+
+
+def test_a_second_file_adds_only_its_new_runs(
+    two_files: tuple[S3Store, Settings, TwoFiles],
+) -> None:
     """A second file holding a first file's runs and more: only its new runs are written, to a
     data file in the table's folder of the warehouse, with where each was first seen and its
     state; the first file's rows stay where they are (none of their state changed). Each
     record's source_key is where it was first seen."""
-    header, rows = liger_rows(range(2, 302))
-    ingest_bytes(s3_store, index_settings, [("incoming/first.csv", csv_bytes(header, rows[:200]))])
+    s3_store, index_settings, built = two_files
     layout = IndexLayout.of(index_settings)
-    first = load_current(s3_store, index_settings).files["run_segments"]
-    ingest_bytes(s3_store, index_settings, [("incoming/second.csv", csv_bytes(header, rows))])
+    first = built.first_segments
     segments = load_current(s3_store, index_settings).files["run_segments"]
     tables = f"{layout.index_prefix}{s3_store.bucket}/run_segments/data/"
     assert segments and all(s.startswith(tables) for s in segments), segments
@@ -225,22 +284,15 @@ def test_a_second_file_adds_only_its_new_runs(s3_store: Any, index_settings: Any
     assert sources == [("incoming/first.csv",), ("incoming/second.csv",)]
 
 
-def stored_rows(store: Any, settings: Any, table: str) -> int:
-    keys = load_current(store, settings).files[table]
-    return sum(pq.read_metadata(io.BytesIO(store.get_bytes(key))).num_rows for key in keys)
-
-
 def test_lineage_files_hold_only_the_lineage_rows_that_runs_do_not(
-    s3_store: Any, index_settings: Any
+    two_files: tuple[S3Store, Settings, TwoFiles],
 ) -> None:
     """A run's own row is its first lineage row: a file whose runs are all new stores no lineage
     of its own, and a file that repeats runs stores the rows of those. The lineage view holds
     every (file, line, run) all the same."""
-    header, rows = liger_rows(range(2, 302))
-    ingest_bytes(s3_store, index_settings, [("incoming/first.csv", csv_bytes(header, rows[:200]))])
-    assert stored_rows(s3_store, index_settings, "lineage_files") == 0
-    assert query(index_settings, "SELECT count(*) FROM lineage") == [(200,)]
-    ingest_bytes(s3_store, index_settings, [("incoming/second.csv", csv_bytes(header, rows))])
+    s3_store, index_settings, built = two_files
+    assert built.first_lineage_files_rows == 0  # after first.csv alone
+    assert built.first_lineage == [(200,)]
     assert stored_rows(s3_store, index_settings, "lineage_files") == 200
     assert query(
         index_settings,

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import re
 import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import HomeCopy, bucket_store, drop_bucket, use_bucket
+from conftest import HomeCopy, building_home, drop_bucket, restored_home
 from index_support import index_settings, ingest_bytes, query
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -66,17 +65,12 @@ def built_history(
     """The shared history's eleven runs ingested once for the module (each scenario adds its
     own run to a copy of it): ingesting them is most of a scenario's work."""
     folder = tmp_path_factory.mktemp("liger-history")
-    bucket = f"history-{uuid.uuid4().hex[:16]}"
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        use_bucket(monkeypatch, embedded_s3, bucket, folder / "home")
-        settings = Settings.from_env()
-        store = bucket_store(embedded_s3, s3_client, bucket)
-        store.ensure_bucket()
+    with building_home(embedded_s3, s3_client, folder) as (store, settings):
         history, _ = sample()
         ingest_bytes(store, settings, run_items(history))
-        saved = HomeCopy.saved(s3_client, bucket, folder / "home", folder)
+        saved = HomeCopy.saved(s3_client, store.bucket, folder / "home", folder)
     yield saved
-    drop_bucket(s3_client, bucket)
+    drop_bucket(s3_client, saved.bucket)
 
 
 @pytest.fixture
@@ -88,9 +82,7 @@ def history_home(
 ) -> tuple[S3Store, Settings]:
     """A store and settings holding the shared history as it was ingested, this test's to add
     to (the environment points at them, as `s3_store` and `index_settings` do)."""
-    built_history.restore(s3_client)
-    use_bucket(monkeypatch, embedded_s3, built_history.bucket, built_history.home)
-    return bucket_store(embedded_s3, s3_client, built_history.bucket), Settings.from_env()
+    return restored_home(built_history, embedded_s3, s3_client, monkeypatch)
 
 
 def build(home: tuple[S3Store, Settings], new: LigerRun) -> str:
