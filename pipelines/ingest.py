@@ -38,7 +38,6 @@ from pipelines.batch.records import (
     IngestSummary,
     SnapshotRecords,
     describe,
-    done_entry,
 )
 from pipelines.batch.sets_file import SetsFile
 from pipelines.batch.stages import Failed, Found, Snapshotted, known_info
@@ -51,7 +50,7 @@ from pipelines.batch.uploads import (
     uploader,
 )
 from pipelines.index.publish import publish_index
-from pipelines.intake.ledger import FileEntry, Ledger
+from pipelines.intake.ledger import FileEntry
 from pipelines.intake.snapshots import read_snapshot, sets_file_reads
 from pipelines.settings import Settings
 from pipelines.storage.base import ObjectStore
@@ -185,8 +184,8 @@ def process_snapshot(
         [written] = write(store, settings, normalize(store, settings, [parse(file)], parts_dir))
     if isinstance(written, Failed):
         raise written.error
-    # Its ledger row names its sets file: what the next publish reads.
-    Ledger.of(store, settings).append([done_entry(written.entry, written.records)])
+    # The commit step: its ledger row names its sets file, what the next publish reads.
+    commit(store, settings, "", [written])
     return written.records
 
 
