@@ -1,10 +1,12 @@
 """Files whose rows wait for another file (a FlashInfer trace for its definition). Where a
 definition is found at normalize time is the source interface's (`pipelines.sources`
 `offered_first`: the batch's own files, then the index). When a batch brings what such files
-may wait for, it marks every waiting file the bucket holds due again in the ledger, and a later
-batch (the ledger sensor's, or `kindex ingest`'s last) reads them like any other file. A batch
-that wrote waiting files itself asks again, once its record sets are durable, whether what they
-wait for landed meanwhile (a batch running beside it): one of the two always sees the other."""
+may wait for, it marks every waiting file due again in the ledger (those the index holds, and
+those of the sets files the ledger rows committed since its version name: never a listing of
+the record sets), and a later batch (the ledger sensor's, or `kindex ingest`'s last) reads them
+like any other file. A batch that wrote waiting files itself asks again, once its record sets
+are durable, whether what they wait for landed meanwhile (a batch running beside it): one of the
+two always sees the other."""
 
 from __future__ import annotations
 
@@ -15,12 +17,16 @@ from datetime import UTC, datetime
 from pipelines.batch.records import FileResult
 from pipelines.batch.stages import Failed, Parsed
 from pipelines.batch.steps import judged_version
+from pipelines.index.bucket_format import SetsFileContent
+from pipelines.index.catalog import IndexCatalog, Version
+from pipelines.index.committed import committed_after
 from pipelines.index.known import awaiting_files, is_awaiting, known_manifests
 from pipelines.index.layout import IndexLayout
 from pipelines.index.listing import list_record_sets
-from pipelines.index.local import load_current
+from pipelines.index.local import fetch_all, load_current
 from pipelines.index.publish import included
 from pipelines.intake.ledger import FileEntry, FileState, Ledger
+from pipelines.records.record_objects import RecordSetSummary
 from pipelines.settings import Settings
 from pipelines.sources import SourceContext
 from pipelines.storage.base import ObjectStore
@@ -54,14 +60,38 @@ def landed_meanwhile(
 
 
 def unpublished_awaiting(store: ObjectStore, settings: Settings) -> list[tuple[str, str]]:
-    """(snapshot digest, key) of each file whose rows wait, in a record set written but not
-    published yet."""
+    """(snapshot digest, key) of each file whose rows wait, in a record set the index lacks:
+    of the sets files named by the ledger rows committed since its version (an index published
+    before versions named a ledger point: of the listing its next publish reads once)."""
     layout = IndexLayout.of(settings)
+    catalog = IndexCatalog.beside(store, settings)
+    version = Version.empty() if catalog.outdated() else catalog.current()
+    committed = committed_after(catalog, version)
+    if committed is None:
+        return _listed_awaiting(store, settings, layout)
+    found = []
+    for key, path in zip(
+        committed.sets_files, fetch_all(store, layout, committed.sets_files), strict=True
+    ):
+        content = SetsFileContent.loads(path.read_bytes(), key)
+        waiting = {p for p, summary in content.summaries.items() if _awaits(summary)}
+        reads = [r.read for r in content.reads if r.prefix in waiting]
+        found += [(read.snapshot_digest, read.source_key) for read in reads]
+    return found
+
+
+def _awaits(summary: RecordSetSummary) -> bool:
+    return any(is_awaiting(reason) for reason in summary["quarantined_by_reason"])
+
+
+def _listed_awaiting(
+    store: ObjectStore, settings: Settings, layout: IndexLayout
+) -> list[tuple[str, str]]:
     listing = list_record_sets(store, layout)
     prefixes, _ = listing.unpublished(*included(store, layout, load_current(store, settings)))
     found = []
     for record_set in listing.record_sets(store, layout, prefixes):
-        if any(is_awaiting(reason) for reason in record_set.summary["quarantined_by_reason"]):
+        if _awaits(record_set.summary):
             ids = [(record_set.prefix, read) for read in listing.reads[record_set.prefix]]
             for read in listing.object_reads(store, layout, ids):
                 found.append((record_set.summary["snapshot_digest"], read.source_key))

@@ -32,10 +32,10 @@ from pipelines.batch.uploads import (
     put_own_objects,
     put_shared_objects,
 )
+from pipelines.batch.written import WrittenSets
 from pipelines.index.faults import RECORD_FILES_WRITTEN, pause_point
 from pipelines.index.known import KnownManifests, known_manifests
 from pipelines.index.layout import IndexLayout
-from pipelines.index.listing import RecordSetListing, list_record_sets
 from pipelines.intake.ledger import FileEntry, Ledger, version_of
 from pipelines.intake.snapshots import list_reads, read_and_keep, read_snapshot
 from pipelines.settings import Settings
@@ -151,12 +151,11 @@ def judged_version(parsed: Parsed, context: SourceContext) -> str:
 @dataclass(slots=True)
 class _Lookups:
     """What normalizing looks up beyond a file's bytes: the index's manifests (and those of the
-    files normalized before), and the record sets written before."""
+    files normalized before), and the record sets written before of the bytes kept before."""
 
-    store: ObjectStore
     layout: IndexLayout
     context: SourceContext
-    listing: RecordSetListing | None
+    written: WrittenSets
 
     def place(self, parsed: Parsed) -> _Placed | Reused:
         """The file's parser version, as its source judges it now, and its record set's place;
@@ -167,10 +166,10 @@ class _Lookups:
         place = Place(version, parsed.source.name, prefix)
         # Bytes kept before may have their record set written already (the same bytes under
         # another key, or a retry); bytes kept just now cannot.
-        if self.listing is not None and not file.kept_now and prefix in self.listing.summaries:
-            [written] = self.listing.record_sets(self.store, self.layout, [prefix])
-            registered = frozenset(self.listing.reads.get(prefix, {}))
-            return Reused(file, replace(place, registered=registered), written.summary)
+        written = None if file.kept_now else self.written.get(prefix)
+        if written is not None:
+            registered = replace(place, registered=written.registered)
+            return Reused(file, registered, written.summary)
         return _Placed(parsed, place)
 
 
@@ -191,10 +190,11 @@ def normalize(
     known: KnownManifests = known_manifests(store, settings)
     named = offered_first(offered(files) if offers is None else offers, known.named)
     context = SourceContext(known_digest=known, manifest_named=named)
-    listing = None
-    if any(isinstance(f, Parsed) and not f.file.kept_now for f in files):
-        listing = list_record_sets(store, layout)
-    lookups = _Lookups(store, layout, context, listing)
+    kept_before = {
+        f.file.snapshot.digest for f in files if isinstance(f, Parsed) and not f.file.kept_now
+    }
+    written = WrittenSets.of(store, settings, kept_before) if kept_before else WrittenSets()
+    lookups = _Lookups(layout, context, written)
 
     done: dict[int, Prepared | Failed] = {}
     by_source: dict[str, list[tuple[int, Parsed]]] = {}

@@ -21,7 +21,7 @@ from pyiceberg.manifest import ManifestEntryStatus
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Operation, Snapshot
 
-from pipelines.index.catalog import LEDGER_TABLE, IndexCatalog
+from pipelines.index.catalog import LEDGER_TABLE, IndexCatalog, Version
 
 SETS_FILE_COLUMN = "sets_file"
 
@@ -61,6 +61,18 @@ def committed_since(catalog: IndexCatalog, since: int | None) -> Committed:
         for path in _added_files(table, snapshot):
             keys.update(_sets_files_in(table, path))
     return Committed(head.snapshot_id, sorted(keys))
+
+
+def committed_after(catalog: IndexCatalog, version: Version) -> Committed | None:
+    """The sets files of the ledger rows a version lacks: those committed after its ledger
+    point; every row's when nothing was published yet (no version holds any of them). None for
+    a version published before versions named a point, or an index of another layout: what it
+    lacks only a listing of the record sets tells, which its next publish reads once."""
+    if version.ledger_point is not None:
+        return committed_since(catalog, version.ledger_point)
+    if version.version is None and not catalog.outdated():
+        return committed_since(catalog, None)
+    return None
 
 
 def _ledger(catalog: IndexCatalog) -> Table | None:

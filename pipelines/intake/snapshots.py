@@ -26,7 +26,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -39,13 +39,13 @@ import orjson
 
 from pipelines.index.bucket_format import ObjectRead, SetsFileContent
 from pipelines.index.catalog import IndexCatalog, Version
-from pipelines.index.committed import committed_since, ledger_head
+from pipelines.index.committed import committed_after, ledger_head
 from pipelines.index.layout import IndexLayout
 from pipelines.index.local import fetch_all, published
 from pipelines.index.reads import newest_order
 from pipelines.index.tables import SNAPSHOT_SCHEMA, parquet_select
 from pipelines.intake.incoming import SourceCommit, incoming_upload
-from pipelines.records.record_objects import SETS_FILE
+from pipelines.records.record_objects import SETS_FILE, RecordSetSummary
 from pipelines.settings import Settings
 from pipelines.storage.base import KeptCopy, NoSuchKey, ObjectInfo, ObjectStore
 
@@ -391,16 +391,30 @@ def latest_read_per_key(
 class RegisteredReads:
     """The reads the batches' sets files registered, by object key: those the published index
     holds (its `snapshots` table, read with DuckDB from its local files, a key at a time), and
-    those of the sets files named by the ledger rows committed since (few, held here). A lookup
-    costs what the index and the new batches hold, not a parse of every batch ever written. An
-    index whose version names no ledger point (published before versions named one, or none
-    yet) is read from the batches' listing instead."""
+    those of the sets files named by the ledger rows committed since (few, held here with their
+    record sets' summaries). A lookup costs what the index and the new batches hold, not a
+    parse of every batch ever written. An index whose version names no ledger point (published
+    before versions named one) is read from the batches' listing instead, until its next
+    publish records one."""
 
     def __init__(
-        self, con: duckdb.DuckDBPyConnection | None, new: dict[str, list[Snapshot]]
+        self,
+        con: duckdb.DuckDBPyConnection | None,
+        new: dict[str, list[Snapshot]],
+        summaries: dict[str, RecordSetSummary] | None = None,
+        read_ids: dict[str, set[str]] | None = None,
     ) -> None:
         self._con = con  # over the published snapshots table; None: no point, read the listing
         self._new = new
+        # Of the sets files committed since: each record set's summary (the newest batch's) and
+        # the ids of the reads registered with it, by prefix.
+        self.summaries = summaries or {}
+        self.read_ids = read_ids or {}
+
+    @property
+    def listed(self) -> bool:
+        """Whether these are the batches' listing's (an index whose version names no point)."""
+        return self._con is None
 
     @classmethod
     def of(cls, store: ObjectStore, settings: Settings) -> RegisteredReads:
@@ -410,65 +424,79 @@ class RegisteredReads:
         layout = IndexLayout.of(settings)
         catalog = IndexCatalog.beside(store, settings)
         version = Version.empty() if catalog.outdated() else catalog.current()
-        if version.ledger_point is None:
-            keys = sorted(
-                o.key for o in store.list(layout.batches_prefix) if o.key.endswith("/" + SETS_FILE)
-            )
-            return cls(None, _reads_of(store, layout, keys))
         state = (store.bucket, version.version, ledger_head(catalog))
         latest = _latest.get(store.bucket)
         if latest is not None and latest[0] == state:
             return latest[1]
-        keys = committed_since(catalog, version.ledger_point).sets_files
+        committed = committed_after(catalog, version)
+        if committed is None:
+            keys = sorted(
+                o.key for o in store.list(layout.batches_prefix) if o.key.endswith("/" + SETS_FILE)
+            )
+            return cls(None, _reads_of(store, layout, keys)[0])
         index = published(catalog, version, store.bucket)
         paths = [str(p) for p in fetch_all(store, layout, index.files["snapshots"])]
         con = duckdb.connect()
         con.execute(f"CREATE VIEW snapshots AS {parquet_select(paths, SNAPSHOT_SCHEMA)}")
-        reads = cls(con, _reads_of(store, layout, keys))
+        reads = cls(con, *_reads_of(store, layout, committed.sets_files))
         _latest[store.bucket] = (state, reads)
         return reads
 
     def get(self, key: str, default: Iterable[Snapshot] = ()) -> list[Snapshot]:
         """The reads of one object key (`default` when there are none)."""
-        found = self._published("WHERE source_key = ?", [key]) + self._new.get(key, [])
+        found = [r for _, _, r in self._published("WHERE source_key = ?", [key])]
+        found += self._new.get(key, [])
         return found or list(default)
 
     def values(self) -> Iterator[list[Snapshot]]:
         """The reads of every key (a reader of all of them: the reconcile)."""
         by_key: dict[str, list[Snapshot]] = {}
-        for read in self._published():
+        for _, _, read in self._published():
             by_key.setdefault(read.key, []).append(read)
         for key, reads in self._new.items():
             by_key.setdefault(key, []).extend(reads)
         yield from by_key.values()
 
-    def _published(self, where: str = "", parameters: Sequence[object] = ()) -> list[Snapshot]:
+    def of_contents(self, digests: Collection[str]) -> list[tuple[str, str, Snapshot]]:
+        """The published reads of these snapshots, as (parser version, read id, read): the
+        record sets the index holds of them, and the reads registered with each."""
+        return self._published("WHERE list_contains(?, snapshot_digest)", [sorted(digests)])
+
+    def _published(
+        self, where: str = "", parameters: Sequence[object] = ()
+    ) -> list[tuple[str, str, Snapshot]]:
         if self._con is None:
             return []
         cursor = self._con.cursor()  # one per lookup: batches look up keys on several threads
         try:
             rows = cursor.execute(
-                f"""SELECT DISTINCT snapshot_digest, bucket, source_key, etag, version_id, size,
-                           last_modified, taken_at, commit, committed_at
+                f"""SELECT DISTINCT parser_version, read_id, snapshot_digest, bucket, source_key,
+                           etag, version_id, size, last_modified, taken_at, commit, committed_at
                     FROM snapshots {where}""",
                 list(parameters),
             ).fetchall()
         finally:
             cursor.close()
         return [
-            Snapshot(
-                digest=digest,
-                bucket=bucket,
-                key=key,
-                etag=etag,
-                version_id=version_id,
-                size=size,
-                last_modified=last_modified.astimezone(UTC),
-                read_at=taken_at.astimezone(UTC),
-                commit=commit,
-                committed_at=committed_at.astimezone(UTC) if committed_at else None,
+            (
+                parser_version,
+                read_id,
+                Snapshot(
+                    digest=digest,
+                    bucket=bucket,
+                    key=key,
+                    etag=etag,
+                    version_id=version_id,
+                    size=size,
+                    last_modified=last_modified.astimezone(UTC),
+                    read_at=taken_at.astimezone(UTC),
+                    commit=commit,
+                    committed_at=committed_at.astimezone(UTC) if committed_at else None,
+                ),
             )
             for (
+                parser_version,
+                read_id,
                 digest,
                 bucket,
                 key,
@@ -489,14 +517,20 @@ _latest: dict[str, tuple[tuple[str, str | None, int | None], RegisteredReads]] =
 
 def _reads_of(
     store: ObjectStore, layout: IndexLayout, keys: Sequence[str]
-) -> dict[str, list[Snapshot]]:
-    """The reads these sets files registered, by object key."""
+) -> tuple[dict[str, list[Snapshot]], dict[str, RecordSetSummary], dict[str, set[str]]]:
+    """The reads these sets files registered, by object key; the summaries they hold (a prefix
+    several name: the newest's, as `keys` are oldest first); the read ids of each prefix."""
     by_key: dict[str, list[Snapshot]] = {}
+    summaries: dict[str, RecordSetSummary] = {}
+    read_ids: dict[str, set[str]] = {}
     for key, path in zip(keys, fetch_all(store, layout, keys), strict=True):
-        for registered in SetsFileContent.loads(path.read_bytes(), key).reads:
+        content = SetsFileContent.loads(path.read_bytes(), key)
+        summaries.update(content.summaries)
+        for registered in content.reads:
             read = Snapshot.of_read(registered.read)
             by_key.setdefault(read.key, []).append(read)
-    return by_key
+            read_ids.setdefault(registered.prefix, set()).add(registered.read.read_id)
+    return by_key, summaries, read_ids
 
 
 def sets_file_reads(store: ObjectStore, settings: Settings) -> list[RegisteredReads]:
