@@ -36,6 +36,7 @@ from assets.resources import KindexResource
 from pipelines.index.catalog import IndexCatalog
 from pipelines.index.local import open_index
 from pipelines.index.tables import reader_tables
+from pipelines.intake.failing import failing_files
 from pipelines.intake.ledger import FileEntry, FileState
 from pipelines.regressions import top_movers
 from pipelines.storage.base import ObjectInfo
@@ -422,10 +423,9 @@ def row_count_check(kindex: KindexResource) -> CheckVerdict:
 
 def failing_files_check(kindex: KindexResource) -> CheckVerdict:
     """Over the whole ledger, not a batch: a file that failed or was quarantined stays failing
-    here until a later processing of it succeeds (or it is replaced)."""
-    failing = kindex.ledger.current(
-        "state IN (?, ?)", [str(FileState.FAILED), str(FileState.QUARANTINED)]
-    )
+    here until a later processing of it succeeds (or it is replaced). Carried from the last
+    check, brought up to date with the rows committed since (pipelines/intake/failing.py)."""
+    failing = failing_files(kindex.store, kindex.settings, kindex.ledger).files
     by_reason = Counter((str(f.state), reason_code(f.reason)) for f in failing)
     return (
         not failing,

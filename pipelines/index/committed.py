@@ -1,5 +1,6 @@
 """What was committed since a version: the sets files named by the ledger rows appended after
-the ledger point the version covers.
+the ledger point the version covers (`committed_since`), or the object versions those rows are
+of (`versions_since`: what a look that carries its answer forward reads again).
 
 The ledger (pipelines/intake/ledger.py) is an Iceberg table written only by appends, one commit
 per tick or batch, and its compactions. Its snapshots form one line of commits in the order the
@@ -22,6 +23,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Operation, Snapshot
 
 from pipelines.index.catalog import LEDGER_TABLE, IndexCatalog, Version
+from pipelines.storage.base import ObjectInfo
 
 SETS_FILE_COLUMN = "sets_file"
 
@@ -73,6 +75,42 @@ def committed_after(catalog: IndexCatalog, version: Version) -> Committed | None
     if version.version is None and not catalog.outdated():
         return committed_since(catalog, None)
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedVersions:
+    """The ledger's head as read, and the versions (as ObjectInfo) that the rows committed
+    since an earlier point are of; None when that point is not in the ledger's history."""
+
+    point: int | None
+    versions: list[ObjectInfo] | None
+
+
+def versions_since(catalog: IndexCatalog, since: int) -> CommittedVersions:
+    """The versions the ledger rows committed after snapshot `since` are of: those whose newest
+    row may have changed since (the ledger is only appended to)."""
+    table = _ledger(catalog)
+    head = table.current_snapshot() if table is not None else None
+    if table is None or head is None:
+        return CommittedVersions(None, None)
+    appended = _appended_since(table, head, since)
+    if appended is None:
+        return CommittedVersions(head.snapshot_id, None)
+    found: dict[tuple[str, str, object], ObjectInfo] = {}
+    for snapshot in appended:
+        for path in _added_files(table, snapshot):
+            with table.io.new_input(path).open() as stream:
+                rows = pq.ParquetFile(stream).read(columns=list(VERSION_FIELDS)).to_pylist()
+            for row in rows:
+                info = ObjectInfo(
+                    row["key"], row["etag"], row["size"], row["last_modified"], row["version_id"]
+                )
+                found[(info.key, info.etag, info.last_modified)] = info
+    return CommittedVersions(head.snapshot_id, list(found.values()))
+
+
+# The columns of a ledger row that name its object version.
+VERSION_FIELDS = ("key", "etag", "size", "last_modified", "version_id")
 
 
 def _ledger(catalog: IndexCatalog) -> Table | None:
