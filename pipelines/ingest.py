@@ -3,8 +3,9 @@ pipelines/batch/ states them (find, snapshot, parse, normalize, write, commit), 
 published once.
 
 A batch is committed to the ledger only once its record sets are durable: a crash before redoes
-the batch, and a redone file finds its record set written (its sets file listed), or writes it
-again in a batch of its own whose summary alone claims its rows, and adds no run twice. A crash
+the batch, and a redone file writes its record set again (no ledger row names the sets file of
+the batch that died) in a batch of its own whose summary alone claims its rows, and adds no run
+twice. A crash
 between the commit and the publish leaves record sets the index lacks, which the next publish
 takes (the index catch-up sensor asks for one). `kindex ingest` takes the same steps for files
 on disk, and publishes once at its end.
