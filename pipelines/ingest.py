@@ -98,7 +98,7 @@ def process_batch(
     error) is its own ledger row, never its neighbours'. When the batch brings what files
     written before wait for, those are marked due again; then the index is published, once."""
     found = [Found(replace(entry, batch=batch)) for entry in entries]
-    # The batches' reads, listed once for the files the ledger says were read before.
+    # The batches' reads, looked up once for the files the ledger says were read before.
     registered = (
         sets_file_reads(store, settings) if any(e.snapshot_digest for e in entries) else None
     )

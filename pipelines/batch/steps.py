@@ -97,7 +97,7 @@ def snapshot(
 ) -> Snapshotted:
     """The file's GET and its immutable copy (written once; its first read is recorded by the
     batch's sets file). A version processed before is not copied again: its read is loaded
-    (`registered`: the batches' reads, as the batch listed them)."""
+    (`registered`: the batches' reads, as the batch looked them up)."""
 
     entry = found.entry
     if entry.snapshot_digest is not None:
