@@ -26,6 +26,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import threading
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -421,6 +422,11 @@ class RegisteredReads:
         """The reads as the bucket has them now. The newest is kept for the next caller while
         the index's version and the ledger's head stay as they were (one, whatever the
         history): a batch of files read again asks for each of them."""
+        with _looking_up:  # a batch's files ask on several threads: one of them looks
+            return cls._of(store, settings)
+
+    @classmethod
+    def _of(cls, store: ObjectStore, settings: Settings) -> RegisteredReads:
         layout = IndexLayout.of(settings)
         catalog = IndexCatalog.beside(store, settings)
         version = Version.empty() if catalog.outdated() else catalog.current()
@@ -513,6 +519,7 @@ class RegisteredReads:
 
 # The newest RegisteredReads per bucket, with the (bucket, version, ledger head) it is of.
 _latest: dict[str, tuple[tuple[str, str | None, int | None], RegisteredReads]] = {}
+_looking_up = threading.Lock()
 
 
 def _reads_of(
