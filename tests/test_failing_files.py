@@ -111,3 +111,9 @@ def test_a_point_no_longer_in_the_ledgers_history_reads_the_ledger_again(
 
     assert reads.whole == 1
     assert keys(found) == {"bad", "other"} and found.files == whole(ledger)
+
+    # A set cut short (not Parquet): read again, and saved whole.
+    s3_store.put_bytes(index_settings.index_prefix + FAILING_FILES, b"PAR1 cut short")
+    reads.whole = 0
+    assert failing_files(s3_store, index_settings, ledger) == found
+    assert reads.whole == 1

@@ -168,8 +168,7 @@ class _Lookups:
         # another key, or a retry); bytes kept just now cannot.
         written = None if file.kept_now else self.written.get(prefix)
         if written is not None:
-            registered = replace(place, registered=written.registered)
-            return Reused(file, registered, written.summary)
+            return Reused(file, replace(place, registered=written.registered), written.summary)
         return _Placed(parsed, place)
 
 

@@ -83,7 +83,10 @@ def _load(store: ObjectStore, key: str) -> Failing | None:
         data = store.get_bytes(key)
     except NoSuchKey:
         return None
-    table = pq.read_table(pa.BufferReader(data))
+    try:
+        table = pq.read_table(pa.BufferReader(data))
+    except pa.ArrowException:  # cut short or not Parquet: read the ledger again
+        return None
     point = (table.schema.metadata or {}).get(POINT_METADATA)
     if point is None or set(table.column_names) != set(LEDGER_SCHEMA.names):
         return None  # not one this kindex wrote: read the ledger again
