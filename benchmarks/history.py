@@ -42,7 +42,7 @@ import time
 import urllib.request
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -295,20 +295,27 @@ class Fill:
     written_batches: int = 0
     appended_rows: int = 0
     commits: int = 0
+    covered_share: float = 0.0  # how far through the month the past versions have arrived
 
     def __post_init__(self) -> None:
         self.ledger = Ledger.of(self.store, self.settings)
         self.rng = random.Random(43)
 
     def topped_up(self, own: list[FileEntry]) -> list[FileEntry]:
-        """A commit's rows: the batches' own, and rows of past versions to the fill's pace."""
+        """A commit's rows: the batches' own, and rows of past versions to the fill's pace.
+        The past versions' arrivals advance with the fill: commit k of N holds versions of the
+        stretch of the month k/N of the way through (ending an hour before now), so that a
+        commit touches one or two arrival windows, as a fleet's commit does."""
         done_share = (self.written_batches / self.batches) if self.batches else 1.0
         target = round(self.ledger_rows * done_share) - self.appended_rows
         extra = max(0, target - len(own))
         now = datetime.now(UTC)
+        start, span = now - MONTH, MONTH - timedelta(hours=1)
+        low, high = self.covered_share, max(self.covered_share, done_share)
+        self.covered_share = high
         past = []
         for _ in range(extra):
-            arrived = now - MONTH + self.rng.random() * (MONTH - timedelta(hours=1))
+            arrived = start + (low + self.rng.random() * (high - low)) * span
             info = ObjectInfo(
                 f"incoming/fleet/{arrived:%Y-%m-%d}/{secrets.token_hex(8)}.csv",
                 f'"{secrets.token_hex(16)}"',
@@ -327,7 +334,8 @@ class Fill:
                     updated_at=arrived + timedelta(seconds=30),
                 )
             )
-        return own + past
+        # In order of arrival: each of the commits these rows are cut into holds a stretch.
+        return own + sorted(past, key=lambda entry: entry.last_modified)
 
     def run(self, until: int, threads: int, progress: bool) -> None:
         """Batches until `until` are written, FILL_THREADS at a time; their rows committed as
@@ -352,7 +360,13 @@ class Fill:
                 self.appended_rows += len(chunk)
                 self.commits += 1
 
-        with ThreadPoolExecutor(threads, thread_name_prefix="history-fill") as pool:
+        # A publish runs while the next batches are written, as a batch run's publish runs
+        # while other runs write theirs; the next publish waits for it.
+        publishing: Future[object] | None = None
+        with (
+            ThreadPoolExecutor(threads, thread_name_prefix="history-fill") as pool,
+            ThreadPoolExecutor(1, thread_name_prefix="history-publish") as publisher,
+        ):
             while self.written_batches < until:
                 step = min(
                     until, (self.written_batches // self.publish_every + 1) * self.publish_every
@@ -365,7 +379,9 @@ class Fill:
                         pending = []
                 commit(pending)
                 pending = []
-                publish_index(self.store, self.settings)
+                if publishing is not None:
+                    publishing.result()
+                publishing = publisher.submit(publish_index, self.store, self.settings)
                 if progress:
                     took = time.perf_counter() - started
                     print(
@@ -373,6 +389,8 @@ class Fill:
                         f"{self.commits} commits ({took:.0f} s)",
                         flush=True,
                     )
+            if publishing is not None:
+                publishing.result()  # the history measured is published whole
 
 
 # -- the measurements, each in a fresh subprocess -----------------------------------------------

@@ -31,7 +31,7 @@ import contextlib
 import fnmatch
 import random
 from collections.abc import Collection, Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from functools import reduce
@@ -219,6 +219,9 @@ class FileEntry:
         )
 
 
+ENTRY_FIELDS = tuple(field.name for field in fields(FileEntry))
+
+
 def version_of(info: ObjectInfo) -> tuple[str, str, datetime]:
     return (info.key, info.etag, _second(info.last_modified))
 
@@ -311,7 +314,8 @@ class Ledger:
         now = datetime.now(UTC)
         rows = [
             {
-                **asdict(entry),
+                # Its fields are scalars: a shallow dict (asdict deep-copies each one).
+                **{name: getattr(entry, name) for name in ENTRY_FIELDS},
                 "state": str(entry.state),
                 "arrival_window": entry.arrival_window,
                 "updated_at": entry.updated_at or now,
