@@ -432,12 +432,12 @@ def measure(args: argparse.Namespace) -> None:
         before = server_requests_by_type(args.metrics_port)
         trace.counts.clear()
         start = time.perf_counter()
-        found, cursors[args.measure] = sensor_tick(
-            home, port, bucket, args.measure, cursors.get(args.measure)
-        )
+        found, cursor = sensor_tick(home, port, bucket, args.measure, cursors.get(args.measure))
         took = time.perf_counter() - start
         if args.measure == "tick":
             assert found == 1, f"the tick found {found} batches, not the one new file"
+        if args.measure != "ledger_tick":  # each sample ticks from the cursor the round began with
+            cursors[args.measure] = cursor
         state_path.write_text(json.dumps(cursors))
     by_type = server_requests_by_type(args.metrics_port) - before
     rss = peak_rss_mib()
@@ -469,7 +469,10 @@ def measured_round(
     """Each measurement `repeats` times, each in a fresh process; medians."""
     settings = Settings(home=server.home, s3_port=server.port, bucket=bucket)
     state = server.home / "history-cursors.json"
-    state.write_text(json.dumps({"tick": feed_cursor_now(settings)}))
+    # The cursors the daemon's last ticks left: the feed read up to now, and the ledger sensor's
+    # last look (before the measured batch and tick, whose commits the measured look reads).
+    _, ledger_cursor = sensor_tick(server.home, server.port, bucket, "ledger_tick", None)
+    state.write_text(json.dumps({"tick": feed_cursor_now(settings), "ledger_tick": ledger_cursor}))
     costs: dict[str, Cost] = {}
     for what in MEASUREMENTS:
         samples = []

@@ -82,9 +82,11 @@ LAYOUT = "5"
 FIELD_IDS_PROPERTY = SUMMARY_PREFIX + "field-ids"
 # A merge append (pyiceberg's) merges the table's manifests into one: a scan then reads one
 # manifest list and one manifest whatever the number of commits since the table began, where a
-# fast append leaves a manifest per commit for every later scan to read. The ledger's appends
-# merge each time; the index's tables are appended fast (a publish's latency) and merged by
-# their compaction once they hold more than MERGE_ABOVE_MANIFESTS.
+# fast append leaves a manifest per commit for every later scan to read. Every append merges
+# (the ledger's and the index's tables'), in its own commit: what a publish or a scan reads does
+# not depend on where in a merge cycle it lands, for the price of rewriting one manifest. A
+# rewrite (compaction, a replace) adds manifests of its own: the next append merges them, and
+# compaction merges a table left with more than MERGE_ABOVE_MANIFESTS.
 MANIFEST_MERGE_PROPERTIES = {
     TableProperties.MANIFEST_MERGE_ENABLED: "true",
     TableProperties.MANIFEST_MIN_MERGE_COUNT: "2",
@@ -545,8 +547,13 @@ class IndexCatalog:
         timestamps in microseconds."""
         table = self.table(name)
         with table.transaction() as transaction:
+            missing = {
+                k: v for k, v in MANIFEST_MERGE_PROPERTIES.items() if table.properties.get(k) != v
+            }
+            if missing:  # a table made before them: its appends merge from now on
+                transaction.set_properties(missing)
             update = transaction.update_snapshot(snapshot_properties=dict(properties or {}))
-            with update.fast_append() as append:
+            with update.merge_append() as append:
                 for location in locations:
                     append.append_data_file(
                         data_file_of(table.io, transaction.table_metadata, location)
@@ -833,10 +840,10 @@ def merge_files(table: Table, locations: list[str], path: Path) -> None:
         for location in locations:
             with table.io.new_input(location).open() as stream:
                 for batch in pq.ParquetFile(stream).iter_batches():
-                    writer.write_batch(_conformed(batch, schema))
+                    writer.write_batch(conformed(batch, schema))
 
 
-def _conformed(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+def conformed(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     columns = []
     for column in schema:
         if column.name not in batch.schema.names:

@@ -51,14 +51,14 @@ def committed_since(catalog: IndexCatalog, since: int | None) -> Committed:
         return Committed(None, [])
     if head.snapshot_id == since:
         return Committed(since, [])
-    appended = _appended_since(table, head, since)
+    appended = appended_since(table, head, since)
     if appended is None:
         rows = table.scan(selected_fields=(SETS_FILE_COLUMN,)).to_arrow()
         named = {key for key in rows.column(SETS_FILE_COLUMN).to_pylist() if key}
         return Committed(head.snapshot_id, sorted(named), whole=True)
     keys: set[str] = set()
     for snapshot in appended:
-        for path in _added_files(table, snapshot):
+        for path in added_files(table, snapshot):
             keys.update(_sets_files_in(table, path))
     return Committed(head.snapshot_id, sorted(keys))
 
@@ -70,7 +70,7 @@ def _ledger(catalog: IndexCatalog) -> Table | None:
         return None
 
 
-def _appended_since(table: Table, head: Snapshot, since: int | None) -> list[Snapshot] | None:
+def appended_since(table: Table, head: Snapshot, since: int | None) -> list[Snapshot] | None:
     """The append snapshots after `since` up to `head`, or None when `since` is not one of
     head's ancestors (no point, or expired)."""
     if since is None:
@@ -86,7 +86,7 @@ def _appended_since(table: Table, head: Snapshot, since: int | None) -> list[Sna
     return None if snapshot is None else appended
 
 
-def _added_files(table: Table, snapshot: Snapshot) -> list[str]:
+def added_files(table: Table, snapshot: Snapshot) -> list[str]:
     """The data files this snapshot added."""
     return [
         entry.data_file.file_path
