@@ -441,6 +441,11 @@ def measure(args: argparse.Namespace) -> None:
         state_path.write_text(json.dumps(cursors))
     by_type = server_requests_by_type(args.metrics_port) - before
     rss = peak_rss_mib()
+    if args.measure == "tick":  # its batch ran, as the daemon would run it: not left pending
+        ledger = Ledger.of(store, settings)
+        [dropped] = store.list(f"incoming/measured/{args.round}-{args.seed}.csv")
+        [entry] = ledger.seen([dropped]).values()
+        ledger.append([replace(entry, state=FileState.INDEXED, attempts=1, updated_at=None)])
     cost = {"seconds": took, "requests": sum(by_type.values()), "rss_mib": rss}
     if args.trace:
         cost |= {"by_type": dict(by_type), "trace": dict(trace.counts)}

@@ -57,6 +57,7 @@ from pipelines.index.catalog import (
     MANIFEST_MERGE_PROPERTIES,
     SUMMARY_PREFIX,
     TABLE_PROPERTIES,
+    Compaction,
     IndexCatalog,
     commit_retry,
     conformed,
@@ -92,6 +93,11 @@ RECENT = timedelta(hours=1)
 # this many (an expiry is a commit of its own).
 EXPIRE_ABOVE_SNAPSHOTS = 32
 EXPIRE_EVERY_COMMITS = 8
+# A window's data files (one per append that touched it) are merged past 4, the newest while each
+# older is at most 8 times what is merged so far: a window holds at most 5 files however many
+# commits it has had (a fleet's hour has 1,100), so what a tick reads of the newest window does
+# not grow with them. About one append in three compacts, rewriting mostly the newest files.
+LEDGER_COMPACTION = Compaction(above_files=4, size_ratio=8)
 # The most open versions a reader keeps between looks (`OpenAt`, in the ledger sensor's cursor):
 # a burst's thousands of pending files are read again from the ledger instead.
 MAX_OPEN_KEPT = 500
@@ -346,7 +352,8 @@ class Ledger:
         if self._table() is None:
             return False
         try:
-            return self.catalog.compact(LEDGER_TABLE, None if windows is None else set(windows))
+            chosen = None if windows is None else set(windows)
+            return self.catalog.compact(LEDGER_TABLE, chosen, LEDGER_COMPACTION)
         except Exception:  # maintenance: an append that won the race, an S3 fault; next time
             return False
 
