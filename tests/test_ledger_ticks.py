@@ -13,11 +13,20 @@ from typing import Any
 
 import pytest
 from dagster import DagsterInstance, SensorResult, SkipReason, build_sensor_context
+from pyiceberg.table.snapshots import Operation
 
 import assets.sensors
 from assets.resources import KindexResource
 from assets.sensors import LedgerCursor, batch_of, ledger_sensor
-from pipelines.intake.ledger import MAX_OPEN_KEPT, FileEntry, FileState, Ledger, OpenAt
+from pipelines.intake.ledger import (
+    LEDGER_COMPACTION,
+    LEDGER_TABLE,
+    MAX_OPEN_KEPT,
+    FileEntry,
+    FileState,
+    Ledger,
+    OpenAt,
+)
 from pipelines.settings import Settings
 from pipelines.storage.base import ObjectInfo
 
@@ -175,3 +184,22 @@ def test_the_open_versions_kept_round_trip_and_are_bounded(s3_store: Any) -> Non
     assert OpenAt.from_json(json.loads(json.dumps(kept.to_json()))) == kept
     assert OpenAt(7, entries * (MAX_OPEN_KEPT // 3 + 1)).to_json() is None  # read again instead
     assert LedgerCursor.from_json('{"head": 3, "waiting": true}') == LedgerCursor(3, True)
+
+
+def test_rows_a_compaction_merged_since_the_last_tick_are_read(
+    s3_store: Any, ledger: Ledger, ticks: Ticks, whole_reads: list[int]
+) -> None:
+    ledger.append([indexed(s3_store.bucket, "incoming/at-rest.csv")])
+    assert ticks.at(START) == []
+    lost = FileEntry.pending(s3_store.bucket, version("incoming/lost.csv"), batch="lost")
+    ledger.append([replace(lost, updated_at=START)])
+    for n in range(LEDGER_COMPACTION.above_files + 1):  # a file each, in the same window
+        ledger.append([indexed(s3_store.bucket, f"incoming/later-{n}.csv")])
+    table = ledger.catalog.table(LEDGER_TABLE, refresh=True)
+    assert any(
+        s.summary is not None and s.summary.operation == Operation.OVERWRITE
+        for s in table.snapshots()
+    )  # the lost row's file was merged into a compaction's
+
+    assert ticks.at(START + assets.sensors.STALE_PENDING + timedelta(seconds=1)) == [lost.key]
+    assert whole_reads == [1]

@@ -73,17 +73,27 @@ def _ledger(catalog: IndexCatalog) -> Table | None:
 def appended_since(table: Table, head: Snapshot, since: int | None) -> list[Snapshot] | None:
     """The append snapshots after `since` up to `head`, or None when `since` is not one of
     head's ancestors (no point, or expired)."""
+    snapshots = snapshots_since(table, head, since)
+    if snapshots is None:
+        return None
+    return [
+        s for s in snapshots if s.summary is not None and s.summary.operation == Operation.APPEND
+    ]
+
+
+def snapshots_since(table: Table, head: Snapshot, since: int | None) -> list[Snapshot] | None:
+    """The snapshots after `since` up to `head` (newest first), or None when `since` is not one
+    of head's ancestors (no point, or expired)."""
     if since is None:
         return None
     by_id = {snapshot.snapshot_id: snapshot for snapshot in table.snapshots()}
-    appended = []
+    found = []
     snapshot: Snapshot | None = head
     while snapshot is not None and snapshot.snapshot_id != since:
-        if snapshot.summary is not None and snapshot.summary.operation == Operation.APPEND:
-            appended.append(snapshot)
+        found.append(snapshot)
         parent = snapshot.parent_snapshot_id
         snapshot = by_id.get(parent) if parent is not None else None
-    return None if snapshot is None else appended
+    return None if snapshot is None else found
 
 
 def added_files(table: Table, snapshot: Snapshot) -> list[str]:

@@ -63,7 +63,7 @@ from pipelines.index.catalog import (
     conformed,
 )
 from pipelines.index.catalog import LEDGER_TABLE as LEDGER_TABLE
-from pipelines.index.committed import added_files, appended_since
+from pipelines.index.committed import snapshots_since
 from pipelines.index.local import open_index
 from pipelines.intake.reconcile import reconcile
 from pipelines.records.record_objects import UTC_US
@@ -497,20 +497,30 @@ class Ledger:
 
     def open_at_head(self, known: OpenAt | None = None) -> OpenAt | None:
         """The open versions at the head this process last loaded (by `head()` just before):
-        from `known`, the open versions at an earlier commit, and the rows the appends since
-        then added (their data files only: what a tick reads does not grow with the commits a
-        window has had); else, or when that commit is no longer in the ledger's history (its
-        snapshots expired), read as `open_versions` reads. None: no ledger yet."""
+        from `known`, the open versions at an earlier commit, and the data files the commits
+        since then added (what a tick reads does not grow with the commits a window has had);
+        else, or when that commit is no longer in the ledger's history (its snapshots expired),
+        read as `open_versions` reads. None: no ledger yet."""
         table = self._table()
         head = table.current_snapshot() if table is not None else None
         if table is None or head is None:
             return None
-        appended = appended_since(table, head, known.point) if known is not None else None
-        if known is None or appended is None:
+        since = snapshots_since(table, head, known.point) if known is not None else None
+        if known is None or since is None:
             return OpenAt(head.snapshot_id, tuple(self.open_versions(refresh=False)))
-        added = [path for snapshot in reversed(appended) for path in added_files(table, snapshot)]
-        if not added:
+        if not since:
             return replace(known, point=head.snapshot_id)
+        # The head's live data files that a commit since added: an append's, or a compaction's
+        # (it merged the newest files, so a version whose rows it holds has its newest row there
+        # or in a later file). The head's manifests say which commit added each file: one read
+        # of them, however many commits came since.
+        ids = {snapshot.snapshot_id for snapshot in since}
+        added = [
+            entry.data_file.file_path
+            for manifest in head.manifests(table.io)
+            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True)
+            if entry.snapshot_id in ids
+        ]
         rows = [pa.Table.from_pylist(rows_of(known.entries), schema=LEDGER_SCHEMA)]
         for path in added:
             with table.io.new_input(path).open() as stream:
