@@ -46,7 +46,15 @@ from assets.partitions import windows_request
 from assets.resources import KindexResource
 from pipelines.index.publish import unpublished_record_sets
 from pipelines.ingest import bounded_batches
-from pipelines.intake.ledger import FileEntry, FileState, Ledger, new_versions, version_of
+from pipelines.intake.ledger import (
+    FileEntry,
+    FileState,
+    Ledger,
+    OpenAt,
+    due_among,
+    new_versions,
+    version_of,
+)
 from pipelines.intake.notifications import ChangeFeed, NotificationError, ObjectChange
 from pipelines.intake.notifications.gaps import changed_since
 from pipelines.intake.sensor_cursor import ListingCursor, advance
@@ -280,16 +288,20 @@ def new_file_requests(
 class LedgerCursor:
     head: int | None = None  # the ledger commit the last look saw
     waiting: bool = False  # failed or pending files were left then: look again anyway
+    # The open versions the last look knew, at the commit it read: the next reads only the
+    # rows appended since (absent: it reads the ledger's open windows).
+    open: OpenAt | None = None
 
     def to_json(self) -> str:
-        return json.dumps({"head": self.head, "waiting": self.waiting})
+        kept = self.open.to_json() if self.open is not None else None
+        return json.dumps({"head": self.head, "waiting": self.waiting, "open": kept})
 
     @classmethod
     def from_json(cls, text: str | None) -> LedgerCursor:
         if not text:
             return cls()
         data = json.loads(text)
-        return cls(data.get("head"), bool(data.get("waiting")))
+        return cls(data.get("head"), bool(data.get("waiting")), OpenAt.from_json(data.get("open")))
 
 
 @sensor(
@@ -310,16 +322,19 @@ def ledger_sensor(
     if head == cursor.head and not cursor.waiting:
         return SkipReason("the ledger has not changed and nothing waits")
     now = now_utc()
-    # At the head just read: the table's metadata is read once by a tick that requests nothing.
-    due = ledger.due(now, stale_before=now - STALE_PENDING, refresh=False)
+    # At the head just read (its metadata read once by a tick that requests nothing), from the
+    # open versions the last tick knew and the rows appended since.
+    known = ledger.open_at_head(cursor.open)
+    open_now = known.entries if known is not None else ()
+    due = due_among(open_now, now, stale_before=now - STALE_PENDING)
     if runs_in_flight(context.instance):  # a pending file may be in one of them
         due = [e for e in due if e.state is FileState.FAILED]
     requests = batch_requests(ledger, due, "retry") if due else []
     if due:
         context.log.info(f"requesting {len(due)} files again in {len(requests)} batches")
-        head = ledger.head()  # the commit of their pending rows: they wait
-    waiting = bool(due) or ledger.waiting(refresh=False)
-    return batch_result(requests, LedgerCursor(head, waiting).to_json())
+        head = ledger.head()  # the commit of their pending rows: they wait (the next tick reads it)
+    waiting = bool(due) or bool(open_now)
+    return batch_result(requests, LedgerCursor(head, waiting, known).to_json())
 
 
 @sensor(

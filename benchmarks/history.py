@@ -42,7 +42,7 @@ import time
 import urllib.request
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -295,20 +295,27 @@ class Fill:
     written_batches: int = 0
     appended_rows: int = 0
     commits: int = 0
+    covered_share: float = 0.0  # how far through the month the past versions have arrived
 
     def __post_init__(self) -> None:
         self.ledger = Ledger.of(self.store, self.settings)
         self.rng = random.Random(43)
 
     def topped_up(self, own: list[FileEntry]) -> list[FileEntry]:
-        """A commit's rows: the batches' own, and rows of past versions to the fill's pace."""
+        """A commit's rows: the batches' own, and rows of past versions to the fill's pace.
+        The past versions' arrivals advance with the fill: commit k of N holds versions of the
+        stretch of the month k/N of the way through (ending an hour before now), so that a
+        commit touches one or two arrival windows, as a fleet's commit does."""
         done_share = (self.written_batches / self.batches) if self.batches else 1.0
         target = round(self.ledger_rows * done_share) - self.appended_rows
         extra = max(0, target - len(own))
         now = datetime.now(UTC)
+        start, span = now - MONTH, MONTH - timedelta(hours=1)
+        low, high = self.covered_share, max(self.covered_share, done_share)
+        self.covered_share = high
         past = []
         for _ in range(extra):
-            arrived = now - MONTH + self.rng.random() * (MONTH - timedelta(hours=1))
+            arrived = start + (low + self.rng.random() * (high - low)) * span
             info = ObjectInfo(
                 f"incoming/fleet/{arrived:%Y-%m-%d}/{secrets.token_hex(8)}.csv",
                 f'"{secrets.token_hex(16)}"',
@@ -327,7 +334,8 @@ class Fill:
                     updated_at=arrived + timedelta(seconds=30),
                 )
             )
-        return own + past
+        # In order of arrival: each of the commits these rows are cut into holds a stretch.
+        return own + sorted(past, key=lambda entry: entry.last_modified)
 
     def run(self, until: int, threads: int, progress: bool) -> None:
         """Batches until `until` are written, FILL_THREADS at a time; their rows committed as
@@ -352,7 +360,13 @@ class Fill:
                 self.appended_rows += len(chunk)
                 self.commits += 1
 
-        with ThreadPoolExecutor(threads, thread_name_prefix="history-fill") as pool:
+        # A publish runs while the next batches are written, as a batch run's publish runs
+        # while other runs write theirs; the next publish waits for it.
+        publishing: Future[object] | None = None
+        with (
+            ThreadPoolExecutor(threads, thread_name_prefix="history-fill") as pool,
+            ThreadPoolExecutor(1, thread_name_prefix="history-publish") as publisher,
+        ):
             while self.written_batches < until:
                 step = min(
                     until, (self.written_batches // self.publish_every + 1) * self.publish_every
@@ -365,7 +379,9 @@ class Fill:
                         pending = []
                 commit(pending)
                 pending = []
-                publish_index(self.store, self.settings)
+                if publishing is not None:
+                    publishing.result()
+                publishing = publisher.submit(publish_index, self.store, self.settings)
                 if progress:
                     took = time.perf_counter() - started
                     print(
@@ -373,6 +389,8 @@ class Fill:
                         f"{self.commits} commits ({took:.0f} s)",
                         flush=True,
                     )
+            if publishing is not None:
+                publishing.result()  # the history measured is published whole
 
 
 # -- the measurements, each in a fresh subprocess -----------------------------------------------
@@ -414,15 +432,20 @@ def measure(args: argparse.Namespace) -> None:
         before = server_requests_by_type(args.metrics_port)
         trace.counts.clear()
         start = time.perf_counter()
-        found, cursors[args.measure] = sensor_tick(
-            home, port, bucket, args.measure, cursors.get(args.measure)
-        )
+        found, cursor = sensor_tick(home, port, bucket, args.measure, cursors.get(args.measure))
         took = time.perf_counter() - start
         if args.measure == "tick":
             assert found == 1, f"the tick found {found} batches, not the one new file"
+        if args.measure != "ledger_tick":  # each sample ticks from the cursor the round began with
+            cursors[args.measure] = cursor
         state_path.write_text(json.dumps(cursors))
     by_type = server_requests_by_type(args.metrics_port) - before
     rss = peak_rss_mib()
+    if args.measure == "tick":  # its batch ran, as the daemon would run it: not left pending
+        ledger = Ledger.of(store, settings)
+        [dropped] = store.list(f"incoming/measured/{args.round}-{args.seed}.csv")
+        [entry] = ledger.seen([dropped]).values()
+        ledger.append([replace(entry, state=FileState.INDEXED, attempts=1, updated_at=None)])
     cost = {"seconds": took, "requests": sum(by_type.values()), "rss_mib": rss}
     if args.trace:
         cost |= {"by_type": dict(by_type), "trace": dict(trace.counts)}
@@ -451,7 +474,10 @@ def measured_round(
     """Each measurement `repeats` times, each in a fresh process; medians."""
     settings = Settings(home=server.home, s3_port=server.port, bucket=bucket)
     state = server.home / "history-cursors.json"
-    state.write_text(json.dumps({"tick": feed_cursor_now(settings)}))
+    # The cursors the daemon's last ticks left: the feed read up to now, and the ledger sensor's
+    # last look (before the measured batch and tick, whose commits the measured look reads).
+    _, ledger_cursor = sensor_tick(server.home, server.port, bucket, "ledger_tick", None)
+    state.write_text(json.dumps({"tick": feed_cursor_now(settings), "ledger_tick": ledger_cursor}))
     costs: dict[str, Cost] = {}
     for what in MEASUREMENTS:
         samples = []

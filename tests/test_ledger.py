@@ -22,6 +22,7 @@ from pipelines.index.catalog import MANIFEST_MERGE_PROPERTIES, TABLE_PROPERTIES
 from pipelines.index.publish import publish_index
 from pipelines.intake.ledger import (
     FIRST_BACKOFF,
+    LEDGER_COMPACTION,
     LEDGER_SCHEMA,
     LEDGER_TABLE,
     RECENT,
@@ -180,15 +181,14 @@ def test_the_files_view_is_in_a_bare_duckdb_too(
 
 
 def test_appends_are_compacted_and_every_row_stays(s3_store: Any, index_settings: Any) -> None:
-    from pipelines.index.catalog import COMPACT_ABOVE_FILES
 
     ledger = Ledger.of(s3_store, index_settings)
-    for n in range(COMPACT_ABOVE_FILES + 4):  # a data file each
+    for n in range(LEDGER_COMPACTION.above_files + 4):  # a data file each
         ledger.append([FileEntry.pending(s3_store.bucket, info(f"incoming/{n}.csv"))])
     snapshot = ledger.catalog.table(LEDGER_TABLE, refresh=True).current_snapshot()
     assert snapshot is not None and snapshot.summary is not None
-    assert int(snapshot.summary["total-data-files"]) <= COMPACT_ABOVE_FILES
-    assert len(ledger.current()) == COMPACT_ABOVE_FILES + 4
+    assert int(snapshot.summary["total-data-files"]) <= LEDGER_COMPACTION.above_files
+    assert len(ledger.current()) == LEDGER_COMPACTION.above_files + 4
 
 
 def test_the_ledger_keeps_one_manifest_whatever_its_commits(
@@ -386,7 +386,6 @@ def test_an_unpartitioned_ledger_is_migrated_once(s3_store: Any, index_settings:
 def test_the_ledgers_snapshots_are_expired_and_its_files_compacted_per_partition(
     s3_store: Any, index_settings: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from pipelines.index.catalog import COMPACT_ABOVE_FILES
     from pipelines.intake import ledger as ledger_module
 
     monkeypatch.setattr(ledger_module, "EXPIRE_ABOVE_SNAPSHOTS", 6)
@@ -394,7 +393,7 @@ def test_the_ledgers_snapshots_are_expired_and_its_files_compacted_per_partition
     ledger = Ledger.of(s3_store, index_settings)
     now = datetime.now(UTC).replace(microsecond=0)
     earlier = now - timedelta(hours=3)
-    for n in range(COMPACT_ABOVE_FILES + 3):  # two windows, a file each per append
+    for n in range(LEDGER_COMPACTION.above_files + 3):  # two windows, a file each per append
         ledger.append(
             [
                 FileEntry.pending(s3_store.bucket, info(f"incoming/{n}.csv", at=now)),
@@ -404,6 +403,6 @@ def test_the_ledgers_snapshots_are_expired_and_its_files_compacted_per_partition
     table = ledger.catalog.table(LEDGER_TABLE, refresh=True)
     windows = [f.file.partition[0] for f in table.scan().plan_files()]
     assert set(windows) == {window_of(now), window_of(earlier)}
-    assert all(windows.count(w) <= COMPACT_ABOVE_FILES for w in set(windows))
+    assert all(windows.count(w) <= LEDGER_COMPACTION.above_files for w in set(windows))
     assert len(table.snapshots()) <= 6 + 2  # expired past the bound (no index: none pinned)
-    assert len(ledger.current()) == 2 * (COMPACT_ABOVE_FILES + 3)
+    assert len(ledger.current()) == 2 * (LEDGER_COMPACTION.above_files + 3)

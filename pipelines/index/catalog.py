@@ -82,9 +82,11 @@ LAYOUT = "5"
 FIELD_IDS_PROPERTY = SUMMARY_PREFIX + "field-ids"
 # A merge append (pyiceberg's) merges the table's manifests into one: a scan then reads one
 # manifest list and one manifest whatever the number of commits since the table began, where a
-# fast append leaves a manifest per commit for every later scan to read. The ledger's appends
-# merge each time; the index's tables are appended fast (a publish's latency) and merged by
-# their compaction once they hold more than MERGE_ABOVE_MANIFESTS.
+# fast append leaves a manifest per commit for every later scan to read. Every append merges
+# (the ledger's and the index's tables'), in its own commit: what a publish or a scan reads does
+# not depend on where in a merge cycle it lands, for the price of rewriting one manifest. A
+# rewrite (compaction, a replace) adds manifests of its own: the next append merges them, and
+# compaction merges a table left with more than MERGE_ABOVE_MANIFESTS.
 MANIFEST_MERGE_PROPERTIES = {
     TableProperties.MANIFEST_MERGE_ENABLED: "true",
     TableProperties.MANIFEST_MIN_MERGE_COUNT: "2",
@@ -110,6 +112,16 @@ COMPACT_SIZE_RATIO = 2
 # grow in number only by one per this many bytes.
 COMPACT_DONE_BYTES = 64 << 20
 UPLOAD_CHUNK_BYTES = 8 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class Compaction:
+    """When a table's (or a partition's) data files are merged: past `above_files` files, the
+    newest ones while each older is at most `size_ratio` times what is merged so far."""
+
+    above_files: int = COMPACT_ABOVE_FILES
+    size_ratio: int = COMPACT_SIZE_RATIO
+
 
 VERSIONS_SCHEMA = pa.schema(
     [
@@ -545,8 +557,13 @@ class IndexCatalog:
         timestamps in microseconds."""
         table = self.table(name)
         with table.transaction() as transaction:
+            missing = {
+                k: v for k, v in MANIFEST_MERGE_PROPERTIES.items() if table.properties.get(k) != v
+            }
+            if missing:  # a table made before them: its appends merge from now on
+                transaction.set_properties(missing)
             update = transaction.update_snapshot(snapshot_properties=dict(properties or {}))
-            with update.fast_append() as append:
+            with update.merge_append() as append:
                 for location in locations:
                     append.append_data_file(
                         data_file_of(table.io, transaction.table_metadata, location)
@@ -573,11 +590,13 @@ class IndexCatalog:
                         data_file_of(table.io, transaction.table_metadata, location)
                     )
 
-    def compact(self, name: str, partitions: Collection[str] | None = None) -> bool:
+    def compact(
+        self, name: str, partitions: Collection[str] | None = None, policy: Compaction | None = None
+    ) -> bool:
         """Merge the table's small data files (`compact_files`), then its manifests once they
         are more than MERGE_ABOVE_MANIFESTS (`merge_manifests`); return whether it merged
         data files."""
-        compacted = self.compact_files(name, partitions)
+        compacted = self.compact_files(name, partitions, policy)
         self.merge_manifests(name)
         return compacted
 
@@ -601,17 +620,20 @@ class IndexCatalog:
                 pass
         return True
 
-    def compact_files(self, name: str, partitions: Collection[str] | None = None) -> bool:
+    def compact_files(
+        self, name: str, partitions: Collection[str] | None = None, policy: Compaction | None = None
+    ) -> bool:
         """Merge the newest small files of a table into one (every row kept, in one
         commit); return whether it did. Of run_segments, only settled files are merged (a
         publish rewrites the live ones). A partitioned table's files are merged within each
         partition (an Iceberg data file holds one). `partitions`: only those values of its first
-        partition field (the ones an append touched), each once it holds more than
-        COMPACT_ABOVE_FILES, and only the manifests that may hold them are read."""
+        partition field (the ones an append touched), each once it holds more than the policy's
+        `above_files`, and only the manifests that may hold them are read."""
+        policy = policy or Compaction()
         table = self.table(name)
         snapshot = table.current_snapshot()
         summary = snapshot.summary if snapshot else None
-        if summary is None or int(summary.get("total-data-files") or 0) <= COMPACT_ABOVE_FILES:
+        if summary is None or int(summary.get("total-data-files") or 0) <= policy.above_files:
             return False
         spec = table.spec()
         chosen = None if partitions is None or spec.is_unpartitioned() else set(partitions)
@@ -631,11 +653,11 @@ class IndexCatalog:
         merges = []
         for partition, files in groups.items():
             if chosen is not None and (
-                partition[0] not in chosen or len(files) <= COMPACT_ABOVE_FILES
+                partition[0] not in chosen or len(files) <= policy.above_files
             ):
                 continue
             since = plan_compaction(
-                [(seq, data_file.file_size_in_bytes) for seq, data_file in files]
+                [(seq, data_file.file_size_in_bytes) for seq, data_file in files], policy.size_ratio
             )
             if since is not None:
                 merges.append([data_file for seq, data_file in files if seq >= since])
@@ -779,14 +801,16 @@ def holds_live_runs(table: Table, data_file: DataFile) -> bool:
     return bound is not None and bound != b"\x00"
 
 
-def plan_compaction(files: list[tuple[int, int]]) -> int | None:
+def plan_compaction(
+    files: list[tuple[int, int]], size_ratio: int = COMPACT_SIZE_RATIO
+) -> int | None:
     """Given (data sequence number, size) of each data file, the sequence number from which the
     newest files are merged: the newest file, and each older one while it is at most
-    COMPACT_SIZE_RATIO times the size merged so far. None when that is a single file."""
+    `size_ratio` times the size merged so far. None when that is a single file."""
     ordered = sorted(files, reverse=True)
     merged, count, since = 0, 0, None
     for seq, size in ordered:
-        if count and size > COMPACT_SIZE_RATIO * merged:
+        if count and size > size_ratio * merged:
             break
         merged, count, since = merged + size, count + 1, seq
     return since if count > 1 else None
@@ -833,10 +857,10 @@ def merge_files(table: Table, locations: list[str], path: Path) -> None:
         for location in locations:
             with table.io.new_input(location).open() as stream:
                 for batch in pq.ParquetFile(stream).iter_batches():
-                    writer.write_batch(_conformed(batch, schema))
+                    writer.write_batch(conformed(batch, schema))
 
 
-def _conformed(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+def conformed(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     columns = []
     for column in schema:
         if column.name not in batch.schema.names:

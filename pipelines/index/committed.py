@@ -53,14 +53,14 @@ def committed_since(catalog: IndexCatalog, since: int | None) -> Committed:
         return Committed(None, [])
     if head.snapshot_id == since:
         return Committed(since, [])
-    appended = _appended_since(table, head, since)
+    appended = appended_since(table, head, since)
     if appended is None:
         rows = table.scan(selected_fields=(SETS_FILE_COLUMN,)).to_arrow()
         named = {key for key in rows.column(SETS_FILE_COLUMN).to_pylist() if key}
         return Committed(head.snapshot_id, sorted(named), whole=True)
     keys: set[str] = set()
     for snapshot in appended:
-        for path in _added_files(table, snapshot):
+        for path in added_files(table, snapshot):
             keys.update(_sets_files_in(table, path))
     return Committed(head.snapshot_id, sorted(keys))
 
@@ -120,23 +120,33 @@ def _ledger(catalog: IndexCatalog) -> Table | None:
         return None
 
 
-def _appended_since(table: Table, head: Snapshot, since: int | None) -> list[Snapshot] | None:
+def appended_since(table: Table, head: Snapshot, since: int | None) -> list[Snapshot] | None:
     """The append snapshots after `since` up to `head`, or None when `since` is not one of
     head's ancestors (no point, or expired)."""
+    snapshots = snapshots_since(table, head, since)
+    if snapshots is None:
+        return None
+    return [
+        s for s in snapshots if s.summary is not None and s.summary.operation == Operation.APPEND
+    ]
+
+
+def snapshots_since(table: Table, head: Snapshot, since: int | None) -> list[Snapshot] | None:
+    """The snapshots after `since` up to `head` (newest first), or None when `since` is not one
+    of head's ancestors (no point, or expired)."""
     if since is None:
         return None
     by_id = {snapshot.snapshot_id: snapshot for snapshot in table.snapshots()}
-    appended = []
+    found = []
     snapshot: Snapshot | None = head
     while snapshot is not None and snapshot.snapshot_id != since:
-        if snapshot.summary is not None and snapshot.summary.operation == Operation.APPEND:
-            appended.append(snapshot)
+        found.append(snapshot)
         parent = snapshot.parent_snapshot_id
         snapshot = by_id.get(parent) if parent is not None else None
-    return None if snapshot is None else appended
+    return None if snapshot is None else found
 
 
-def _added_files(table: Table, snapshot: Snapshot) -> list[str]:
+def added_files(table: Table, snapshot: Snapshot) -> list[str]:
     """The data files this snapshot added."""
     return [
         entry.data_file.file_path

@@ -31,7 +31,7 @@ import contextlib
 import fnmatch
 import random
 from collections.abc import Collection, Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from functools import reduce
@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 
 import duckdb
 import pyarrow as pa
+import pyarrow.parquet as pq
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
 from pyiceberg.expressions import (
     AlwaysTrue,
@@ -56,10 +57,13 @@ from pipelines.index.catalog import (
     MANIFEST_MERGE_PROPERTIES,
     SUMMARY_PREFIX,
     TABLE_PROPERTIES,
+    Compaction,
     IndexCatalog,
     commit_retry,
+    conformed,
 )
 from pipelines.index.catalog import LEDGER_TABLE as LEDGER_TABLE
+from pipelines.index.committed import snapshots_since
 from pipelines.index.local import open_index
 from pipelines.intake.reconcile import reconcile
 from pipelines.records.record_objects import UTC_US
@@ -89,6 +93,14 @@ RECENT = timedelta(hours=1)
 # this many (an expiry is a commit of its own).
 EXPIRE_ABOVE_SNAPSHOTS = 32
 EXPIRE_EVERY_COMMITS = 8
+# A window's data files (one per append that touched it) are merged past 4, the newest while each
+# older is at most 8 times what is merged so far: a window holds at most 5 files however many
+# commits it has had (a fleet's hour has 1,100), so what a tick reads of the newest window does
+# not grow with them. About one append in three compacts, rewriting mostly the newest files.
+LEDGER_COMPACTION = Compaction(above_files=4, size_ratio=8)
+# The most open versions a reader keeps between looks (`OpenAt`, in the ledger sensor's cursor):
+# a burst's thousands of pending files are read again from the ledger instead.
+MAX_OPEN_KEPT = 500
 FIRST_BACKOFF = timedelta(seconds=30)
 MAX_BACKOFF = timedelta(hours=6)
 
@@ -219,6 +231,9 @@ class FileEntry:
         )
 
 
+ENTRY_FIELDS = tuple(field.name for field in fields(FileEntry))
+
+
 def version_of(info: ObjectInfo) -> tuple[str, str, datetime]:
     return (info.key, info.etag, _second(info.last_modified))
 
@@ -309,15 +324,7 @@ class Ledger:
     @commit_retry
     def _append(self, entries: Sequence[FileEntry]) -> None:
         now = datetime.now(UTC)
-        rows = [
-            {
-                **asdict(entry),
-                "state": str(entry.state),
-                "arrival_window": entry.arrival_window,
-                "updated_at": entry.updated_at or now,
-            }
-            for entry in entries
-        ]
+        rows = rows_of(entries, now)
         self._created()
         table = self.catalog.table(LEDGER_TABLE, refresh=True)
         windows = {str(row["arrival_window"]) for row in rows}
@@ -345,7 +352,8 @@ class Ledger:
         if self._table() is None:
             return False
         try:
-            return self.catalog.compact(LEDGER_TABLE, None if windows is None else set(windows))
+            chosen = None if windows is None else set(windows)
+            return self.catalog.compact(LEDGER_TABLE, chosen, LEDGER_COMPACTION)
         except Exception:  # maintenance: an append that won the race, an S3 fault; next time
             return False
 
@@ -487,27 +495,47 @@ class Ledger:
             self._open = (head.snapshot_id, found)
         return found
 
+    def open_at_head(self, known: OpenAt | None = None) -> OpenAt | None:
+        """The open versions at the head this process last loaded (by `head()` just before):
+        from `known`, the open versions at an earlier commit, and the data files the commits
+        since then added (what a tick reads does not grow with the commits a window has had);
+        else, or when that commit is no longer in the ledger's history (its snapshots expired),
+        read as `open_versions` reads. None: no ledger yet."""
+        table = self._table()
+        head = table.current_snapshot() if table is not None else None
+        if table is None or head is None:
+            return None
+        since = snapshots_since(table, head, known.point) if known is not None else None
+        if known is None or since is None:
+            return OpenAt(head.snapshot_id, tuple(self.open_versions(refresh=False)))
+        if not since:
+            return replace(known, point=head.snapshot_id)
+        # The head's live data files that a commit since added: an append's, or a compaction's
+        # (it merged the newest files, so a version whose rows it holds has its newest row there
+        # or in a later file). The head's manifests say which commit added each file: one read
+        # of them, however many commits came since.
+        ids = {snapshot.snapshot_id for snapshot in since}
+        added = [
+            entry.data_file.file_path
+            for manifest in head.manifests(table.io)
+            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True)
+            if entry.snapshot_id in ids
+        ]
+        rows = [pa.Table.from_pylist(rows_of(known.entries), schema=LEDGER_SCHEMA)]
+        for path in added:
+            with table.io.new_input(path).open() as stream:
+                for batch in pq.ParquetFile(stream).iter_batches():
+                    rows.append(pa.Table.from_batches([conformed(batch, LEDGER_SCHEMA)]))
+        found = _open_entries(pa.concat_tables(rows))
+        self._open = (head.snapshot_id, found)
+        return OpenAt(head.snapshot_id, tuple(found))
+
     def due(
         self, now: datetime, stale_before: datetime, *, refresh: bool = True
     ) -> list[FileEntry]:
-        """Versions to process (again): failed ones whose backoff has passed, pending ones whose
-        batch never reported (a run lost before it started, or killed), and pending ones marked
-        due again (rows that awaited another file, which landed). Read from the
-        oldest open version's window on (`open_versions`), however long ago that was."""
-        return [
-            e
-            for e in self.open_versions(refresh=refresh)
-            if (
-                e.state in (FileState.FAILED, FileState.PENDING)
-                and e.next_attempt_at is not None
-                and e.next_attempt_at <= now
-            )
-            or (
-                e.state is FileState.PENDING
-                and e.updated_at is not None
-                and e.updated_at < stale_before
-            )
-        ]
+        """Versions to process (again), `due_among` the open versions read from the oldest open
+        version's window on (`open_versions`), however long ago that was."""
+        return due_among(self.open_versions(refresh=refresh), now, stale_before)
 
     def waiting(self, *, refresh: bool = True) -> bool:
         """Whether any version is pending or failed (read as `due` reads)."""
@@ -546,6 +574,84 @@ class Ledger:
                 newest[entry.key] = entry
             entries = list(newest.values())
         return entries
+
+
+def due_among(
+    entries: Iterable[FileEntry], now: datetime, stale_before: datetime
+) -> list[FileEntry]:
+    """Of these open versions, the ones to process (again): failed ones whose backoff has
+    passed, pending ones whose batch never reported (a run lost before it started, or killed),
+    and pending ones marked due again (rows that awaited another file, which landed)."""
+    return [
+        e
+        for e in entries
+        if (
+            e.state in (FileState.FAILED, FileState.PENDING)
+            and e.next_attempt_at is not None
+            and e.next_attempt_at <= now
+        )
+        or (
+            e.state is FileState.PENDING
+            and e.updated_at is not None
+            and e.updated_at < stale_before
+        )
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class OpenAt:
+    """The open (pending or failed) versions at a ledger commit (`point`, a snapshot id): what
+    a reader keeps between looks to read only the rows appended since (`Ledger.open_at_head`).
+    Kept in a sensor's cursor up to MAX_OPEN_KEPT versions; past that, not kept (the next look
+    reads as `open_versions` does)."""
+
+    point: int
+    entries: tuple[FileEntry, ...]
+
+    def to_json(self) -> dict[str, object] | None:
+        if len(self.entries) > MAX_OPEN_KEPT:
+            return None
+        return {
+            "point": self.point,
+            "entries": [
+                {k: v.isoformat() if isinstance(v, datetime) else v for k, v in row.items()}
+                for row in rows_of(self.entries)
+            ],
+        }
+
+    @classmethod
+    def from_json(cls, data: object) -> OpenAt | None:
+        if not isinstance(data, dict) or not isinstance(data.get("point"), int):
+            return None
+        rows = data.get("entries")
+        if not isinstance(rows, list):
+            return None
+        times = {f.name for f in LEDGER_SCHEMA if pa.types.is_timestamp(f.type)}
+        entries = [
+            entry_of(
+                {
+                    k: datetime.fromisoformat(v) if k in times and isinstance(v, str) else v
+                    for k, v in row.items()
+                }
+            )
+            for row in rows
+        ]
+        return cls(data["point"], tuple(entries))
+
+
+def rows_of(entries: Iterable[FileEntry], now: datetime | None = None) -> list[dict[str, object]]:
+    """The ledger rows of these entries (in LEDGER_SCHEMA's columns), stamped `now` where they
+    have no time yet."""
+    return [
+        {
+            # Its fields are scalars: a shallow dict (asdict deep-copies each one).
+            **{name: getattr(entry, name) for name in ENTRY_FIELDS},
+            "state": str(entry.state),
+            "arrival_window": entry.arrival_window,
+            "updated_at": entry.updated_at or now,
+        }
+        for entry in entries
+    ]
 
 
 def glob_prefix(pattern: str) -> str:
