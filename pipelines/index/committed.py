@@ -93,12 +93,12 @@ def versions_since(catalog: IndexCatalog, since: int) -> CommittedVersions:
     head = table.current_snapshot() if table is not None else None
     if table is None or head is None:
         return CommittedVersions(None, None)
-    appended = _appended_since(table, head, since)
+    appended = appended_since(table, head, since)
     if appended is None:
         return CommittedVersions(head.snapshot_id, None)
     found: dict[tuple[str, str, object], ObjectInfo] = {}
     for snapshot in appended:
-        for path in _added_files(table, snapshot):
+        for path in added_files(table, snapshot):
             with table.io.new_input(path).open() as stream:
                 rows = pq.ParquetFile(stream).read(columns=list(VERSION_FIELDS)).to_pylist()
             for row in rows:
