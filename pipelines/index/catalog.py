@@ -86,10 +86,15 @@ FIELD_IDS_PROPERTY = SUMMARY_PREFIX + "field-ids"
 # (the ledger's and the index's tables'), in its own commit: what a publish or a scan reads does
 # not depend on where in a merge cycle it lands, for the price of rewriting one manifest. A
 # rewrite (compaction, a replace) adds manifests of its own: the next append merges them, and
-# compaction merges a table left with more than MERGE_ABOVE_MANIFESTS.
+# compaction merges a table left with more than MERGE_ABOVE_MANIFESTS. A manifest that reaches
+# MANIFEST_TARGET_BYTES is left as it is: an append rewrites at most that much whatever the
+# table's history, and a reader of what was committed since a point skips the manifests written
+# before it.
+MANIFEST_TARGET_BYTES = 256 << 10
 MANIFEST_MERGE_PROPERTIES = {
     TableProperties.MANIFEST_MERGE_ENABLED: "true",
     TableProperties.MANIFEST_MIN_MERGE_COUNT: "2",
+    TableProperties.MANIFEST_TARGET_SIZE_BYTES: str(MANIFEST_TARGET_BYTES),
 }
 MERGE_ABOVE_MANIFESTS = 4
 TABLE_PROPERTIES = MANIFEST_MERGE_PROPERTIES | {

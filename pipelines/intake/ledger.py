@@ -515,9 +515,13 @@ class Ledger:
         # or in a later file). The head's manifests say which commit added each file: one read
         # of them, however many commits came since.
         ids = {snapshot.snapshot_id for snapshot in since}
+        # A manifest written at or before the known commit adds nothing since (a full one is
+        # never rewritten: MANIFEST_TARGET_BYTES).
+        first = since[-1].sequence_number or 0
         added = [
             entry.data_file.file_path
             for manifest in head.manifests(table.io)
+            if manifest.sequence_number >= first
             for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True)
             if entry.snapshot_id in ids
         ]
