@@ -33,8 +33,15 @@ SOCKET_NAME = "run-worker.sock"
 MAX_SOCKET_PATH = 100
 REQUEST_BYTES = 4096
 # What a run imports: the definitions, and what they import only on a run's way to the index
-# (pyiceberg loads the SQL catalog's module, with SQLAlchemy's ORM, at the catalog's first open).
-PRELOAD = ("definitions", "pyiceberg.catalog.sql")
+# (pyiceberg loads the SQL catalog's module, with SQLAlchemy's ORM, at the catalog's first open),
+# or after it: matplotlib, for the window's speedup chart (more CPU than a small batch's files).
+PRELOAD = (
+    "definitions",
+    "pyiceberg.catalog.sql",
+    "matplotlib.figure",
+    "matplotlib.ticker",
+    "matplotlib.backends.backend_agg",
+)
 
 
 def socket_path(dagster_home: str | os.PathLike[str]) -> Path | None:

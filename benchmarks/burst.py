@@ -390,6 +390,15 @@ def soak(up: KindexUp, work: Path, batches: int, per_batch: int, rows: int) -> F
                 time.sleep(SOAK_REST_SECONDS)
                 started = {role: rss_bytes({pid}) for role, pid in long_lived(up).items()}
                 print(f"soak: warm after {warm} batches ({time.monotonic() - began:.0f} s)")
+            if (b + 1) % warm == 0:
+                # Each tenth, under way: whether a process levels off or keeps growing.
+                now = {role: rss_bytes({pid}) for role, pid in long_lived(up).items()}
+                print(
+                    f"soak: {b + 1:5d} batches, {time.monotonic() - began:5.0f} s: "
+                    + ", ".join(f"{role} {now[role] / 2**20:.0f}" for role in sorted(now))
+                    + " MiB",
+                    flush=True,
+                )
         wait_indexed(store, settings, ledger, len(paths))
     time.sleep(SOAK_REST_SECONDS)
     ended = {role: rss_bytes({pid}) for role, pid in long_lived(up).items()}
