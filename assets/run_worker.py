@@ -108,11 +108,22 @@ def start_run(command: Callable[[], object], run_id: str, sockets: Sequence[sock
     return pid
 
 
+def warm_boto_session() -> None:
+    """Load the S3 service model and endpoint rules into the process's boto3 session, which every
+    run's first S3 client is made from: a client made here, never used (no connection opened, so
+    nothing a fork could share), and the forks find the models loaded."""
+    from pipelines.storage.s3 import boto_session, client_lock  # noqa: PLC0415  the worker only
+
+    with client_lock():
+        boto_session().client("s3", region_name="us-east-1", endpoint_url="http://127.0.0.1:9")
+
+
 def serve(path: Path, preload: Sequence[str]) -> None:
     """Import `preload` (the definitions) and dagster's command, then start each requested run."""
     for module in preload:
         importlib.import_module(module)
     command = dagster_command()
+    warm_boto_session()
     # Opening the instance imports its storages (SQLAlchemy, alembic) and a read prepares their
     # statements: once here, not per run. Closed before the first fork: no connection is shared
     # with a child.
