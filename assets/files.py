@@ -34,10 +34,13 @@ from dagster import (
     BackfillPolicy,
     BetaWarning,
     Config,
+    DagsterInstance,
+    DagsterRunStatus,
     MaterializeResult,
     MetadataValue,
     OpExecutionContext,
     PreviewWarning,
+    RunsFilter,
     asset,
     define_asset_job,
     job,
@@ -109,6 +112,8 @@ WINDOW_KEYS = {
     "speedups": "Per kernel, pass, GPU and provider: the geometric-mean speedup over the "
     "cohort's baseline provider, of the window's runs (the index's speedups view).",
     "speedup_chart": "The same as bars, the extremes where there are many (from 500 speedups).",
+    "speedups_deferred": "Batch runs that waited behind this one: the window's speedups and "
+    "chart were left to the batch that finds none waiting (they read every batch's runs).",
     "warnings": "What could not be reported (never a failure of a file).",
 }
 
@@ -182,7 +187,10 @@ with warnings.catch_warnings():  # BackfillPolicy is beta: said here once, not a
         context: AssetExecutionContext, config: BatchConfig, kindex: KindexResource
     ) -> Iterator[MaterializeResult[None] | AssetCheckResult]:
         ledger = kindex.ledger
-        windows = list(context.partition_keys)
+        keys = context.partition_key_range
+        # A sensor's batch is one window, named by the run: `partition_keys` would first look
+        # each key up among the instance's partitions, on the way of a lone file to the index.
+        windows = [keys.start] if keys.start == keys.end else list(context.partition_keys)
         if config.batch:
             # A sensor's batch holds one window's files, its run that window's partition.
             entries = ledger.of_batch(config.batch, windows[0] if len(windows) == 1 else None)
@@ -195,7 +203,10 @@ with warnings.catch_warnings():  # BackfillPolicy is beta: said here once, not a
         results = list(process_batches(kindex.store, kindex.settings, entries, batch))
         result = BatchResult.merged(batch, results)
         log_failures(context, result)
-        report = BatchReport.of(kindex, result, windows)
+        # While batches of a burst wait for a run slot, this one leaves the window's speedups to
+        # the batch that finds none waiting (it reads every batch's runs of the window).
+        waiting = batches_waiting(context.instance)
+        report = BatchReport.of(kindex, result, windows, speedups_waiting=waiting)
         for window in windows:
             context.add_asset_metadata(report.window_metadata(window), partition_key=window)
         yield MaterializeResult(metadata={"batch": batch})
@@ -255,6 +266,13 @@ ingest_batch = define_asset_job(
 )
 
 
+def batches_waiting(instance: DagsterInstance) -> int:
+    """Batch runs queued for a run slot (a burst being worked through)."""
+    return instance.get_runs_count(
+        RunsFilter(job_name=ingest_batch.name, statuses=[DagsterRunStatus.QUEUED])
+    )
+
+
 def log_failures(context: AssetExecutionContext | OpExecutionContext, result: BatchResult) -> None:
     for file in result.files:
         if file.entry.state is FileState.FAILED:
@@ -297,9 +315,12 @@ class BatchReport:
     this run's files, the checks over them, the window's speedups. Each part is cosmetic: what
     breaks is a warning, never a failed file."""
 
-    def __init__(self, result: BatchResult, windows: Sequence[str]) -> None:
+    def __init__(
+        self, result: BatchResult, windows: Sequence[str], speedups_waiting: int = 0
+    ) -> None:
         self.result = result
         self.windows = list(windows)
+        self.speedups_waiting = speedups_waiting  # batch runs queued: the speedups left to them
         self.warnings: list[str] = []
         self.checked: dict[tuple[str, str], FileChecks] = {}
         self.ledger: dict[str, list[FileEntry]] = {}
@@ -307,9 +328,13 @@ class BatchReport:
 
     @classmethod
     def of(
-        cls, kindex: KindexResource, result: BatchResult, windows: Sequence[str]
+        cls,
+        kindex: KindexResource,
+        result: BatchResult,
+        windows: Sequence[str],
+        speedups_waiting: int = 0,
     ) -> "BatchReport":
-        report = cls(result, windows)
+        report = cls(result, windows, speedups_waiting)
         with_runs = [(f.entry, f.records) for f in result.files if f.records and f.records.runs]
         runs = report.cosmetic(
             "reading the batch's runs",
@@ -325,7 +350,7 @@ class BatchReport:
             "reading the ledger", lambda: window_entries(kindex.ledger, windows)
         )
         report.ledger = ledger or {}
-        if result.index is not None:
+        if result.index is not None and not speedups_waiting:
             found = report.cosmetic(
                 "reading the windows' runs", lambda: window_runs(kindex, report.ledger)
             )
@@ -370,6 +395,8 @@ class BatchReport:
         }
         if self.result.index is not None:
             meta["index_version"] = str(self.result.index.version)
+        if self.speedups_waiting:
+            meta["speedups_deferred"] = MetadataValue.int(self.speedups_waiting)
         runs = self.window_runs.get(window)
         if runs is not None and runs.num_rows:
             by_series = self.cosmetic("speedups", lambda: series_speedups([runs]))

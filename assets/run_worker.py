@@ -33,8 +33,15 @@ SOCKET_NAME = "run-worker.sock"
 MAX_SOCKET_PATH = 100
 REQUEST_BYTES = 4096
 # What a run imports: the definitions, and what they import only on a run's way to the index
-# (pyiceberg loads the SQL catalog's module, with SQLAlchemy's ORM, at the catalog's first open).
-PRELOAD = ("definitions", "pyiceberg.catalog.sql")
+# (pyiceberg loads the SQL catalog's module, with SQLAlchemy's ORM, at the catalog's first open),
+# or after it: matplotlib, for the window's speedup chart (more CPU than a small batch's files).
+PRELOAD = (
+    "definitions",
+    "pyiceberg.catalog.sql",
+    "matplotlib.figure",
+    "matplotlib.ticker",
+    "matplotlib.backends.backend_agg",
+)
 
 
 def socket_path(dagster_home: str | os.PathLike[str]) -> Path | None:
@@ -101,11 +108,22 @@ def start_run(command: Callable[[], object], run_id: str, sockets: Sequence[sock
     return pid
 
 
+def warm_boto_session() -> None:
+    """Load the S3 service model and endpoint rules into the process's boto3 session, which every
+    run's first S3 client is made from: a client made here, never used (no connection opened, so
+    nothing a fork could share), and the forks find the models loaded."""
+    from pipelines.storage.s3 import boto_session, client_lock  # noqa: PLC0415  the worker only
+
+    with client_lock():
+        boto_session().client("s3", region_name="us-east-1", endpoint_url="http://127.0.0.1:9")
+
+
 def serve(path: Path, preload: Sequence[str]) -> None:
     """Import `preload` (the definitions) and dagster's command, then start each requested run."""
     for module in preload:
         importlib.import_module(module)
     command = dagster_command()
+    warm_boto_session()
     # Opening the instance imports its storages (SQLAlchemy, alembic) and a read prepares their
     # statements: once here, not per run. Closed before the first fork: no connection is shared
     # with a child.

@@ -40,7 +40,7 @@ from dagster import (
     sensor,
 )
 
-from assets.files import ingest_batch
+from assets.files import batches_waiting, ingest_batch
 from assets.index import publish_index
 from assets.partitions import windows_request
 from assets.resources import KindexResource
@@ -70,6 +70,11 @@ CATCHUP_INTERVAL_SECONDS = 30
 # A listing costs what the bucket holds, so it is the rare safety net under the notifications,
 # not the way files are found: a file whose notification was lost waits at most this long.
 RECONCILE_EVERY = timedelta(minutes=15)
+# While batch runs wait for a run slot, the files found meanwhile wait for a later tick too: they
+# then join one batch, instead of a run each behind the queue (a run pays its start, a publish and
+# a report whatever its size). At most this long, so that a queue that never drains never stops
+# discovery.
+HOLD_WHILE_QUEUED = timedelta(seconds=60)
 # A pending file whose batch has not reported for this long, with no run in flight, is
 # requested again (its run was lost before it started, or killed).
 STALE_PENDING = timedelta(minutes=5)
@@ -183,9 +188,11 @@ def versions_of_changes(store: ObjectStore, changes: Iterable[ObjectChange]) -> 
 class DiscoveryCursor:
     feed: str | None = None  # the notification feed's position
     listing: str | None = None  # the listing cursor, where no feed is configured
+    held_since: float | None = None  # since when new files wait for queued batches to start
 
     def to_json(self) -> str:
-        return json.dumps({"feed": self.feed, "listing": self.listing}, sort_keys=True)
+        held = {"held_since": self.held_since} if self.held_since is not None else {}
+        return json.dumps({"feed": self.feed, "listing": self.listing, **held}, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str | None) -> DiscoveryCursor:
@@ -197,7 +204,8 @@ class DiscoveryCursor:
             return cls()
         if not isinstance(data, dict) or "listing" not in data:
             return cls()  # a cursor of the listing-only sensor: start over (the ledger dedups)
-        return cls(data.get("feed"), data.get("listing"))
+        held = data.get("held_since")
+        return cls(data.get("feed"), data.get("listing"), float(held) if held else None)
 
 
 @sensor(
@@ -213,6 +221,15 @@ def incoming_files_sensor(
     context: SensorEvaluationContext, kindex: KindexResource
 ) -> SensorResult | SkipReason:
     cursor = DiscoveryCursor.from_json(context.cursor)
+    if batches_waiting(context.instance):
+        now, held = clock(), cursor.held_since
+        if held is None or now - held < HOLD_WHILE_QUEUED.total_seconds():
+            # Nothing read: the feed (or the listing) gives these files to the next tick.
+            return SensorResult(
+                skip_reason="batch runs wait for a run slot: new files join a later batch",
+                cursor=replace(cursor, held_since=now if held is None else held).to_json(),
+            )
+    cursor = replace(cursor, held_since=None)
     feed = kindex.feed
     if feed is None:
         return listed_files(context, kindex, cursor)

@@ -4,12 +4,16 @@ DuckDB, on the same files.
 Starts `kindex up` (embedded SeaweedFS, Dagster webserver and daemon) in a fresh home, uploads
 N small Liger CSVs (20 rows each, distinct runs) at once, plus a 999-byte key, a binary file and
 a text file that is no format, and waits until the file ledger holds every object version done
-(indexed, quarantined or gone) and the index holds every record set. Then `kindex ingest` of the
-same small files in another fresh home, in-process, and DuckDB copying each file to Parquet, one
-file at a time (the baseline). Prints the three rates and the ratios to DuckDB's, the peak memory
-of `kindex up`'s process tree, the partitions the burst added, the `files` view's states, and
-checks that both indexes hold the same runs (count and fingerprint: the sha256 of the sorted
-run digests). The test suite runs the same with fewer files (tests/test_burst_e2e.py). Usage:
+(indexed, quarantined or gone) and the index holds every record set. Then, at rest, five lone
+files one after another, each from its upload until `kindex query` shows its runs, and last
+`kindex backfill 'incoming/*' --wait` of every file. Then `kindex ingest` of the same small
+files in another fresh home, in-process, and DuckDB copying each file to Parquet, one file at a
+time (the baseline). Prints the three rates and the ratios to DuckDB's, the lone files' median,
+the peak memory of `kindex up`'s process tree, the partitions the burst added, the `files`
+view's states, the load average before and after, and checks that both indexes hold the same
+runs (count and fingerprint: the sha256 of the sorted run digests); its last line is a JSON
+object of the issue's three figures (`burst_ratio`, `ingest_ratio`, `lone_file_median_s`) and
+the load. The test suite runs the same with fewer files (tests/test_burst_e2e.py). Usage:
 
     python benchmarks/burst.py [--files 2000] [--rows 20] [--no-backfill] [--latency-only]
                                [--soak BATCHES [--soak-files 5]] [--write-docs]
@@ -26,6 +30,8 @@ from __future__ import annotations
 import argparse
 import csv
 import hashlib
+import json
+import os
 import statistics
 import sys
 import time
@@ -390,6 +396,15 @@ def soak(up: KindexUp, work: Path, batches: int, per_batch: int, rows: int) -> F
                 time.sleep(SOAK_REST_SECONDS)
                 started = {role: rss_bytes({pid}) for role, pid in long_lived(up).items()}
                 print(f"soak: warm after {warm} batches ({time.monotonic() - began:.0f} s)")
+            if (b + 1) % warm == 0:
+                # Each tenth, under way: whether a process levels off or keeps growing.
+                now = {role: rss_bytes({pid}) for role, pid in long_lived(up).items()}
+                print(
+                    f"soak: {b + 1:5d} batches, {time.monotonic() - began:5.0f} s: "
+                    + ", ".join(f"{role} {now[role] / 2**20:.0f}" for role in sorted(now))
+                    + " MiB",
+                    flush=True,
+                )
         wait_indexed(store, settings, ledger, len(paths))
     time.sleep(SOAK_REST_SECONDS)
     ended = {role: rss_bytes({pid}) for role, pid in long_lived(up).items()}
@@ -497,6 +512,7 @@ def main() -> None:
             write_figures([latency_figure(seconds, "in a fresh home")])
         return
 
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="kindex-burst-") as folder:
         work = Path(folder)
         paths = small_files(work / "files", args.files, args.rows)
@@ -504,19 +520,21 @@ def main() -> None:
         try:
             up.start()
             burst = drop_burst(up, paths, odd_objects(paths[0]))
+            # At rest now: each lone file from its upload to its runs in the index.
+            lone = small_files(work / "lone", args.files + LONE_FILES, args.rows)[-LONE_FILES:]
+            lone_files = [lone_file_latency(up, path) for path in lone]
+            latencies = [latency.queryable for latency in lone_files]
+            # Last: the backfill re-processes every file, which the lone files must not wait on.
             backfill_started = time.monotonic()
             backfill = (
                 up.backfill("incoming/*", timeout=1500, check=False) if args.backfill else None
             )
             backfill_s = time.monotonic() - backfill_started
-            # At rest now: each lone file from its upload to its runs in the index.
-            lone = small_files(work / "lone", args.files + LONE_FILES, args.rows)[-LONE_FILES:]
-            lone_files = [lone_file_latency(up, path) for path in lone]
-            latencies = [latency.queryable for latency in lone_files]
         finally:
             up.stop()
         ingest = ingest_in_process(work / "ingest-home", paths)
         duckdb_s = duckdb_per_file(paths, work / "duckdb")
+    load = (load_before, os.getloadavg()[0])
     rate = burst.files / burst.drop_to_last_file_s
     ingest_rate = len(paths) / ingest.seconds
     duckdb_rate = len(paths) / duckdb_s
@@ -530,6 +548,7 @@ def main() -> None:
     print(f"burst / DuckDB:             {rate / duckdb_rate:.3f}x (target >= 0.2)")
     print(f"in-process / DuckDB:        {ingest_rate / duckdb_rate:.3f}x (target >= 0.2)")
     print(f"peak RSS of kindex up:      {burst.peak_rss_bytes / 2**20:.0f} MiB")
+    print(f"load average (1 min):       {load[0]:.1f} before, {load[1]:.1f} after (2 cores)")
     print(
         f"lone file to queryable:     median {statistics.median(latencies):.1f} s "
         f"({', '.join(f'{x:.1f}' for x in latencies)}; target <= 5)"
@@ -544,12 +563,21 @@ def main() -> None:
         f"{burst.fingerprint == ingest.fingerprint}"
     )
     if args.write_docs:
-        write_docs(burst.files, rate, ingest_rate, duckdb_rate, burst, latencies)
+        write_docs(burst.files, rate, ingest_rate, duckdb_rate, burst, latencies, load)
     if backfill is not None:
         print(
             f"backfill of every file:     {backfill_s:.1f} s, rc {backfill.returncode}, "
             f"{backfill.stdout.split()[-1] if backfill.stdout.split() else ''}"
         )
+    # The issue's three targets of one run, last, for a script to read.
+    summary = {
+        "burst_ratio": round(rate / duckdb_rate, 3),
+        "ingest_ratio": round(ingest_rate / duckdb_rate, 3),
+        "lone_file_median_s": round(statistics.median(latencies), 1),
+        "load_before": round(load[0], 1),
+        "load_after": round(load[1], 1),
+    }
+    print(json.dumps(summary))
 
 
 def write_docs(
@@ -559,20 +587,22 @@ def write_docs(
     duckdb_rate: float,
     burst: BurstResult,
     latencies: list[float],
+    load: tuple[float, float],
 ) -> None:
+    at = f"load {load[0]:.1f} -> {load[1]:.1f}"
     write_figures(
         [
             Figure(
                 f"burst: {files} small files under kindex up vs DuckDB per file",
                 f"{rate / duckdb_rate:.3f}x ({rate:.1f} vs {duckdb_rate:.1f} files/s), "
                 f"peak RSS {burst.peak_rss_bytes / 2**20:.0f} MiB, "
-                f"{burst.partitions} partition keys, missing {burst.missing}",
+                f"{burst.partitions} partition keys, missing {burst.missing}, {at}",
                 ">= 0.2x, <= 10 partition keys",
             ),
             Figure(
                 f"burst: {files} small files, in-process kindex ingest vs DuckDB per file",
                 f"{ingest_rate / duckdb_rate:.3f}x "
-                f"({ingest_rate:.1f} vs {duckdb_rate:.1f} files/s)",
+                f"({ingest_rate:.1f} vs {duckdb_rate:.1f} files/s), {at}",
                 ">= 0.2x",
             ),
             latency_figure(latencies, f"after the burst of {files}"),

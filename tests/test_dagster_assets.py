@@ -18,6 +18,7 @@ from dagster_support import (
 )
 from index_support import LIGER_CSV, query, s3_requests
 
+from assets import files
 from pipelines.cli import main as kindex
 from pipelines.intake.ledger import window_of
 from pipelines.settings import Settings
@@ -136,6 +137,35 @@ def test_a_second_tick_without_new_objects_requests_nothing(
     again = driver.tick()
 
     assert not again.run_requests
+
+
+def test_a_batch_leaves_the_window_speedups_to_the_one_no_batch_waits_behind(
+    s3_store: Any, instance: DagsterInstance, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While batch runs wait for a run slot (a burst), a batch run reports its window without
+    the speedups and their chart, which read every batch's runs of the window: the batch that
+    finds none waiting draws them, so a burst's batches never wait behind a chart."""
+    s3_store.put_bytes("incoming/liger/all_benchmark_data.csv", LIGER_CSV.read_bytes())
+    request = (SensorDriver(instance).tick().run_requests or [])[0]
+    # One batch run held by the queued coordinator (a queued run needs a code location's
+    # origin, which an in-process run has none of): what the run asks the instance.
+    queued = [1]
+    monkeypatch.setattr(files, "batches_waiting", lambda instance: queued[0])
+
+    assert execute(instance, request).success
+
+    meta = latest_metadata(instance, "records", request.partition_key)
+    assert meta["speedups_deferred"] == 1
+    assert "speedups" not in meta and "speedup_chart" not in meta and "warnings" not in meta
+    assert meta["files_indexed"] == 1 and meta["runs"] == LIGER_RUNS  # the rest is reported
+    assert query(Settings.from_env(), "select count(*) from runs") == [(LIGER_RUNS,)]
+
+    queued[0] = 0  # the queue drained
+    assert execute(instance, request).success
+
+    meta = latest_metadata(instance, "records", request.partition_key)
+    assert "speedups_deferred" not in meta
+    assert "](data:image/png;base64," in str(meta["speedup_chart"])
 
 
 def test_index_materializes_with_no_files(s3_store: Any, instance: DagsterInstance) -> None:

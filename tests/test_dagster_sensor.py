@@ -335,3 +335,36 @@ def test_a_ticks_run_is_of_the_records_step_alone_and_materializes_its_window_on
     for info in dropped:
         if window_of(info.last_modified) == request.partition_key:
             assert info.key in str(meta["per_file"])
+
+
+def test_files_found_while_batches_wait_for_a_slot_join_a_later_batch(
+    s3_store: Any, instance: DagsterInstance, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While batch runs wait for a run slot, a tick reads nothing: the files it would find join
+    the files of a later tick in one batch (a run each would pay a run's fixed costs behind the
+    queue). It holds them a minute at most: a queue that never drains never stops discovery."""
+    now = [time.time()]
+    monkeypatch.setattr(assets.sensors, "clock", lambda: now[0])
+    queued = [1]  # batch runs the coordinator holds, as the instance would count them
+    monkeypatch.setattr(assets.sensors, "batches_waiting", lambda instance: queued[0])
+    driver = SensorDriver(instance)
+    first = s3_store.put_bytes("incoming/first.csv", tiny_csv(2))
+
+    assert not driver.tick().run_requests  # held: the queue has a batch run
+    second = s3_store.put_bytes("incoming/second.csv", tiny_csv(3))
+    now[0] += 10
+    assert not driver.tick().run_requests
+
+    queued[0] = 0  # the queue drained: one batch of both
+    tick = driver.tick()
+
+    assert len(tick.run_requests or []) == 1
+    both = {(first.key, first.etag), (second.key, second.etag)}
+    assert versions(requested(s3_store, tick.run_requests or [])) == both
+
+    queued[0] = 1  # a queue that does not drain: a file waits a minute at most
+    third = s3_store.put_bytes("incoming/third.csv", tiny_csv(4))
+    assert not driver.tick().run_requests
+    now[0] += assets.sensors.HOLD_WHILE_QUEUED.total_seconds()
+    tick = driver.tick()
+    assert versions(requested(s3_store, tick.run_requests or [])) == {(third.key, third.etag)}

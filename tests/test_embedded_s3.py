@@ -413,3 +413,14 @@ def test_two_ingests_at_once_share_one_server_in_a_fresh_home(tmp_path: Path) ->
     with EmbeddedS3(home, port=find_free_port_block()) as server:
         store = S3Store("kindex", endpoint_url=server.endpoint_url, credentials=server.credentials)
         assert {o.key for o in store.list("incoming/")} == {f"incoming/{p.name}" for p in files}
+
+
+def test_the_server_collects_its_heap_at_half_again_what_it_kept_unless_told() -> None:
+    from pipelines.storage.embedded import SERVER_GOGC, server_environment
+
+    env = server_environment({"PATH": "/bin", "WEED_MASTER_PORT": "1"})
+    assert env == {"PATH": "/bin", "GOGC": SERVER_GOGC}  # no WEED_* overrides security.toml
+    assert server_environment({"GOGC": "200", "GOMEMLIMIT": "1GiB"}) == {
+        "GOGC": "200",
+        "GOMEMLIMIT": "1GiB",
+    }

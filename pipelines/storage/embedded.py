@@ -36,7 +36,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -142,6 +142,21 @@ def find_free_port_block(
         if not busy_ports(PortPlan(base).ports()):
             return base
     raise EmbeddedS3Error(f"no free block of {PORT_BLOCK_SIZE} ports in {low}-{high}")
+
+
+# Go collects when the heap reaches (1 + GOGC/100) times what the last collection kept: at Go's
+# 100, a long-lived server's RSS climbs to twice its live heap between collections (its live
+# heap levels off under a stream of small batches: `burst.py --soak`). At 50 it peaks at 1.5
+# times, for twice as many collections, each a small part of the server's CPU.
+SERVER_GOGC = "50"
+
+
+def server_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The server's environment: no WEED_* variable (they would override security.toml; HOME adds
+    a second one), and GOGC at SERVER_GOGC unless set (GOMEMLIMIT, if set, applies too)."""
+    env = {k: v for k, v in environ.items() if not k.startswith("WEED_")}
+    env.setdefault("GOGC", SERVER_GOGC)
+    return env
 
 
 def weed_binary() -> Path:
@@ -326,8 +341,7 @@ class EmbeddedS3:
             return subprocess.Popen(
                 command,
                 cwd=self.s3_dir,
-                # WEED_* variables would override security.toml, HOME adds a second one.
-                env={k: v for k, v in os.environ.items() if not k.startswith("WEED_")},
+                env=server_environment(os.environ),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
