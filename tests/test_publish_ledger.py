@@ -20,7 +20,7 @@ from index_support import (
 )
 
 from pipelines.index.bucket_format import SetsFileContent
-from pipelines.index.catalog import IndexCatalog
+from pipelines.index.catalog import LEDGER_TABLE, IndexCatalog
 from pipelines.index.committed import committed_since
 from pipelines.index.layout import IndexLayout
 from pipelines.index.listing import LEGACY_SETS_FILE
@@ -192,3 +192,48 @@ def test_a_ledger_point_no_longer_in_the_ledgers_history_reads_every_row(
     assert committed_since(catalog, head.point) == replace(head, sets_files=[], whole=False)
     gone = committed_since(catalog, -1)  # no such snapshot
     assert gone.whole and gone.sets_files == head.sets_files
+
+
+def test_the_ledgers_commits_between_versions_are_expired_and_a_publish_still_reads_whats_new(
+    s3_store: Any, index_settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ledger's metadata (rewritten and copied by every commit) holds what a retained version,
+    the next publish and the newest few commits read, not every commit since the oldest version."""
+    from pipelines.intake import ledger as ledger_module
+
+    monkeypatch.setattr(ledger_module, "KEEP_NEWEST_SNAPSHOTS", 1)
+    for n in range(2):
+        drop_and_process(s3_store, index_settings, f"incoming/first-{n}.csv", small_csv(n))
+    publish_index(s3_store, index_settings)
+    catalog = IndexCatalog.beside(s3_store, index_settings)
+    first = catalog.current()
+    for n in range(2, 5):  # commits between the versions
+        drop_and_process(s3_store, index_settings, f"incoming/mid-{n}.csv", small_csv(n))
+    publish_index(s3_store, index_settings)
+    catalog = IndexCatalog.beside(s3_store, index_settings)  # not the tables read before
+    second = catalog.current()
+    drop_and_process(s3_store, index_settings, "incoming/new.csv", small_csv(9))
+    table = catalog.table(LEDGER_TABLE, refresh=True)
+    assert first.published_at is not None and second.ledger_point is not None
+    as_of_first = table.snapshot_as_of_timestamp(int(first.published_at.timestamp() * 1000))
+    assert as_of_first is not None
+    point_at = table.snapshot_by_id(second.ledger_point)
+    assert point_at is not None
+    between = {
+        s.snapshot_id
+        for s in table.snapshots()
+        if as_of_first.timestamp_ms < s.timestamp_ms < point_at.timestamp_ms
+    }
+    assert len(between) >= 3  # the three batches' commits at least
+
+    assert Ledger.of(s3_store, index_settings).expire()
+
+    after = {s.snapshot_id for s in catalog.table(LEDGER_TABLE, refresh=True).snapshots()}
+    assert not between & after  # the commits between the versions are gone
+    assert {as_of_first.snapshot_id, second.ledger_point} <= after  # --as-of, the next publish
+    since = committed_since(catalog, second.ledger_point)
+    assert not since.whole and len(since.sets_files) == 1
+    sent = s3_requests(monkeypatch)
+    published = publish_index(s3_store, index_settings)
+    assert published.new_runs == 1 and lists(sent, "records/") == []
+    assert runs(index_settings) == 6

@@ -693,10 +693,13 @@ class IndexCatalog:
         for name in (*STORED_TABLES, VERSIONS_TABLE):
             self.expire_table(name, kept)
 
-    def expire_table(self, name: str, kept: list[Version] | None = None) -> None:
+    def expire_table(
+        self, name: str, kept: list[Version] | None = None, *, keep_newest: int = 0
+    ) -> None:
         """expire() for one table: a stored table keeps the snapshots the retained versions
         name; a served table (the file ledger) the one each retained version was published
-        over (what `--as-of` reads), and its head."""
+        over (what `--as-of` reads), the commits since the newest version's ledger point
+        (what the next publish reads), its newest `keep_newest`, and its head."""
         if kept is None:
             kept = self.versions()[-self.settings.index_retention_versions :]
         oldest_kept = kept[0].published_at if kept else None
@@ -708,12 +711,22 @@ class IndexCatalog:
                 if v.published_at is not None:
                     at = table.snapshot_as_of_timestamp(int(v.published_at.timestamp() * 1000))
                     pinned.add(at.snapshot_id if at is not None else None)
-        old = [
-            s.snapshot_id
-            for s in table.snapshots()
-            if s.snapshot_id not in pinned
-            and (oldest_kept is None or s.timestamp_ms < oldest_kept.timestamp() * 1000)
-        ]
+            # Between those, only what the next publish reads and the newest few (a sensor's
+            # cursor, a check's point) are read: the metadata every commit rewrites (and each
+            # commit copies) holds those, not the table's history.
+            point = self.current().ledger_point  # (the versions table's rows lack it)
+            since = snapshots_since(table, head, point) if head is not None else None
+            pinned |= {point} | {s.snapshot_id for s in since or ()}
+            newest = sorted(table.snapshots(), key=lambda s: s.timestamp_ms)
+            pinned |= {s.snapshot_id for s in newest[len(newest) - keep_newest :]}
+            old = [s.snapshot_id for s in table.snapshots() if s.snapshot_id not in pinned]
+        else:
+            old = [
+                s.snapshot_id
+                for s in table.snapshots()
+                if s.snapshot_id not in pinned
+                and (oldest_kept is None or s.timestamp_ms < oldest_kept.timestamp() * 1000)
+            ]
         if old:
             expiring = table.maintenance.expire_snapshots()
             for snapshot_id in old:
@@ -804,6 +817,21 @@ def holds_live_runs(table: Table, data_file: DataFile) -> bool:
     field_id = table.schema().find_field("live").field_id
     bound = (data_file.upper_bounds or {}).get(field_id)
     return bound is not None and bound != b"\x00"
+
+
+def snapshots_since(table: Table, head: Snapshot, since: int | None) -> list[Snapshot] | None:
+    """The snapshots after `since` up to `head` (newest first), or None when `since` is not one
+    of head's ancestors (no point, or expired)."""
+    if since is None:
+        return None
+    by_id = {snapshot.snapshot_id: snapshot for snapshot in table.snapshots()}
+    found = []
+    snapshot: Snapshot | None = head
+    while snapshot is not None and snapshot.snapshot_id != since:
+        found.append(snapshot)
+        parent = snapshot.parent_snapshot_id
+        snapshot = by_id.get(parent) if parent is not None else None
+    return None if snapshot is None else found
 
 
 def plan_compaction(

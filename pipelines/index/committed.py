@@ -22,7 +22,7 @@ from pyiceberg.manifest import ManifestEntryStatus
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Operation, Snapshot
 
-from pipelines.index.catalog import LEDGER_TABLE, IndexCatalog, Version
+from pipelines.index.catalog import LEDGER_TABLE, IndexCatalog, Version, snapshots_since
 from pipelines.storage.base import ObjectInfo
 
 SETS_FILE_COLUMN = "sets_file"
@@ -129,21 +129,6 @@ def appended_since(table: Table, head: Snapshot, since: int | None) -> list[Snap
     return [
         s for s in snapshots if s.summary is not None and s.summary.operation == Operation.APPEND
     ]
-
-
-def snapshots_since(table: Table, head: Snapshot, since: int | None) -> list[Snapshot] | None:
-    """The snapshots after `since` up to `head` (newest first), or None when `since` is not one
-    of head's ancestors (no point, or expired)."""
-    if since is None:
-        return None
-    by_id = {snapshot.snapshot_id: snapshot for snapshot in table.snapshots()}
-    found = []
-    snapshot: Snapshot | None = head
-    while snapshot is not None and snapshot.snapshot_id != since:
-        found.append(snapshot)
-        parent = snapshot.parent_snapshot_id
-        snapshot = by_id.get(parent) if parent is not None else None
-    return None if snapshot is None else found
 
 
 def added_files(table: Table, snapshot: Snapshot) -> list[str]:

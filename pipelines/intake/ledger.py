@@ -61,9 +61,9 @@ from pipelines.index.catalog import (
     IndexCatalog,
     commit_retry,
     conformed,
+    snapshots_since,
 )
 from pipelines.index.catalog import LEDGER_TABLE as LEDGER_TABLE
-from pipelines.index.committed import snapshots_since
 from pipelines.index.local import open_index
 from pipelines.intake.reconcile import reconcile
 from pipelines.records.record_objects import UTC_US
@@ -93,6 +93,9 @@ RECENT = timedelta(hours=1)
 # this many (an expiry is a commit of its own).
 EXPIRE_ABOVE_SNAPSHOTS = 32
 EXPIRE_EVERY_COMMITS = 8
+# An expiry keeps the newest this many commits besides what versions and the next publish read:
+# a ledger sensor's cursor or a failing-files check's point a few commits back stays readable.
+KEEP_NEWEST_SNAPSHOTS = 16
 # A window's data files (one per append that touched it) are merged past 4, the newest while each
 # older is at most 8 times what is merged so far: a window holds at most 5 files however many
 # commits it has had (a fleet's hour has 1,100), so what a tick reads of the newest window does
@@ -363,7 +366,7 @@ class Ledger:
         if self._table() is None:
             return False
         try:
-            self.catalog.expire_table(LEDGER_TABLE)
+            self.catalog.expire_table(LEDGER_TABLE, keep_newest=KEEP_NEWEST_SNAPSHOTS)
         except Exception:  # maintenance: a commit that won the race; next time
             return False
         return True
