@@ -248,6 +248,7 @@ def test_no_table_takes_a_file_without_field_ids(s3_store: Any, index_settings: 
     assert catalog.table("run_segments", refresh=True).scan().to_arrow().num_rows == 10
 
 
+@pytest.mark.slow  # an older home's upgrade: in the full run
 def test_an_index_and_ledger_written_without_field_ids_are_rewritten_once(
     s3_store: Any, index_settings: Any
 ) -> None:

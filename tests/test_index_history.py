@@ -234,6 +234,7 @@ def test_kindex_ingest_of_a_file_back_to_an_earlier_content(
     assert retracted(index_settings) == set()
 
 
+@pytest.mark.slow  # an older home's upgrade: in the full run
 def test_the_first_publish_after_the_upgrade_mends_a_home_left_wrong(
     s3_store: Any, index_settings: Any
 ) -> None:
@@ -261,6 +262,7 @@ def test_the_first_publish_after_the_upgrade_mends_a_home_left_wrong(
     assert retracted(index_settings) == set()
 
 
+@pytest.mark.slow  # a long scenario: in the full run
 def test_late_runs_across_liger_versions_equal_one_publish_of_all(
     s3_store: Any, index_settings: Any
 ) -> None:

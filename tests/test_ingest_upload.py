@@ -47,6 +47,7 @@ def test_a_store_sent_to_another_process_is_made_again_with_a_client_of_its_own(
     assert copy.get_bytes("sent/a") == b"written by one, read by the other"
 
 
+@pytest.mark.slow  # worker processes: in the full run
 def test_a_batch_uploaded_from_worker_processes_lands_whole_and_in_order(
     s3_store: S3Store, index_settings: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -99,6 +99,7 @@ def test_each_version_shows_its_newest_row(s3_store: Any, index_settings: Any) -
     }
 
 
+@pytest.mark.slow  # an older home's upgrade: in the full run
 def test_a_home_without_a_ledger_moves_onto_one_by_itself(
     s3_store: Any, index_settings: Any
 ) -> None:

@@ -332,6 +332,7 @@ def test_a_refused_key_is_a_one_line_error(s3_store: S3Store, key: str, code: st
             s3_store.head(key)
 
 
+@pytest.mark.slow  # a server restart: in the full run
 def test_a_store_of_the_embedded_server_rides_out_its_restart(tmp_path: Path) -> None:
     """`kindex up` starts a killed embedded server again within seconds; a request sent
     meanwhile (a listing included) waits for it instead of failing the file it was for."""
