@@ -14,13 +14,20 @@ there is no set yet, or its point left the ledger's history (its snapshots expir
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipelines.index.committed import versions_since
-from pipelines.intake.ledger import LEDGER_SCHEMA, FileEntry, FileState, Ledger, entry_of
+from pipelines.intake.ledger import (
+    LEDGER_SCHEMA,
+    FileEntry,
+    FileState,
+    Ledger,
+    entry_of,
+    rows_of,
+)
 from pipelines.settings import Settings
 from pipelines.storage.base import NoSuchKey, ObjectStore
 
@@ -67,11 +74,7 @@ def _ordered(entries: Sequence[FileEntry]) -> list[FileEntry]:
 
 
 def _save(store: ObjectStore, key: str, failing: Failing) -> None:
-    rows = [
-        {**asdict(e), "state": str(e.state), "arrival_window": e.arrival_window}
-        for e in failing.files
-    ]
-    table = pa.Table.from_pylist(rows, schema=LEDGER_SCHEMA)
+    table = pa.Table.from_pylist(rows_of(failing.files), schema=LEDGER_SCHEMA)
     table = table.replace_schema_metadata({POINT_METADATA: str(failing.point).encode()})
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, compression="zstd")
