@@ -12,8 +12,12 @@ in the same commits, with done rows of versions that arrived over the past month
 incoming objects are gone (expired), so that the ledger holds a month's rows without a month of
 uploads.
 
-Measured twice, after 10 batches and after the full history, each in a fresh subprocess (its peak
-RSS is its own, VmHWM): one more batch of 20 small files (`ingest_paths`: upload, snapshot,
+Two homes are built in the same run, each on its own embedded server: one filled to 10 batches,
+one filled the same way to the full history. Each measurement is taken in both, the homes taking
+turns sample by sample (median of `--repeats`), so that the two rounds see the same load on the
+machine (measured one after the other, half an hour of fill apart, the load of that moment
+decided the ratio). Each sample runs in a fresh subprocess (its peak RSS is its own, VmHWM): one
+more batch of 20 small files (`ingest_paths`: upload, snapshot,
 normalize, write, ledger, publish), one `incoming_files_sensor` tick that finds one new file, one
 `ledger_sensor` tick, one `reconcile_sensor` tick. S3 requests are counted by the embedded server
 itself (its Prometheus request counters), so the Iceberg reads and writes of pyarrow's and
@@ -21,7 +25,7 @@ DuckDB's own S3 clients count too. The last line of stdout is one JSON object of
 history over after 10 batches).
 
     .venv/bin/python benchmarks/history.py [--smoke] [--batches 20000] [--ledger-rows 1000000]
-        [--port 18440] [--write-docs]
+        [--repeats 5] [--port 18440] [--home FOLDER] [--write-docs]
 """
 
 from __future__ import annotations
@@ -66,7 +70,7 @@ from pipelines.intake.ledger import FileEntry, FileState, Ledger  # noqa: E402
 from pipelines.intake.snapshots import content_digest, put_by_snapshot  # noqa: E402
 from pipelines.settings import EMBEDDED_HOST, Settings  # noqa: E402
 from pipelines.storage.base import ObjectInfo  # noqa: E402
-from pipelines.storage.embedded import EmbeddedS3, PortPlan  # noqa: E402
+from pipelines.storage.embedded import EmbeddedS3, PortPlan, find_free_port_block  # noqa: E402
 from pipelines.storage.s3 import S3Store  # noqa: E402
 
 SHARED_CSV = ROOT / "tests" / "data" / "liger" / "all_benchmark_data.csv"
@@ -446,7 +450,7 @@ def measure(args: argparse.Namespace) -> None:
         [dropped] = store.list(f"incoming/measured/{args.round}-{args.seed}.csv")
         [entry] = ledger.seen([dropped]).values()
         ledger.append([replace(entry, state=FileState.INDEXED, attempts=1, updated_at=None)])
-    cost = {"seconds": took, "requests": sum(by_type.values()), "rss_mib": rss}
+    cost: dict[str, object] = {"seconds": took, "requests": sum(by_type.values()), "rss_mib": rss}
     if args.trace:
         cost |= {"by_type": dict(by_type), "trace": dict(trace.counts)}
     print(json.dumps(cost))
@@ -468,59 +472,71 @@ class Cost:
     rss_mib: float
 
 
-def measured_round(
-    server: MeteredS3, bucket: str, name: str, repeats: int, trace: bool = False
-) -> dict[str, Cost]:
-    """Each measurement `repeats` times, each in a fresh process; medians."""
-    settings = Settings(home=server.home, s3_port=server.port, bucket=bucket)
-    state = server.home / "history-cursors.json"
-    # The cursors the daemon's last ticks left: the feed read up to now, and the ledger sensor's
-    # last look (before the measured batch and tick, whose commits the measured look reads).
-    _, ledger_cursor = sensor_tick(server.home, server.port, bucket, "ledger_tick", None)
-    state.write_text(json.dumps({"tick": feed_cursor_now(settings), "ledger_tick": ledger_cursor}))
-    costs: dict[str, Cost] = {}
+def measured_rounds(
+    servers: dict[str, MeteredS3], bucket: str, repeats: int, trace: bool = False
+) -> dict[str, dict[str, Cost]]:
+    """Each measurement `repeats` times in each home, each in a fresh process, the homes taking
+    turns sample by sample, so that both rounds see the same load on the machine; medians."""
+    for server in servers.values():
+        settings = Settings(home=server.home, s3_port=server.port, bucket=bucket)
+        # The cursors the daemon's last ticks left: the feed read up to now, and the ledger
+        # sensor's last look (before the measured batch and tick, whose commits it reads).
+        _, ledger_cursor = sensor_tick(server.home, server.port, bucket, "ledger_tick", None)
+        (server.home / "history-cursors.json").write_text(
+            json.dumps({"tick": feed_cursor_now(settings), "ledger_tick": ledger_cursor})
+        )
+    costs: dict[str, dict[str, Cost]] = {name: {} for name in servers}
     for what in MEASUREMENTS:
-        samples = []
+        samples: dict[str, list[dict[str, Any]]] = {name: [] for name in servers}
         for seed in range(repeats):
-            command = [
-                sys.executable,
-                __file__,
-                "--measure",
-                what,
-                "--home",
-                str(server.home),
-                "--port",
-                str(server.port),
-                "--bucket",
-                bucket,
-                "--metrics-port",
-                str(server.metrics_port),
-                "--round",
-                name,
-                "--seed",
-                str(seed + (1000 if name == "full" else 0)),
-                *(["--trace"] if trace else []),
-            ]
-            done = subprocess.run(command, capture_output=True, text=True, check=False)
-            if done.returncode != 0:
-                raise SystemExit(f"{what} ({name}) failed:\n{done.stdout}\n{done.stderr}")
-            samples.append(json.loads(done.stdout.strip().splitlines()[-1]))
-            if trace:
-                print(f"  {name} {what} by API: {sorted(samples[-1]['by_type'].items())}")
-                for where, count in sorted(samples[-1]["trace"].items()):
-                    print(f"    {count:5d} {where}")
-        costs[what] = Cost(
-            statistics.median(s["seconds"] for s in samples),
-            statistics.median(s["requests"] for s in samples),
-            statistics.median(s["rss_mib"] for s in samples),
-        )
-        cost = costs[what]
-        print(
-            f"  {name:>6} {what:12} {cost.seconds:8.2f} s {cost.requests:8.0f} requests "
-            f"{cost.rss_mib:8.0f} MiB",
-            flush=True,
-        )
+            for name, server in servers.items():
+                samples[name].append(measured_sample(server, bucket, name, what, seed, trace))
+        for name, taken in samples.items():
+            cost = costs[name][what] = Cost(
+                statistics.median(s["seconds"] for s in taken),
+                statistics.median(s["requests"] for s in taken),
+                statistics.median(s["rss_mib"] for s in taken),
+            )
+            print(
+                f"  {name:>6} {what:12} {cost.seconds:8.2f} s {cost.requests:8.0f} requests "
+                f"{cost.rss_mib:8.0f} MiB",
+                flush=True,
+            )
     return costs
+
+
+def measured_sample(
+    server: MeteredS3, bucket: str, name: str, what: str, seed: int, trace: bool
+) -> dict[str, Any]:
+    """One measurement in a fresh process (its peak RSS its own)."""
+    command = [
+        sys.executable,
+        __file__,
+        "--measure",
+        what,
+        "--home",
+        str(server.home),
+        "--port",
+        str(server.port),
+        "--bucket",
+        bucket,
+        "--metrics-port",
+        str(server.metrics_port),
+        "--round",
+        name,
+        "--seed",
+        str(seed + (1000 if name == "full" else 0)),
+        *(["--trace"] if trace else []),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"{what} ({name}) failed:\n{done.stdout}\n{done.stderr}")
+    sample: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    if trace:
+        print(f"  {name} {what} by API: {sorted(sample['by_type'].items())}")
+        for where, count in sorted(sample["trace"].items()):
+            print(f"    {count:5d} {where}")
+    return sample
 
 
 def ratio(full: float, early: float) -> float:
@@ -588,13 +604,19 @@ def main() -> None:
     parser.add_argument("--rows-per-commit", type=int, default=1000)
     parser.add_argument("--publish-every", type=int, default=1000, help="batches between publishes")
     parser.add_argument("--threads", type=int, default=FILL_THREADS)
-    parser.add_argument("--repeats", type=int, default=3, help="samples of each measurement")
+    parser.add_argument("--repeats", type=int, default=5, help="samples of each measurement")
     parser.add_argument("--port", type=int, default=18440, help="the embedded S3 server's port")
     parser.add_argument("--metrics-port", type=int, help="the server's metrics (default: port + 9)")
     parser.add_argument(
         "--trace", action="store_true", help="print each measurement's requests by API and key"
     )
-    parser.add_argument("--home", help="a folder for the home (default: a temporary one)")
+    parser.add_argument(
+        "--early-port", type=int, help="the 10-batch home's server (default: a free port)"
+    )
+    parser.add_argument("--early-metrics-port", type=int, help="its metrics (default: a free port)")
+    parser.add_argument(
+        "--home", help="a folder for the two homes, early/ and full/ (default: a temporary one)"
+    )
     # The child that runs one measurement.
     parser.add_argument("--measure", choices=MEASUREMENTS, help=argparse.SUPPRESS)
     parser.add_argument("--bucket", default="kindex", help=argparse.SUPPRESS)
@@ -613,14 +635,27 @@ def main() -> None:
         for name, value in SMOKE.items():
             setattr(args, name, value)
         args.repeats = 1
-    with home_folder(args.home) as home:
-        args.metrics_port = args.metrics_port or args.port + 9
-        server = MeteredS3(home, port=args.port, metrics_port=args.metrics_port)
-        server.start()
+    with home_folder(args.home) as folder:
+        servers = {
+            "early": MeteredS3(
+                folder / "early",
+                port=args.early_port or find_free_port_block(),
+                metrics_port=args.early_metrics_port or find_free_port_block(),
+            ),
+            "full": MeteredS3(
+                folder / "full", port=args.port, metrics_port=args.metrics_port or args.port + 9
+            ),
+        }
+        started: list[MeteredS3] = []
         try:
-            result = build_and_measure(server, args)
+            for server in servers.values():
+                server.home.mkdir(exist_ok=True)
+                server.start()
+                started.append(server)
+            result = build_and_measure(servers, args)
         finally:
-            server.stop()  # by its own PID: the server this run started
+            for server in started:
+                server.stop()  # by its own PID: the servers this run started
     if args.write_docs:
         write_figures(figures(result, args.smoke))
     print(json.dumps(result))
@@ -637,16 +672,33 @@ def home_folder(chosen: str | None) -> Iterator[Path]:
         yield Path(tmp)
 
 
-def build_and_measure(server: MeteredS3, args: argparse.Namespace) -> dict[str, object]:
+def build_and_measure(servers: dict[str, MeteredS3], args: argparse.Namespace) -> dict[str, object]:
+    """Both homes filled to 10 batches, the full one on to its history; then both measured."""
+    fills = {name: new_fill(server, args) for name, server in servers.items()}
+    for name, fill in fills.items():
+        print(f"history ({name}): {EARLY_BATCHES} batches", flush=True)
+        fill.run(EARLY_BATCHES, args.threads, progress=True)
+    full = fills["full"]
+    print(f"history (full): filling to {args.batches} batches", flush=True)
+    full.publish_every = args.publish_every
+    start = time.perf_counter()
+    full.run(args.batches, args.threads, progress=True)
+    fill_seconds = time.perf_counter() - start
+    costs = measured_rounds(servers, args.bucket, args.repeats, args.trace)
+    return report(full, costs["early"], costs["full"], fill_seconds)
+
+
+def new_fill(server: MeteredS3, args: argparse.Namespace) -> Fill:
+    """A fill of the server's home to the history asked for, publishing every 10 batches until
+    it has 10 (the early round's index holds them)."""
     settings = Settings(home=server.home, s3_port=server.port, bucket=args.bucket)
     store = S3Store.from_settings(settings)
     store.ensure_bucket()
     header, rows = liger_rows()
-    template = normalized_template(store, settings, small_file(0, header, rows))
-    fill = Fill(
+    return Fill(
         store,
         settings,
-        template,
+        normalized_template(store, settings, small_file(0, header, rows)),
         header,
         rows,
         ledger_rows=args.ledger_rows,
@@ -654,16 +706,6 @@ def build_and_measure(server: MeteredS3, args: argparse.Namespace) -> dict[str, 
         rows_per_commit=args.rows_per_commit,
         publish_every=min(args.publish_every, EARLY_BATCHES),
     )
-    print(f"history: {EARLY_BATCHES} batches, then measured", flush=True)
-    fill.run(EARLY_BATCHES, args.threads, progress=True)
-    early = measured_round(server, args.bucket, "early", args.repeats, args.trace)
-    print(f"history: filling to {args.batches} batches", flush=True)
-    fill.publish_every = args.publish_every
-    start = time.perf_counter()
-    fill.run(args.batches, args.threads, progress=True)
-    fill_seconds = time.perf_counter() - start
-    full = measured_round(server, args.bucket, "full", args.repeats, args.trace)
-    return report(fill, early, full, fill_seconds)
 
 
 if __name__ == "__main__":

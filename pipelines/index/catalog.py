@@ -493,8 +493,7 @@ class IndexCatalog:
         def planned(name: str) -> list[str]:
             table, snapshot_id = pinned[name]
             if (name, snapshot_id) not in self._planned:
-                tasks = table.scan(snapshot_id=snapshot_id).plan_files()
-                self._planned[name, snapshot_id] = sorted(task.file.file_path for task in tasks)
+                self._planned[name, snapshot_id] = snapshot_data_files(table, snapshot_id)
             return self._planned[name, snapshot_id]
 
         files: dict[str, list[str]] = {name: [] for name in STORED_TABLES}
@@ -867,6 +866,20 @@ def live_files(
         for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True)
     ]
     return sorted(entries, key=lambda entry: entry[0])
+
+
+def snapshot_data_files(table: Table, snapshot_id: int) -> list[str]:
+    """The data files a snapshot holds, sorted: its manifests' live entries. A scan's plan
+    would evaluate a filter and its residual on each entry too, for none."""
+    snapshot = table.snapshot_by_id(snapshot_id)
+    if snapshot is None:
+        raise VersionNotFound(f"{table.name()}: no snapshot {snapshot_id}")
+    return sorted(
+        entry.data_file.file_path
+        for manifest in snapshot.manifests(table.io)
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True)
+        if entry.data_file.content == DataFileContent.DATA
+    )
 
 
 def _may_hold(manifest: ManifestFile, values: Collection[str]) -> bool:

@@ -83,11 +83,17 @@ def object_key(location: str, bucket: str) -> str:
 
 
 def published(
-    catalog: IndexCatalog, version: Version, bucket: str, *, as_of: bool = False
+    catalog: IndexCatalog,
+    version: Version,
+    bucket: str,
+    *,
+    as_of: bool = False,
+    serve: bool = True,
 ) -> PublishedIndex:
     """A version and its files, with the served tables at their newest snapshots (`as_of`: at
-    those they had when the version was published)."""
-    served = catalog.served_snapshot_ids(version if as_of else None)
+    those they had when the version was published). `serve=False`: the stored tables only, for
+    a publish that extends the version (the served tables' files are planned for an install)."""
+    served = catalog.served_snapshot_ids(version if as_of else None) if serve else {}
     files = catalog.data_files(version, served)
     return PublishedIndex(
         version,

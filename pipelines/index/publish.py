@@ -317,7 +317,7 @@ def _publish(store: ObjectStore, settings: Settings) -> IndexVersion:
     catalog.create_tables()
     version = catalog.current()
     catalog.roll_back_to(version)
-    current = published(catalog, version, store.bucket)
+    current = published(catalog, version, store.bucket, serve=False)
     found = additions(store, layout, catalog, version, current)
     if found.empty:
         if found.from_listing and version.seq > 0 and found.point is not None:
@@ -332,8 +332,7 @@ def _publish(store: ObjectStore, settings: Settings) -> IndexVersion:
                 ledger_point=found.point,
             )
             catalog.commit_version(version)
-            current = published(catalog, version, store.bucket)
-        install_local(store, layout, current)
+        install_local(store, layout, published(catalog, version, store.bucket))
         return IndexVersion(
             version.version, version.parent, published=False, counts=dict(version.counts)
         )
