@@ -14,8 +14,10 @@ rows again. A point the ledger no longer has (its snapshots expired) costs one r
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.manifest import ManifestEntryStatus
@@ -59,9 +61,9 @@ def committed_since(catalog: IndexCatalog, since: int | None) -> Committed:
         named = {key for key in rows.column(SETS_FILE_COLUMN).to_pylist() if key}
         return Committed(head.snapshot_id, sorted(named), whole=True)
     keys: set[str] = set()
-    for snapshot in appended:
-        for path in added_files(table, snapshot):
-            keys.update(_sets_files_in(table, path))
+    for rows in added_rows(table, appended, (SETS_FILE_COLUMN,)):
+        if SETS_FILE_COLUMN in rows.column_names:  # a file written before the column was: none
+            keys.update(key for key in rows.column(SETS_FILE_COLUMN).to_pylist() if key)
     return Committed(head.snapshot_id, sorted(keys))
 
 
@@ -97,15 +99,12 @@ def versions_since(catalog: IndexCatalog, since: int) -> CommittedVersions:
     if appended is None:
         return CommittedVersions(head.snapshot_id, None)
     found: dict[tuple[str, str, object], ObjectInfo] = {}
-    for snapshot in appended:
-        for path in added_files(table, snapshot):
-            with table.io.new_input(path).open() as stream:
-                rows = pq.ParquetFile(stream).read(columns=list(VERSION_FIELDS)).to_pylist()
-            for row in rows:
-                info = ObjectInfo(
-                    row["key"], row["etag"], row["size"], row["last_modified"], row["version_id"]
-                )
-                found[(info.key, info.etag, info.last_modified)] = info
+    for rows in added_rows(table, appended, VERSION_FIELDS):
+        for row in rows.to_pylist():
+            info = ObjectInfo(
+                row["key"], row["etag"], row["size"], row["last_modified"], row["version_id"]
+            )
+            found[(info.key, info.etag, info.last_modified)] = info
     return CommittedVersions(head.snapshot_id, list(found.values()))
 
 
@@ -142,12 +141,14 @@ def added_files(table: Table, snapshot: Snapshot) -> list[str]:
     ]
 
 
-def _sets_files_in(table: Table, path: str) -> set[str]:
-    """The sets files one ledger data file's rows name (none in a file written before the
-    column was)."""
-    with table.io.new_input(path).open() as stream:
-        parquet = pq.ParquetFile(stream)
-        if SETS_FILE_COLUMN not in parquet.schema_arrow.names:
-            return set()
-        column = parquet.read(columns=[SETS_FILE_COLUMN]).column(SETS_FILE_COLUMN)
-    return {key for key in column.to_pylist() if key}
+def added_rows(
+    table: Table, snapshots: list[Snapshot], columns: Sequence[str]
+) -> Iterator[pa.Table]:
+    """The rows of the data files these snapshots added, in commit order: the columns asked
+    for that each file has."""
+    for snapshot in snapshots:
+        for path in added_files(table, snapshot):
+            with table.io.new_input(path).open() as stream:
+                parquet = pq.ParquetFile(stream)
+                present = [c for c in columns if c in parquet.schema_arrow.names]
+                yield parquet.read(columns=present)
