@@ -5,9 +5,13 @@ Fixtures here are shared by every test module; add new ones below, keep existing
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
+import os
 import shutil
+import signal
 import uuid
+from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -50,24 +54,83 @@ def embedded_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedS3
     try:
         yield server
     finally:
+        # Its data goes with the session, so it needs no graceful stop, which can wait on its
+        # volume server for the whole grace period (SIGKILL, then stop() reaps it and cleans up).
+        if server.pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(server.pid, signal.SIGKILL)
         server.stop()
 
 
 @pytest.fixture(scope="session")
 def s3_client(embedded_s3: EmbeddedS3) -> Any:
     """One boto3 client for the session's server (creating one costs ~100 ms)."""
+    return session_client(embedded_s3)
+
+
+def session_client(server: EmbeddedS3) -> Any:
     return make_client(
-        endpoint_url=embedded_s3.endpoint_url,
+        endpoint_url=server.endpoint_url,
         region="us-east-1",
         path_style=True,
-        credentials=embedded_s3.credentials,
+        credentials=server.credentials,
     )
+
+
+# Buckets that outlive a test: the shared homes' (built once, restored for each test) and the
+# next fresh bucket, made ahead. drop_buckets leaves them.
+KEPT_BUCKETS: set[str] = set()
+
+
+class FreshBuckets:
+    """Fresh, uniquely named buckets, made while the tests before run. SeaweedFS gives a bucket
+    volumes of its own at its first write, and that write waits for them for about a fifth of a
+    second: made ahead (written to once, emptied again), a test's bucket is ready."""
+
+    AHEAD = 2
+
+    def __init__(self, server: EmbeddedS3) -> None:
+        # A client of its own: tests watch the session client's requests (its event hooks).
+        self.client = session_client(server)
+        self.maker = ThreadPoolExecutor(self.AHEAD, thread_name_prefix="fresh-bucket")
+        self.ahead = deque(self.maker.submit(self.make) for _ in range(self.AHEAD))
+
+    def make(self) -> str:
+        bucket = f"test-{uuid.uuid4().hex[:16]}"
+        KEPT_BUCKETS.add(bucket)
+        self.client.create_bucket(Bucket=bucket)
+        self.client.put_object(Bucket=bucket, Key="first-write", Body=b"volume")
+        self.client.delete_object(Bucket=bucket, Key="first-write")
+        return bucket
+
+    def take(self) -> str:
+        """An empty bucket of its own for a test, which drop_buckets drops once it is done."""
+        try:
+            bucket = self.ahead.popleft().result()
+        except Exception:  # the test's own ensure_bucket then says what is wrong
+            bucket = f"test-{uuid.uuid4().hex[:16]}"
+        KEPT_BUCKETS.discard(bucket)
+        self.ahead.append(self.maker.submit(self.make))
+        return bucket
+
+    def close(self) -> None:
+        self.maker.shutdown(wait=True)
+
+
+@pytest.fixture(scope="session")
+def fresh_buckets(embedded_s3: EmbeddedS3) -> Iterator[FreshBuckets]:
+    buckets = FreshBuckets(embedded_s3)
+    try:
+        yield buckets
+    finally:
+        buckets.close()
 
 
 @pytest.fixture
 def s3_store(
     embedded_s3: EmbeddedS3,
     s3_client: Any,
+    fresh_buckets: FreshBuckets,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> Iterator[S3Store]:
@@ -76,7 +139,7 @@ def s3_store(
     The environment points at the same bucket (KINDEX_S3_ENDPOINT, KINDEX_BUCKET, AWS keys,
     KINDEX_HOME under tmp_path), so `Settings.from_env()` and `kindex` commands run in-process
     reach what the test sees."""
-    bucket = f"test-{uuid.uuid4().hex[:16]}"
+    bucket = fresh_buckets.take()
     store = bucket_store(embedded_s3, s3_client, bucket)
     store.ensure_bucket()
     use_bucket(monkeypatch, embedded_s3, bucket, tmp_path / "home")
@@ -188,6 +251,7 @@ def building_home(
     """A new bucket of the session's server and a home in `folder`, the environment pointing
     at them while a module- or session-scoped fixture builds what its tests share."""
     bucket = f"home-{uuid.uuid4().hex[:16]}"
+    KEPT_BUCKETS.add(bucket)  # until its fixture drops it (drop_bucket)
     with pytest.MonkeyPatch.context() as monkeypatch:
         use_bucket(monkeypatch, embedded_s3, bucket, folder / "home")
         store = bucket_store(embedded_s3, s3_client, bucket)
@@ -207,6 +271,7 @@ def restored_home(
 
 def drop_bucket(client: Any, name: str) -> None:
     """Delete one bucket of the session's server and its objects (gone already: nothing)."""
+    KEPT_BUCKETS.discard(name)
     try:
         for page in client.get_paginator("list_objects_v2").paginate(Bucket=name):
             keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]  # 1,000 at most
@@ -218,11 +283,12 @@ def drop_bucket(client: Any, name: str) -> None:
 
 
 def drop_buckets(client: Any) -> None:
-    """Delete every bucket of the session's server. SeaweedFS gives each bucket volumes of its
-    own and has room for about 70 on this disk: a suite that kept each test's bucket would run
-    out (PutObject then answers InternalError)."""
+    """Delete every bucket of the session's server but the kept ones (KEPT_BUCKETS: a few).
+    SeaweedFS gives each bucket volumes of its own and has room for about 70 on this disk: a
+    suite that kept each test's bucket would run out (PutObject then answers InternalError)."""
     for bucket in client.list_buckets().get("Buckets", []):
-        drop_bucket(client, bucket["Name"])
+        if bucket["Name"] not in KEPT_BUCKETS:
+            drop_bucket(client, bucket["Name"])
 
 
 @dataclass(frozen=True, slots=True)

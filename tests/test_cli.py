@@ -65,14 +65,30 @@ def test_a_query_from_a_subfolder_sees_the_same_index(tmp_path: Path) -> None:
     ],
 )
 def test_a_bad_setting_is_one_line_naming_the_variable(
-    tmp_path: Path, name: str, value: str
+    tmp_path: Path,
+    name: str,
+    value: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     with pytest.raises(SettingsError, match=name):
         Settings.from_env({name: value, "KINDEX_HOME": str(tmp_path)})
-    result = kindex("query", "select 1", cwd=tmp_path, env={name: value})
+    # `kindex query` in this process (the installed command: the test below)
+    for variable in [v for v in os.environ if v.startswith(("KINDEX_", "AWS_"))]:
+        monkeypatch.delenv(variable)
+    monkeypatch.setenv(name, value)
+    monkeypatch.chdir(tmp_path)
+    assert main(["query", "select 1"]) == 2
+    stderr = capsys.readouterr().err
+    assert stderr.startswith(f"kindex: {name}=") and len(stderr.splitlines()) == 1
+    assert "Traceback" not in stderr
+
+
+def test_the_kindex_command_says_a_bad_setting_in_one_line(tmp_path: Path) -> None:
+    result = kindex("query", "select 1", cwd=tmp_path, env={"KINDEX_S3_PORT": "abc"})
     assert result.returncode == 2
-    assert result.stderr.startswith(f"kindex: {name}=") and len(result.stderr.splitlines()) == 1
-    assert "Traceback" not in result.stderr
+    assert result.stderr.startswith("kindex: KINDEX_S3_PORT=")
+    assert len(result.stderr.splitlines()) == 1 and "Traceback" not in result.stderr
 
 
 def test_an_unknown_kindex_variable_gets_a_warning_naming_the_closest(tmp_path: Path) -> None:

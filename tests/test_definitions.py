@@ -106,6 +106,9 @@ def test_the_asset_graph_is_what_people_see() -> None:
     assert seen == ASSET_GRAPH
 
 
+# A process that loads the whole project (seconds of CPU): the full run's. The default run
+# loads and validates the same Definitions in-process (test_definitions_load_and_validate).
+@pytest.mark.slow
 def test_dg_check_defs_passes() -> None:
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     result = subprocess.run(

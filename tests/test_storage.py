@@ -143,7 +143,7 @@ def test_overwrite_and_delete(s3_store: S3Store) -> None:
 
 
 def test_list_pages_through_everything(s3_store: S3Store) -> None:
-    keys = [f"many/{i:05d}" for i in range(1003)]
+    keys = [f"many/{i:05d}" for i in range(253)]
     with ThreadPoolExecutor(8) as pool:  # plain PUTs, no HEAD: setup only
         list(
             pool.map(
@@ -161,7 +161,7 @@ def test_list_pages_through_everything(s3_store: S3Store) -> None:
         page_size=100,
     )
     listed = list(paged.list("many/"))
-    assert [info.key for info in listed] == keys  # 11 pages, in key order, nothing else
+    assert [info.key for info in listed] == keys  # 3 pages, in key order, nothing else
     assert all(info.size == len(info.key) for info in listed)
     assert [info.key for info in s3_store.list("other/")] == ["other/x"]
     assert list(s3_store.list("none/")) == []

@@ -70,6 +70,10 @@ SAMPLES: dict[str, str] = {
     "google-benchmark/gbench_test3_run0.2018-run_type.json": "google-benchmark-json",
 }
 
+# A v3 sample that repeats the records of two others, and theirs (keys in incoming/).
+V3_REPEATING = "incoming/json-each-row.json"
+V3_REPEATED = ("incoming/add_loop_eager.json", "incoming/add_loop_inductor_dynamic_gpu.json")
+
 
 @pytest.mark.parametrize("sample", sorted(SAMPLES))
 def test_each_sample_is_recognized_by_its_own_source_and_no_other(sample: str) -> None:
@@ -225,8 +229,21 @@ def test_every_sample_of_every_format_lands_in_the_index(
     # KernelBench: H100 250, L4 7 (243 failed), level_tk 6, level5 0 (14 failed), mean-only 198
     assert by_source["kernelbench-timing"] == 250 + 7 + 6 + 0 + 198
     assert by_source["flashinfer-trace"] == 25 + 6 + 5
-    # json-each-row.json repeats the two records of add_loop_eager and _inductor_dynamic_gpu
-    assert by_source["pytorch-benchmark-v3"] == 1 + 1 + 3 - 2 + 107 + 1
+    # json-each-row.json repeats the two records of add_loop_eager and _inductor_dynamic_gpu.
+    # None has a timestamp, so each is observed when its file was received (its LastModified,
+    # in seconds: docs/formats.md, Identity): a repeat received in the same second as the
+    # record it repeats is that run, in another second a run of its own. The files go up on
+    # threads, so a second may pass between two of them.
+    received = dict(query(index_settings, "SELECT source_key, last_modified FROM snapshots"))
+    apart = sum(received[key] != received[V3_REPEATING] for key in V3_REPEATED)
+    assert by_source["pytorch-benchmark-v3"] == 1 + 1 + 3 - 2 + 107 + 1 + apart
+    # Whenever they arrived, a repeat has the externalId of the record it repeats (and the
+    # 2024-11 tuples measure add_loop_eager's case again, with another value).
+    assert query(
+        index_settings,
+        "SELECT count(DISTINCT external_id) FROM runs JOIN first_reads USING (snapshot_digest) "
+        "WHERE source = 'pytorch-benchmark-v3'",
+    ) == [(1 + 1 + 3 - 2 + 107 + 1 - 1,)]
     assert query(
         index_settings, "SELECT count(*) FROM quarantine WHERE reason LIKE 'awaiting%'"
     ) == [(0,)]

@@ -330,6 +330,20 @@ def test_a_record_without_any_time_is_quarantined() -> None:
     assert (outcome.status, outcome.reason) == ("quarantined", "missing_field")
 
 
+def test_a_repeated_record_without_a_time_is_one_run_per_second_received() -> None:
+    """json-each-row.json repeats add_loop_eager.json's record, neither with a timestamp: in
+    the same second received they are one run; a second apart, two runs of one externalId
+    (docs/formats.md, Identity). Which it is in an ingest depends on when each file went up."""
+    repeating = outcomes_of((SAMPLES / "json-each-row.json").read_bytes())[0]
+    repeated = outcomes_of((SAMPLES / "add_loop_eager.json").read_bytes())
+    assert digests([repeating]) == digests(repeated)
+    apart = SourceContext(received_at="2026-01-01T00:00:01Z")
+    (later,) = outcomes_of((SAMPLES / "add_loop_eager.json").read_bytes(), apart)
+    assert later.run and repeating.run and later.run.digest != repeating.run.digest
+    assert later.facts and repeating.facts
+    assert later.facts.external_id == repeating.facts.external_id
+
+
 # --- hostile input ---------------------------------------------------------------------------
 
 
