@@ -12,10 +12,13 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from index_support import csv_bytes, index_settings, ingest_bytes, liger_rows, query
+from pyiceberg.manifest import ManifestFile
 
 from pipelines.cli import main
+from pipelines.index import catalog as catalog_module
 from pipelines.index import tables
 from pipelines.index.catalog import IndexCatalog
+from pipelines.index.layout import IndexLayout
 from pipelines.index.local import load_current, sync_local
 from pipelines.index.remote import connect_remote
 
@@ -111,3 +114,49 @@ def test_every_reader_serves_the_table_and_as_of_pins_its_past(
     assert bare.stdout.strip() == newest
     # The index's fingerprints and counts know nothing of it.
     assert "ledger" not in json.dumps(load_current(s3_store, index_settings).version.counts)
+
+
+def test_a_large_manifest_is_listed_once_per_home(
+    served: None, s3_store: Any, index_settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A served table's files are its manifests' live entries, the files a scan plans; a
+    manifest large enough to outlive later commits is read from the bucket once (its list kept
+    in the local cache), and a list is dropped once the snapshot listed no longer holds its
+    manifest."""
+    monkeypatch.setattr(catalog_module, "MANIFEST_TARGET_BYTES", 2)  # every manifest is large
+    for n in range(3):  # three fast appends: three manifests
+        ledger_rows(index_settings, s3_store, [(f"k{n}", "indexed", 1)])
+    catalog = IndexCatalog.beside(s3_store, index_settings)
+    table = catalog.table("ledger")
+    head = table.current_snapshot()
+    assert head is not None and len(head.manifests(table.io)) == 3
+    planned = sorted(task.file.file_path for task in table.scan().plan_files())
+    assert catalog.snapshot_data_files(table, head.snapshot_id) == planned
+    folder = IndexLayout.of(index_settings).cache_dir / ".manifest-files" / "ledger"
+    assert len(list(folder.glob("*.txt"))) == 3
+
+    fetched: list[str] = []
+    real = ManifestFile.fetch_manifest_entry
+
+    def spied(manifest: ManifestFile, *args: Any, **kwargs: Any) -> Any:
+        fetched.append(manifest.manifest_path)
+        return real(manifest, *args, **kwargs)
+
+    monkeypatch.setattr(ManifestFile, "fetch_manifest_entry", spied)
+    again = IndexCatalog.beside(s3_store, index_settings)  # another process's catalog
+    assert again.snapshot_data_files(again.table("ledger"), head.snapshot_id) == planned
+    assert fetched == []
+
+    # An overwrite replaces every manifest: the next listing reads the new ones and drops the
+    # lists of the old.
+    table.overwrite(
+        pa.Table.from_pylist([{"key": "k9", "state": "failed", "attempts": 2}], LEDGER_SCHEMA)
+    )
+    table = again.table("ledger", refresh=True)
+    head = table.current_snapshot()
+    assert head is not None
+    planned = sorted(task.file.file_path for task in table.scan().plan_files())
+    assert again.snapshot_data_files(table, head.snapshot_id) == planned
+    assert len(planned) == 1 and fetched
+    names = {p.name for p in folder.glob("*.txt")}
+    assert len(names) == len(head.manifests(table.io))

@@ -21,6 +21,7 @@ The catalog (`KINDEX_CATALOG_URI`):
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import secrets
 import shutil
@@ -52,6 +53,7 @@ from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.transforms import IdentityTransform
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
+from pipelines.index.layout import IndexLayout
 from pipelines.index.tables import RUN_SORT_COLUMNS, STORED_TABLES, served_schemas
 from pipelines.records.record_objects import FIELD_ID_KEY, UTC_US
 from pipelines.settings import Settings
@@ -493,7 +495,7 @@ class IndexCatalog:
         def planned(name: str) -> list[str]:
             table, snapshot_id = pinned[name]
             if (name, snapshot_id) not in self._planned:
-                self._planned[name, snapshot_id] = snapshot_data_files(table, snapshot_id)
+                self._planned[name, snapshot_id] = self.snapshot_data_files(table, snapshot_id)
             return self._planned[name, snapshot_id]
 
         files: dict[str, list[str]] = {name: [] for name in STORED_TABLES}
@@ -501,6 +503,41 @@ class IndexCatalog:
         with ThreadPoolExecutor(max_workers=max(len(pinned), 1)) as pool:
             files |= dict(zip(pinned, pool.map(planned, pinned), strict=True))
         return files
+
+    def snapshot_data_files(self, table: Table, snapshot_id: int) -> list[str]:
+        """The data files a snapshot holds, sorted: its manifests' live entries (a scan's plan
+        would evaluate a filter and its residual on each entry too, for none).
+
+        A manifest never changes, and a large one outlives many commits (an append merges the
+        small ones only, and one near MANIFEST_TARGET_BYTES not at all): its list is kept in the
+        local cache and read from the bucket once per home. The lists of manifests the snapshot
+        no longer holds are dropped."""
+        snapshot = table.snapshot_by_id(snapshot_id)
+        if snapshot is None:
+            raise VersionNotFound(f"{table.name()}: no snapshot {snapshot_id}")
+        folder = IndexLayout.of(self.settings).cache_dir / ".manifest-files" / table.name()[-1]
+        files: list[str] = []
+        kept: set[str] = set()
+        for manifest in snapshot.manifests(table.io):
+            if manifest.manifest_length < MANIFEST_TARGET_BYTES // 2:
+                files += live_data_files(table, manifest)
+                continue
+            listed = folder / f"{hashlib.sha256(manifest.manifest_path.encode()).hexdigest()}.txt"
+            kept.add(listed.name)
+            if listed.exists():
+                files += listed.read_text().splitlines()
+                continue
+            found = live_data_files(table, manifest)
+            folder.mkdir(parents=True, exist_ok=True)
+            written = listed.with_name(f".{listed.name}.{secrets.token_hex(4)}")
+            written.write_text("\n".join(found))
+            written.replace(listed)
+            files += found
+        if folder.is_dir():
+            for stale in folder.glob("*.txt"):
+                if stale.name not in kept:
+                    stale.unlink(missing_ok=True)
+        return sorted(files)
 
     def served_snapshot_ids(self, as_of: Version | None = None) -> dict[str, int]:
         """The snapshot of each served table (tables.SERVED_TABLES) that exists and has one: its
@@ -868,18 +905,13 @@ def live_files(
     return sorted(entries, key=lambda entry: entry[0])
 
 
-def snapshot_data_files(table: Table, snapshot_id: int) -> list[str]:
-    """The data files a snapshot holds, sorted: its manifests' live entries. A scan's plan
-    would evaluate a filter and its residual on each entry too, for none."""
-    snapshot = table.snapshot_by_id(snapshot_id)
-    if snapshot is None:
-        raise VersionNotFound(f"{table.name()}: no snapshot {snapshot_id}")
-    return sorted(
+def live_data_files(table: Table, manifest: ManifestFile) -> list[str]:
+    """The data files a manifest holds live (added or existing)."""
+    return [
         entry.data_file.file_path
-        for manifest in snapshot.manifests(table.io)
         for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True)
         if entry.data_file.content == DataFileContent.DATA
-    )
+    ]
 
 
 def _may_hold(manifest: ManifestFile, values: Collection[str]) -> bool:
