@@ -20,6 +20,7 @@ The catalog (`KINDEX_CATALOG_URI`):
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -528,13 +529,15 @@ class IndexCatalog:
                 files += listed.read_text().splitlines()
                 continue
             found = live_data_files(table, manifest)
-            folder.mkdir(parents=True, exist_ok=True)
-            written = listed.with_name(f".{listed.name}.{secrets.token_hex(4)}")
-            written.write_text("\n".join(found))
-            written.replace(listed)
+            # A cache: a home it cannot be written in (read-only, full) lists from the bucket.
+            with contextlib.suppress(OSError):
+                folder.mkdir(parents=True, exist_ok=True)
+                written = listed.with_name(f".{listed.name}.{secrets.token_hex(4)}")
+                written.write_text("\n".join(found))
+                written.replace(listed)
             files += found
-        if folder.is_dir():
-            for stale in folder.glob("*.txt"):
+        with contextlib.suppress(OSError):
+            for stale in folder.glob("*.txt") if folder.is_dir() else ():
                 if stale.name not in kept:
                     stale.unlink(missing_ok=True)
         return sorted(files)
