@@ -70,7 +70,12 @@ from pipelines.intake.ledger import FileEntry, FileState, Ledger  # noqa: E402
 from pipelines.intake.snapshots import content_digest, put_by_snapshot  # noqa: E402
 from pipelines.settings import EMBEDDED_HOST, Settings  # noqa: E402
 from pipelines.storage.base import ObjectInfo  # noqa: E402
-from pipelines.storage.embedded import EmbeddedS3, PortPlan, find_free_port_block  # noqa: E402
+from pipelines.storage.embedded import (  # noqa: E402
+    PORT_BLOCK_SIZE,
+    EmbeddedS3,
+    PortPlan,
+    find_free_port_block,
+)
 from pipelines.storage.s3 import S3Store  # noqa: E402
 
 SHARED_CSV = ROOT / "tests" / "data" / "liger" / "all_benchmark_data.csv"
@@ -613,7 +618,9 @@ def main() -> None:
     parser.add_argument(
         "--early-port", type=int, help="the 10-batch home's server (default: a free port)"
     )
-    parser.add_argument("--early-metrics-port", type=int, help="its metrics (default: a free port)")
+    parser.add_argument(
+        "--early-metrics-port", type=int, help="its metrics (default: its port + 9)"
+    )
     parser.add_argument(
         "--home", help="a folder for the two homes, early/ and full/ (default: a temporary one)"
     )
@@ -636,23 +643,23 @@ def main() -> None:
             setattr(args, name, value)
         args.repeats = 1
     with home_folder(args.home) as folder:
-        servers = {
-            "early": MeteredS3(
-                folder / "early",
-                port=args.early_port or find_free_port_block(),
-                metrics_port=args.early_metrics_port or find_free_port_block(),
-            ),
-            "full": MeteredS3(
-                folder / "full", port=args.port, metrics_port=args.metrics_port or args.port + 9
-            ),
-        }
         started: list[MeteredS3] = []
+
+        def started_server(name: str, port: int, metrics_port: int | None) -> MeteredS3:
+            server = MeteredS3(
+                folder / name, port=port, metrics_port=metrics_port or port + PORT_BLOCK_SIZE
+            )
+            server.home.mkdir(exist_ok=True)
+            server.start()
+            started.append(server)
+            return server
+
         try:
-            for server in servers.values():
-                server.home.mkdir(exist_ok=True)
-                server.start()
-                started.append(server)
-            result = build_and_measure(servers, args)
+            full = started_server("full", args.port, args.metrics_port)
+            # Its block is picked once the full home's server holds its ports (not before).
+            early_port = args.early_port or find_free_port_block()
+            early = started_server("early", early_port, args.early_metrics_port)
+            result = build_and_measure({"early": early, "full": full}, args)
         finally:
             for server in started:
                 server.stop()  # by its own PID: the servers this run started
