@@ -16,6 +16,7 @@ from dagster import DagsterInstance, SensorResult, SkipReason, build_sensor_cont
 from pyiceberg.table.snapshots import Operation
 
 import assets.sensors
+import pipelines.intake.ledger
 from assets.resources import KindexResource
 from assets.sensors import LedgerCursor, batch_of, ledger_sensor
 from pipelines.intake.ledger import (
@@ -203,3 +204,69 @@ def test_rows_a_compaction_merged_since_the_last_tick_are_read(
 
     assert ticks.at(START + assets.sensors.STALE_PENDING + timedelta(seconds=1)) == [lost.key]
     assert whole_reads == [1]
+
+
+def test_a_tick_after_a_compaction_reads_the_rows_appended_since_not_the_window(
+    s3_store: Any,
+    ledger: Ledger,
+    ticks: Ticks,
+    whole_reads: list[int],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A compaction since the last tick merged the window's older rows with the new ones: the
+    tick reads the new rows from the files their appends wrote, not the merged file (what a
+    tick holds grows with what came since, not with an hour's files)."""
+    ledger.append([indexed(s3_store.bucket, f"incoming/settled-{n}.csv") for n in range(40)])
+    assert ticks.at(START) == []
+    read: list[int] = []
+    real = pipelines.intake.ledger._open_entries
+
+    def counted(rows: Any) -> list[FileEntry]:
+        read.append(rows.num_rows)
+        return real(rows)
+
+    monkeypatch.setattr(pipelines.intake.ledger, "_open_entries", counted)
+    lost = FileEntry.pending(s3_store.bucket, version("incoming/lost.csv"), batch="lost")
+    ledger.append([replace(lost, updated_at=START)])
+    for n in range(LEDGER_COMPACTION.above_files + 1):  # a file each, in the same window
+        ledger.append([indexed(s3_store.bucket, f"incoming/later-{n}.csv")])
+    table = ledger.catalog.table(LEDGER_TABLE, refresh=True)
+    merged = [
+        s
+        for s in table.snapshots()
+        if s.summary is not None and s.summary.operation == Operation.OVERWRITE
+    ]
+    assert merged  # the 40 settled rows and the new ones are in one file now
+
+    assert ticks.at(START + assets.sensors.STALE_PENDING + timedelta(seconds=1)) == [lost.key]
+    assert read == [1 + LEDGER_COMPACTION.above_files + 1]  # the appended rows, no settled one
+    assert whole_reads == [1]
+
+
+def test_a_cursor_stays_readable_however_many_commits_came_in_the_last_minutes(
+    s3_store: Any,
+    ledger: Ledger,
+    ticks: Ticks,
+    whole_reads: list[int],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Batches committing faster than the sensor ticks: the expiries between two ticks keep the
+    commits of the last minutes, so the next tick reads on from its cursor."""
+    monkeypatch.setattr(pipelines.intake.ledger, "EXPIRE_ABOVE_SNAPSHOTS", 2)
+    monkeypatch.setattr(pipelines.intake.ledger, "EXPIRE_EVERY_COMMITS", 1)
+    monkeypatch.setattr(pipelines.intake.ledger, "KEEP_NEWEST_SNAPSHOTS", 1)
+    ledger.append([indexed(s3_store.bucket, "incoming/at-rest.csv")])
+    assert ticks.at(START) == []
+    lost = FileEntry.pending(s3_store.bucket, version("incoming/lost.csv"), batch="lost")
+    ledger.append([replace(lost, updated_at=START)])
+    for n in range(6):
+        ledger.append([indexed(s3_store.bucket, f"incoming/later-{n}.csv")])
+    assert ticks.at(START + assets.sensors.STALE_PENDING + timedelta(seconds=1)) == [lost.key]
+    assert whole_reads == [1]
+
+    # Kept by count alone, the commit the cursor names is expired: the tick reads the windows.
+    monkeypatch.setattr(pipelines.intake.ledger, "KEEP_SNAPSHOTS_WITHIN", timedelta(0))
+    for n in range(6):
+        ledger.append([indexed(s3_store.bucket, f"incoming/last-{n}.csv")])
+    assert ticks.at(START + timedelta(days=1)) == [lost.key]
+    assert whole_reads == [1, 1]

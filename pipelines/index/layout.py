@@ -51,7 +51,7 @@ class IndexLayout:
         return self.home / "cache" / self.bucket
 
     def cached_path(self, key: str) -> Path:
-        return self.cache_dir / key
+        return Path(self.home, "cache", self.bucket, key)  # cache_dir / key, built once
 
     @property
     def local_db(self) -> Path:

@@ -135,11 +135,14 @@ def fetch(store: ObjectStore, layout: IndexLayout, key: str) -> Path:
 def fetch_all(store: ObjectStore, layout: IndexLayout, keys: Sequence[str]) -> list[Path]:
     """The local copies of immutable objects (`fetch`), in order; those not cached yet are
     downloaded several at once (each waits on the network more than on this process)."""
-    missing = [key for key in dict.fromkeys(keys) if not layout.cached_path(key).exists()]
+    paths = {key: layout.cached_path(key) for key in keys}
+    missing = [key for key, path in paths.items() if not path.exists()]
     if len(missing) > 1:
         with ThreadPoolExecutor(FETCH_THREADS, thread_name_prefix="kindex-fetch") as pool:
             list(pool.map(lambda key: fetch(store, layout, key), missing))
-    return [fetch(store, layout, key) for key in keys]
+    elif missing:
+        fetch(store, layout, missing[0])
+    return [paths[key] for key in keys]
 
 
 def put_file(store: ObjectStore, key: str, path: Path) -> None:
@@ -174,21 +177,20 @@ def build_database(database: Path, layout: IndexLayout, files: Mapping[str, Sequ
     """A database of views over the cached files (`files`: table -> object keys)."""
     database.parent.mkdir(parents=True, exist_ok=True)
     temporary = database.with_name(f".{database.name}.{secrets.token_hex(4)}.tmp")
-    paths = {name: [str(layout.cached_path(k)) for k in keys] for name, keys in files.items()}
+    paths = {name: [layout.cached_path(k) for k in keys] for name, keys in files.items()}
     con = duckdb.connect(str(temporary), config=CONNECTION_CONFIG)
     try:
         # One transaction: one write of the file, not one per view.
         con.execute("BEGIN TRANSACTION")
-        create_views(con, parquet_sources(paths))
+        create_views(con, parquet_sources({n: list(map(str, p)) for n, p in paths.items()}))
         con.execute(f"CREATE SCHEMA {INTERNAL_SCHEMA}")
         # Each file's size as published: a cached file that no longer has it was changed.
         con.execute(f"CREATE TABLE {FILES_TABLE} (tbl VARCHAR, key VARCHAR, size BIGINT)")
-        listed = [(name, key) for name, keys in files.items() for key in keys]
         rows = pa.table(
             {
-                "tbl": [name for name, _ in listed],
-                "key": [key for _, key in listed],
-                "size": [os.stat(layout.cached_path(key)).st_size for _, key in listed],
+                "tbl": [name for name, keys in files.items() for _ in keys],
+                "key": [key for keys in files.values() for key in keys],
+                "size": [os.stat(path).st_size for listed in paths.values() for path in listed],
             },
             schema=pa.schema([("tbl", pa.string()), ("key", pa.string()), ("size", pa.int64())]),
         )
