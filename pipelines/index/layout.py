@@ -6,6 +6,7 @@ defaults below. The local side lives under the kindex home directory.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,8 +51,12 @@ class IndexLayout:
     def cache_dir(self) -> Path:
         return self.home / "cache" / self.bucket
 
+    def cached_location(self, key: str) -> str:
+        """Where an object's local copy lives (a string: an install names thousands)."""
+        return os.path.join(self.home, "cache", self.bucket, key)
+
     def cached_path(self, key: str) -> Path:
-        return Path(self.home, "cache", self.bucket, key)  # cache_dir / key, built once
+        return Path(self.cached_location(key))
 
     @property
     def local_db(self) -> Path:

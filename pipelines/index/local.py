@@ -132,17 +132,21 @@ def fetch(store: ObjectStore, layout: IndexLayout, key: str) -> Path:
     return path
 
 
-def fetch_all(store: ObjectStore, layout: IndexLayout, keys: Sequence[str]) -> list[Path]:
-    """The local copies of immutable objects (`fetch`), in order; those not cached yet are
-    downloaded several at once (each waits on the network more than on this process)."""
-    paths = {key: layout.cached_path(key) for key in keys}
-    missing = [key for key, path in paths.items() if not path.exists()]
+def fetch_missing(store: ObjectStore, layout: IndexLayout, keys: Sequence[str]) -> None:
+    """Download the objects not cached yet (`fetch`), several at once (each waits on the network
+    more than on this process)."""
+    missing = [key for key in keys if not os.path.exists(layout.cached_location(key))]
     if len(missing) > 1:
         with ThreadPoolExecutor(FETCH_THREADS, thread_name_prefix="kindex-fetch") as pool:
-            list(pool.map(lambda key: fetch(store, layout, key), missing))
+            list(pool.map(lambda key: fetch(store, layout, key), dict.fromkeys(missing)))
     elif missing:
         fetch(store, layout, missing[0])
-    return [paths[key] for key in keys]
+
+
+def fetch_all(store: ObjectStore, layout: IndexLayout, keys: Sequence[str]) -> list[Path]:
+    """The local copies of immutable objects, in order (`fetch_missing` first)."""
+    fetch_missing(store, layout, keys)
+    return [layout.cached_path(key) for key in keys]
 
 
 def put_file(store: ObjectStore, key: str, path: Path) -> None:
@@ -157,7 +161,7 @@ def install_version(store: ObjectStore, layout: IndexLayout, index: PublishedInd
     """The database of this version, built (its files downloaded) when it is not yet."""
     database = version_database(layout, index.database_name)
     if not database.exists():
-        fetch_all(store, layout, [key for keys in index.files.values() for key in keys])
+        fetch_missing(store, layout, [key for keys in index.files.values() for key in keys])
         build_database(database, layout, index.files)
     return database
 
@@ -177,12 +181,12 @@ def build_database(database: Path, layout: IndexLayout, files: Mapping[str, Sequ
     """A database of views over the cached files (`files`: table -> object keys)."""
     database.parent.mkdir(parents=True, exist_ok=True)
     temporary = database.with_name(f".{database.name}.{secrets.token_hex(4)}.tmp")
-    paths = {name: [layout.cached_path(k) for k in keys] for name, keys in files.items()}
+    paths = {name: [layout.cached_location(k) for k in keys] for name, keys in files.items()}
     con = duckdb.connect(str(temporary), config=CONNECTION_CONFIG)
     try:
         # One transaction: one write of the file, not one per view.
         con.execute("BEGIN TRANSACTION")
-        create_views(con, parquet_sources({n: list(map(str, p)) for n, p in paths.items()}))
+        create_views(con, parquet_sources(paths))
         con.execute(f"CREATE SCHEMA {INTERNAL_SCHEMA}")
         # Each file's size as published: a cached file that no longer has it was changed.
         con.execute(f"CREATE TABLE {FILES_TABLE} (tbl VARCHAR, key VARCHAR, size BIGINT)")
