@@ -392,7 +392,6 @@ def test_the_ledgers_snapshots_are_expired_and_its_files_compacted_per_partition
     monkeypatch.setattr(ledger_module, "EXPIRE_ABOVE_SNAPSHOTS", 6)
     monkeypatch.setattr(ledger_module, "EXPIRE_EVERY_COMMITS", 1)
     monkeypatch.setattr(ledger_module, "KEEP_NEWEST_SNAPSHOTS", 2)
-    monkeypatch.setattr(ledger_module, "KEEP_SNAPSHOTS_WITHIN", timedelta(0))
     ledger = Ledger.of(s3_store, index_settings)
     now = datetime.now(UTC).replace(microsecond=0)
     earlier = now - timedelta(hours=3)

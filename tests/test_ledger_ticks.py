@@ -220,32 +220,3 @@ def test_rows_a_compaction_merged_since_the_last_tick_are_read_from_their_append
     assert ticks.at(START + assets.sensors.STALE_PENDING + timedelta(seconds=1)) == [lost.key]
     assert read == [1 + LEDGER_COMPACTION.above_files + 1]  # the appended rows, no settled one
     assert whole_reads == [1]
-
-
-def test_a_cursor_stays_readable_however_many_commits_came_in_the_last_minutes(
-    s3_store: Any,
-    ledger: Ledger,
-    ticks: Ticks,
-    whole_reads: list[int],
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Batches committing faster than the sensor ticks: the expiries between two ticks keep the
-    commits of the last minutes, so the next tick reads on from its cursor."""
-    monkeypatch.setattr(pipelines.intake.ledger, "EXPIRE_ABOVE_SNAPSHOTS", 2)
-    monkeypatch.setattr(pipelines.intake.ledger, "EXPIRE_EVERY_COMMITS", 1)
-    monkeypatch.setattr(pipelines.intake.ledger, "KEEP_NEWEST_SNAPSHOTS", 1)
-    ledger.append([indexed(s3_store.bucket, "incoming/at-rest.csv")])
-    assert ticks.at(START) == []
-    lost = FileEntry.pending(s3_store.bucket, version("incoming/lost.csv"), batch="lost")
-    ledger.append([replace(lost, updated_at=START)])
-    for n in range(3):
-        ledger.append([indexed(s3_store.bucket, f"incoming/later-{n}.csv")])
-    assert ticks.at(START + assets.sensors.STALE_PENDING + timedelta(seconds=1)) == [lost.key]
-    assert whole_reads == [1]
-
-    # Kept by count alone, the commit the cursor names is expired: the tick reads the windows.
-    monkeypatch.setattr(pipelines.intake.ledger, "KEEP_SNAPSHOTS_WITHIN", timedelta(0))
-    for n in range(3):
-        ledger.append([indexed(s3_store.bucket, f"incoming/last-{n}.csv")])
-    assert ticks.at(START + timedelta(days=1)) == [lost.key]
-    assert whole_reads == [1, 1]

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -202,7 +202,6 @@ def test_the_ledgers_commits_between_versions_are_expired_and_a_publish_still_re
     from pipelines.intake import ledger as ledger_module
 
     monkeypatch.setattr(ledger_module, "KEEP_NEWEST_SNAPSHOTS", 1)
-    monkeypatch.setattr(ledger_module, "KEEP_SNAPSHOTS_WITHIN", timedelta(0))
     for n in range(2):
         drop_and_process(s3_store, index_settings, f"incoming/first-{n}.csv", small_csv(n))
     publish_index(s3_store, index_settings)

@@ -31,7 +31,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import ParamSpec, TypeVar
 from urllib.parse import urlsplit
@@ -739,13 +739,11 @@ class IndexCatalog:
         kept: list[Version] | None = None,
         *,
         keep_newest: int = 0,
-        keep_within: timedelta = timedelta(0),
     ) -> None:
         """expire() for one table: a stored table keeps the snapshots the retained versions
         name; a served table (the file ledger) the one each retained version was published
         over (what `--as-of` reads), the commits since the newest version's ledger point
-        (what the next publish reads), its newest `keep_newest`, those made within
-        `keep_within` of now, and its head."""
+        (what the next publish reads), its newest `keep_newest`, and its head."""
         if kept is None:
             kept = self.versions()[-self.settings.index_retention_versions :]
         oldest_kept = kept[0].published_at if kept else None
@@ -765,8 +763,6 @@ class IndexCatalog:
             pinned |= {point} | {s.snapshot_id for s in since or ()}
             newest = sorted(table.snapshots(), key=lambda s: s.timestamp_ms)
             pinned |= {s.snapshot_id for s in newest[len(newest) - keep_newest :]}
-            recent_ms = (datetime.now(UTC) - keep_within).timestamp() * 1000
-            pinned |= {s.snapshot_id for s in newest if s.timestamp_ms >= recent_ms}
             old = [s.snapshot_id for s in table.snapshots() if s.snapshot_id not in pinned]
         else:
             old = [

@@ -92,11 +92,10 @@ RECENT = timedelta(hours=1)
 # this many (an expiry is a commit of its own).
 EXPIRE_ABOVE_SNAPSHOTS = 32
 EXPIRE_EVERY_COMMITS = 8
-# An expiry keeps the newest this many commits, and those of the last few minutes, besides what
-# versions and the next publish read: a ledger sensor's cursor or a failing-files check's point
-# stays readable however many batches committed between two of its looks.
-KEEP_NEWEST_SNAPSHOTS = 16
-KEEP_SNAPSHOTS_WITHIN = timedelta(minutes=5)
+# An expiry keeps the newest this many commits besides what versions and the next publish read:
+# a ledger sensor's cursor or a failing-files check's point stays readable across a burst's
+# commits between two of its looks (a batch makes several: its appends, their compactions).
+KEEP_NEWEST_SNAPSHOTS = 32
 # A window's data files (one per append that touched it) are merged past 4, the newest while each
 # older is at most 8 times what is merged so far: a window holds at most 5 files however many
 # commits it has had (a fleet's hour has 1,100), so what a tick reads of the newest window does
@@ -367,9 +366,7 @@ class Ledger:
         if self._table() is None:
             return False
         try:
-            self.catalog.expire_table(
-                LEDGER_TABLE, keep_newest=KEEP_NEWEST_SNAPSHOTS, keep_within=KEEP_SNAPSHOTS_WITHIN
-            )
+            self.catalog.expire_table(LEDGER_TABLE, keep_newest=KEEP_NEWEST_SNAPSHOTS)
         except Exception:  # maintenance: a commit that won the race; next time
             return False
         return True
