@@ -9,7 +9,7 @@ import pytest
 
 from pipelines.cli import main
 from pipelines.storage.embedded import EmbeddedS3, find_free_port_block, running_server
-from pipelines.storage.s3 import S3Store
+from pipelines.storage.s3 import EMBEDDED_RECONNECT_SECONDS, S3Store
 
 
 def test_put_uploads_to_incoming(
@@ -77,7 +77,14 @@ def test_put_starts_and_stops_the_embedded_server(
     assert running_server(home) is None  # stopped on exit
 
     with EmbeddedS3(home, port=port) as server:
-        store = S3Store("kindex", endpoint_url=server.endpoint_url, credentials=server.credentials)
+        # As the product's store of an embedded server waits (`S3Store.from_settings`): a
+        # restarted gateway answers 5xx until its volumes have registered again.
+        store = S3Store(
+            "kindex",
+            endpoint_url=server.endpoint_url,
+            credentials=server.credentials,
+            reconnect_seconds=EMBEDDED_RECONNECT_SECONDS,
+        )
         assert store.get_bytes("incoming/a.csv") == b"kept in the home"
 
 
