@@ -49,11 +49,14 @@ class IndexLayout:
     # local side
     @property
     def cache_dir(self) -> Path:
-        return self.home / "cache" / self.bucket
+        return Path(self._cache_root())
 
     def cached_location(self, key: str) -> str:
         """Where an object's local copy lives (a string: an install names thousands)."""
-        return os.path.join(self.home, "cache", self.bucket, key)
+        return os.path.join(self._cache_root(), key)
+
+    def _cache_root(self) -> str:
+        return os.path.join(self.home, "cache", self.bucket)
 
     def cached_path(self, key: str) -> Path:
         return Path(self.cached_location(key))

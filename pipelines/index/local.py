@@ -135,10 +135,10 @@ def fetch(store: ObjectStore, layout: IndexLayout, key: str) -> Path:
 def fetch_missing(store: ObjectStore, layout: IndexLayout, keys: Sequence[str]) -> None:
     """Download the objects not cached yet (`fetch`), several at once (each waits on the network
     more than on this process)."""
-    missing = [key for key in keys if not os.path.exists(layout.cached_location(key))]
+    missing = [k for k in dict.fromkeys(keys) if not os.path.exists(layout.cached_location(k))]
     if len(missing) > 1:
         with ThreadPoolExecutor(FETCH_THREADS, thread_name_prefix="kindex-fetch") as pool:
-            list(pool.map(lambda key: fetch(store, layout, key), dict.fromkeys(missing)))
+            list(pool.map(lambda key: fetch(store, layout, key), missing))
     elif missing:
         fetch(store, layout, missing[0])
 
