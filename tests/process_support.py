@@ -5,18 +5,21 @@ tree read from /proc, named children each in a session of its own (`Processes`),
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 import pytest
+from dagster import DagsterInstance
 
 from pipelines.forked import pid_alive
 from pipelines.storage.embedded import find_free_port_block, running_server, stop_pid
@@ -212,6 +215,47 @@ class Processes:
         return sorted(pid for pid in pids if alive(pid))
 
 
+def graphql(port: int, query: str, variables: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """One request to the Dagster webserver on `port`, as its UI sends them; its data."""
+    request = urllib.request.Request(
+        f"http://{HOST}:{port}/graphql",
+        data=json.dumps({"query": query, "variables": dict(variables or {})}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        body = json.loads(response.read())
+    assert "errors" not in body, body
+    data: dict[str, Any] = body["data"]
+    return data
+
+
+SENSORS_QUERY = """{ repositoriesOrError { ... on RepositoryConnection { nodes {
+  name location { name } sensors { name sensorState { id status } } } } } }"""
+START_SENSOR = """mutation Start($selector: SensorSelector!) {
+  startSensor(sensorSelector: $selector) { __typename
+    ... on Sensor { sensorState { status } } ... on PythonError { message } } }"""
+STOP_SENSOR = """mutation Stop($id: String!) { stopSensor(id: $id) {
+  __typename ... on StopSensorMutationResult { instigationState { status } }
+  ... on PythonError { message } } }"""
+
+
+def sensor_ticked(instance: DagsterInstance, name: str) -> bool:
+    """Whether the sensor has had a tick (its first comes as the daemon starts)."""
+    for state in instance.all_instigator_state():
+        if state.name == name:
+            return bool(instance.get_ticks(state.instigator_origin_id, state.selector_id, limit=1))
+    return False
+
+
+def tick_in_progress(instance: DagsterInstance, name: str) -> bool:
+    """Whether the sensor's newest tick is still being evaluated."""
+    for state in instance.all_instigator_state():
+        if state.name == name:
+            ticks = instance.get_ticks(state.instigator_origin_id, state.selector_id, limit=1)
+            return bool(ticks) and ticks[0].status.value == "STARTED"
+    return False
+
+
 def kindex_bin() -> str:
     return str(Path(sys.executable).parent / "kindex")
 
@@ -254,6 +298,28 @@ class KindexUp:
     @property
     def graphql_url(self) -> str:
         return f"http://{HOST}:{self.port}/graphql"
+
+    def switch_sensor(self, name: str, running: bool) -> None:
+        """Turn a sensor on or off as the UI's switch does (it keeps its cursor)."""
+        for repository in graphql(self.port, SENSORS_QUERY)["repositoriesOrError"]["nodes"]:
+            for sensor in repository["sensors"]:
+                if sensor["name"] != name:
+                    continue
+                if running:
+                    selector = {
+                        "repositoryLocationName": repository["location"]["name"],
+                        "repositoryName": repository["name"],
+                        "sensorName": name,
+                    }
+                    done = graphql(self.port, START_SENSOR, {"selector": selector})["startSensor"]
+                    status = done.get("sensorState", {}).get("status")
+                else:
+                    done = graphql(self.port, STOP_SENSOR, {"id": sensor["sensorState"]["id"]})
+                    state = done["stopSensor"].get("instigationState") or {}
+                    status = state.get("status")
+                assert status == ("RUNNING" if running else "STOPPED"), done
+                return
+        raise AssertionError(f"no sensor {name} in the webserver's workspace")
 
     def start(self) -> None:
         ups = self.text().count("kindex is up")  # a restarted `kindex up` appends

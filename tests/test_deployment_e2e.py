@@ -7,7 +7,6 @@ and ran at the same time; storage is in PostgreSQL; every process stops on its s
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -18,9 +17,19 @@ from typing import Any
 import pytest
 from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus
 from deployment_support import PostgresServer, grpc_server_serving, postgres_bin_dir
-from process_support import HOST, Processes, free_port, port_is_free, wait_for
+from process_support import (
+    HOST,
+    Processes,
+    free_port,
+    graphql,
+    port_is_free,
+    sensor_ticked,
+    tick_in_progress,
+    wait_for,
+)
 from test_engines import POLARS_COUNTS, run_python
 
+from assets.reconcile import reconcile_sensor
 from pipelines.index.catalog import s3_access
 from pipelines.index.engines import engine_snippet
 from pipelines.index.faults import DIR_ENV, PAUSE_ENV, RECORD_FILES_WRITTEN
@@ -66,19 +75,6 @@ def liger_cuts(count: int) -> list[bytes]:
     return [
         header + b"".join(rows[i * ROWS_PER_FILE : (i + 1) * ROWS_PER_FILE]) for i in range(count)
     ]
-
-
-def graphql(port: int, query: str) -> dict[str, Any]:
-    request = urllib.request.Request(
-        f"http://{HOST}:{port}/graphql",
-        data=json.dumps({"query": query}).encode(),
-        headers={"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(request, timeout=30) as response:
-        body = json.loads(response.read())
-    assert "errors" not in body, body
-    data: dict[str, Any] = body["data"]
-    return data
 
 
 def webserver_ready(port: int) -> bool:
@@ -221,6 +217,17 @@ def test_deployment_end_to_end(
         )
         assert shown.get("port") == str(grpc_port), shown  # served by the gRPC code server
         timings["webserver up"] = time.monotonic()
+        # The reconcile's first tick lists the bucket to rebuild the missing ledger: a file
+        # dropped while it runs would be requested by it and by the incoming sensor alike.
+        wait_for(
+            lambda: (
+                sensor_ticked(instance, reconcile_sensor.name)
+                and not tick_in_progress(instance, reconcile_sensor.name)
+            ),
+            START_TIMEOUT,
+            "the reconcile sensor's first tick",
+            processes.check_alive,
+        )
 
         def file_runs(status: DagsterRunStatus | None = None) -> list[Any]:
             assert instance is not None
@@ -270,7 +277,7 @@ def test_deployment_end_to_end(
 
         every_run = wait_for(runs_settled, RUN_TIMEOUT, "runs finished", processes.check_alive)
         runs = file_runs()
-        assert len(runs) == 2
+        assert len(runs) == 2, [(run.tags.get("kindex/why"), run.tags[FILES_TAG]) for run in runs]
         launched = [run for run in every_run if run.status != QUEUED]
         assert len(launched) >= 2, "both file runs (each publishes the index)"
         assert {run.status for run in launched} == {DagsterRunStatus.SUCCESS}
