@@ -16,6 +16,7 @@ from dagster import DagsterInstance, SensorResult, SkipReason, build_sensor_cont
 from pyiceberg.table.snapshots import Operation
 
 import assets.sensors
+import pipelines.intake.ledger
 from assets.resources import KindexResource
 from assets.sensors import LedgerCursor, batch_of, ledger_sensor
 from pipelines.intake.ledger import (
@@ -186,11 +187,26 @@ def test_the_open_versions_kept_round_trip_and_are_bounded(s3_store: Any) -> Non
     assert LedgerCursor.from_json('{"head": 3, "waiting": true}') == LedgerCursor(3, True)
 
 
-def test_rows_a_compaction_merged_since_the_last_tick_are_read(
-    s3_store: Any, ledger: Ledger, ticks: Ticks, whole_reads: list[int]
+def test_rows_a_compaction_merged_since_the_last_tick_are_read_from_their_appends(
+    s3_store: Any,
+    ledger: Ledger,
+    ticks: Ticks,
+    whole_reads: list[int],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    ledger.append([indexed(s3_store.bucket, "incoming/at-rest.csv")])
+    """A compaction since the last tick merged the window's older rows with the new ones: the
+    tick reads the new rows from the files their appends wrote, not the merged file (what a
+    tick holds grows with what came since, not with an hour's files)."""
+    ledger.append([indexed(s3_store.bucket, f"incoming/settled-{n}.csv") for n in range(40)])
     assert ticks.at(START) == []
+    read: list[int] = []
+    real = pipelines.intake.ledger._open_entries
+
+    def counted(rows: Any) -> list[FileEntry]:
+        read.append(rows.num_rows)
+        return real(rows)
+
+    monkeypatch.setattr(pipelines.intake.ledger, "_open_entries", counted)
     lost = FileEntry.pending(s3_store.bucket, version("incoming/lost.csv"), batch="lost")
     ledger.append([replace(lost, updated_at=START)])
     for n in range(LEDGER_COMPACTION.above_files + 1):  # a file each, in the same window
@@ -199,7 +215,8 @@ def test_rows_a_compaction_merged_since_the_last_tick_are_read(
     assert any(
         s.summary is not None and s.summary.operation == Operation.OVERWRITE
         for s in table.snapshots()
-    )  # the lost row's file was merged into a compaction's
+    )  # the settled rows and the lost row's file were merged into a compaction's
 
     assert ticks.at(START + assets.sensors.STALE_PENDING + timedelta(seconds=1)) == [lost.key]
+    assert read == [1 + LEDGER_COMPACTION.above_files + 1]  # the appended rows, no settled one
     assert whole_reads == [1]

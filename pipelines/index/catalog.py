@@ -51,6 +51,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table, TableProperties
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Snapshot
+from pyiceberg.table.update import RemoveSnapshotsUpdate
 from pyiceberg.transforms import IdentityTransform
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
@@ -733,7 +734,11 @@ class IndexCatalog:
             self.expire_table(name, kept)
 
     def expire_table(
-        self, name: str, kept: list[Version] | None = None, *, keep_newest: int = 0
+        self,
+        name: str,
+        kept: list[Version] | None = None,
+        *,
+        keep_newest: int = 0,
     ) -> None:
         """expire() for one table: a stored table keeps the snapshots the retained versions
         name; a served table (the file ledger) the one each retained version was published
@@ -766,11 +771,13 @@ class IndexCatalog:
                 if s.snapshot_id not in pinned
                 and (oldest_kept is None or s.timestamp_ms < oldest_kept.timestamp() * 1000)
             ]
+        # What `expire_snapshots().by_ids(old)` commits, in one update: it copies the table's
+        # metadata twice for each id it checks.
+        protected = {ref.snapshot_id for ref in table.metadata.refs.values()}
+        old = [snapshot_id for snapshot_id in old if snapshot_id not in protected]
         if old:
-            expiring = table.maintenance.expire_snapshots()
-            for snapshot_id in old:
-                expiring = expiring.by_id(snapshot_id)
-            expiring.commit()
+            update = RemoveSnapshotsUpdate.model_validate({"snapshot-ids": old})
+            self.catalog.commit_table(table, (), (update,))
 
     def identify(self, name: str) -> bool:
         """Once per table kindex does not rebuild (the file ledger): rewrite, in one commit,

@@ -120,13 +120,18 @@ def _ledger(catalog: IndexCatalog) -> Table | None:
 
 
 def appended_since(table: Table, head: Snapshot, since: int | None) -> list[Snapshot] | None:
-    """The append snapshots after `since` up to `head`, or None when `since` is not one of
-    head's ancestors (no point, or expired)."""
+    """The append snapshots after `since` up to `head` that added data files, or None when
+    `since` is not one of head's ancestors (no point, or expired)."""
     snapshots = snapshots_since(table, head, since)
     if snapshots is None:
         return None
+    # A merge of manifests is an append that adds no file.
     return [
-        s for s in snapshots if s.summary is not None and s.summary.operation == Operation.APPEND
+        s
+        for s in snapshots
+        if s.summary is not None
+        and s.summary.operation == Operation.APPEND
+        and int(s.summary.get("added-data-files") or 0) > 0
     ]
 
 

@@ -39,7 +39,6 @@ from typing import TYPE_CHECKING
 
 import duckdb
 import pyarrow as pa
-import pyarrow.parquet as pq
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
 from pyiceberg.expressions import (
     AlwaysTrue,
@@ -61,9 +60,9 @@ from pipelines.index.catalog import (
     IndexCatalog,
     commit_retry,
     conformed,
-    snapshots_since,
 )
 from pipelines.index.catalog import LEDGER_TABLE as LEDGER_TABLE
+from pipelines.index.committed import added_rows, appended_since
 from pipelines.index.local import open_index
 from pipelines.intake.reconcile import reconcile
 from pipelines.records.record_objects import UTC_US
@@ -94,8 +93,9 @@ RECENT = timedelta(hours=1)
 EXPIRE_ABOVE_SNAPSHOTS = 32
 EXPIRE_EVERY_COMMITS = 8
 # An expiry keeps the newest this many commits besides what versions and the next publish read:
-# a ledger sensor's cursor or a failing-files check's point a few commits back stays readable.
-KEEP_NEWEST_SNAPSHOTS = 16
+# a ledger sensor's cursor or a failing-files check's point stays readable across a burst's
+# commits between two of its looks (a batch makes several: its appends, their compactions).
+KEEP_NEWEST_SNAPSHOTS = 32
 # A window's data files (one per append that touched it) are merged past 4, the newest while each
 # older is at most 8 times what is merged so far: a window holds at most 5 files however many
 # commits it has had (a fleet's hour has 1,100), so what a tick reads of the newest window does
@@ -500,39 +500,24 @@ class Ledger:
 
     def open_at_head(self, known: OpenAt | None = None) -> OpenAt | None:
         """The open versions at the head this process last loaded (by `head()` just before):
-        from `known`, the open versions at an earlier commit, and the data files the commits
-        since then added (what a tick reads does not grow with the commits a window has had);
-        else, or when that commit is no longer in the ledger's history (its snapshots expired),
-        read as `open_versions` reads. None: no ledger yet."""
+        from `known`, the open versions at an earlier commit, and the rows appended since then
+        (`committed.added_rows`: the files the appends since added, wherever a compaction put
+        their rows later), so a tick reads what came since, whatever a window holds; else, or
+        when that commit is no longer in the ledger's history (its snapshots expired), read as
+        `open_versions` reads. None: no ledger yet."""
         table = self._table()
         head = table.current_snapshot() if table is not None else None
         if table is None or head is None:
             return None
-        since = snapshots_since(table, head, known.point) if known is not None else None
-        if known is None or since is None:
+        appended = appended_since(table, head, known.point) if known is not None else None
+        if known is None or appended is None:
             return OpenAt(head.snapshot_id, tuple(self.open_versions(refresh=False)))
-        if not since:
+        if not appended:  # only compactions since: the same rows
             return replace(known, point=head.snapshot_id)
-        # The head's live data files that a commit since added: an append's, or a compaction's
-        # (it merged the newest files, so a version whose rows it holds has its newest row there
-        # or in a later file). The head's manifests say which commit added each file: one read
-        # of them, however many commits came since.
-        ids = {snapshot.snapshot_id for snapshot in since}
-        # A manifest written at or before the known commit adds nothing since (a full one is
-        # never rewritten: MANIFEST_TARGET_BYTES).
-        first = since[-1].sequence_number or 0
-        added = [
-            entry.data_file.file_path
-            for manifest in head.manifests(table.io)
-            if manifest.sequence_number >= first
-            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True)
-            if entry.snapshot_id in ids
-        ]
         rows = [pa.Table.from_pylist(rows_of(known.entries), schema=LEDGER_SCHEMA)]
-        for path in added:
-            with table.io.new_input(path).open() as stream:
-                for batch in pq.ParquetFile(stream).iter_batches():
-                    rows.append(pa.Table.from_batches([conformed(batch, LEDGER_SCHEMA)]))
+        for added in added_rows(table, appended, LEDGER_SCHEMA.names):
+            batches = [conformed(batch, LEDGER_SCHEMA) for batch in added.to_batches()]
+            rows.append(pa.Table.from_batches(batches, schema=LEDGER_SCHEMA))
         found = _open_entries(pa.concat_tables(rows))
         self._open = (head.snapshot_id, found)
         return OpenAt(head.snapshot_id, tuple(found))
