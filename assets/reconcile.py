@@ -91,7 +91,7 @@ def reconcile_sensor(
         windows = {e.arrival_window for e in missing}
     # Windows the ledger holds that are no partition yet: a home of a kindex before them.
     windows -= set(context.instance.get_dynamic_partitions(str(ARRIVAL_WINDOWS.name)))
-    requests = batch_requests(ledger, missing, "reconcile") if missing else []
+    requests = batch_requests(ledger, missing, "reconcile", found=True) if missing else []
     context.log.info(
         f"{len(missing)} of {len(step.versions)} object versions ({step.source}) missing from "
         "the ledger"

@@ -97,32 +97,40 @@ def runs_in_flight(instance: DagsterInstance) -> bool:
     return bool(instance.get_runs(filters=RunsFilter(statuses=UNFINISHED), limit=1))
 
 
-def batch_requests(ledger: Ledger, entries: Sequence[FileEntry], why: str) -> list[RunRequest]:
+def batch_requests(
+    ledger: Ledger, entries: Sequence[FileEntry], why: str, *, found: bool = False
+) -> list[RunRequest]:
     """Runs for these files: a batch per arrival window, bounded in files and bytes
     (`bounded_batches`), written to the ledger as pending (one commit) before any run is
-    requested."""
+    requested. `found`: versions a tick found new; those another tick wrote to the ledger since
+    this one read it are left to that tick's runs (`Ledger.append_unseen`)."""
     by_window: dict[str, list[FileEntry]] = {}
     for entry in entries:
         by_window.setdefault(entry.arrival_window, []).append(entry)
     pending: list[FileEntry] = []
-    requests: list[RunRequest] = []
-    for window, files in sorted(by_window.items()):
+    for _, files in sorted(by_window.items()):
         for indexes in bounded_batches([e.size for e in files]):
             chunk = [files[i] for i in indexes]
             batch = batch_id(chunk)
             pending += [
                 replace(e, state=FileState.PENDING, batch=batch, updated_at=None) for e in chunk
             ]
-            requests.append(
-                RunRequest(
-                    run_key=batch,
-                    partition_key=window,
-                    run_config=batch_run_config(batch),
-                    tags={"kindex/files": str(len(chunk)), "kindex/why": why},
-                )
-            )
-    ledger.append(pending)
-    return requests
+    if found:
+        pending = ledger.append_unseen(pending)
+    else:
+        ledger.append(pending)
+    batches: dict[str, list[FileEntry]] = {}
+    for entry in pending:
+        batches.setdefault(str(entry.batch), []).append(entry)
+    return [
+        RunRequest(
+            run_key=batch,
+            partition_key=files[0].arrival_window,
+            run_config=batch_run_config(batch),
+            tags={"kindex/files": str(len(files)), "kindex/why": why},
+        )
+        for batch, files in batches.items()
+    ]
 
 
 class ResultEvents(TypedDict, total=False):
@@ -298,7 +306,7 @@ def new_file_requests(
     known = kindex.ledger.seen(versions)
     bucket = kindex.store.bucket
     new = [FileEntry.pending(bucket, info) for info in new_versions(versions, known)]
-    return batch_requests(kindex.ledger, new, why)
+    return batch_requests(kindex.ledger, new, why, found=True)
 
 
 @dataclass(frozen=True, slots=True)

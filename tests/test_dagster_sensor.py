@@ -152,6 +152,50 @@ def test_a_ticks_files_go_in_a_batch_per_window_of_at_most_max_files(s3_store: A
     assert versions(requested(s3_store, requests)) == versions(entries)
 
 
+def test_versions_two_ticks_found_at_once_are_requested_by_one(
+    s3_store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The incoming sensor and a reconcile tick both read the ledger before either wrote its
+    pending rows: the second to commit leaves the versions the first wrote to the first's runs,
+    and requests the rest. A commit that lands between a tick's check and its commit is not
+    checked: the version is in both batches, and belongs to the newer row's."""
+    when = datetime(2026, 3, 1, 10, 30, tzinfo=UTC)
+    found = [ObjectInfo(f"incoming/race/{n}.csv", f"etag{n}", 10, when) for n in range(3)]
+    entries = [FileEntry.pending(s3_store.bucket, o) for o in found]
+    incoming, reconcile = ledger_of(s3_store), ledger_of(s3_store)
+    assert incoming.seen(found) == reconcile.seen(found) == {}
+
+    first = batch_requests(incoming, entries[:2], "new", found=True)
+    second = batch_requests(reconcile, entries, "reconcile", found=True)
+    assert [int(r.tags["kindex/files"]) for r in [*first, *second]] == [2, 1]
+    assert versions(requested(s3_store, first)) == versions(entries[:2])
+    assert versions(requested(s3_store, second)) == versions(entries[2:])
+    assert [len(rows_of(s3_store, e.key)) for e in entries] == [1, 1, 1]
+
+    # A third tick commits between a fourth's check and its commit.
+    late = [ObjectInfo(f"incoming/race/late-{n}.csv", "etag", 10, when) for n in range(2)]
+    late_entries = [FileEntry.pending(s3_store.bucket, o) for o in late]
+    real_check = Ledger._seen_in
+    third: list[RunRequest] = []
+    checks: list[int] = []
+
+    def check_then_lose_the_race(self: Ledger, table: Any, wanted: Any) -> Any:
+        known = real_check(self, table, wanted)
+        checks.append(len(known))
+        if len(checks) == 1:  # the fourth's check: the third commits now
+            third.extend(batch_requests(incoming, late_entries[:1], "new", found=True))
+        return known
+
+    monkeypatch.setattr(Ledger, "_seen_in", check_then_lose_the_race)
+    fourth = batch_requests(reconcile, late_entries, "reconcile", found=True)
+    assert checks == [0, 0]  # the fourth's check, the third's: no second one
+    assert [int(r.tags["kindex/files"]) for r in [*third, *fourth]] == [1, 2]
+    # Each version's newest row names one batch: the run of the other passes it over.
+    owned = [versions(requested(s3_store, [r])) for r in [*third, *fourth]]
+    assert owned[0].isdisjoint(owned[1])
+    assert owned[0] | owned[1] == versions(late_entries)
+
+
 def test_uploads_in_the_watermark_second_are_not_missed(
     s3_store: Any, instance: DagsterInstance, monkeypatch: pytest.MonkeyPatch
 ) -> None:

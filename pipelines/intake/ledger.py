@@ -313,10 +313,21 @@ class Ledger:
 
     def append(self, entries: Sequence[FileEntry]) -> None:
         """Append rows in one commit (stamped now), then compact the table if it is due."""
+        self._write(entries, unseen_only=False)
+
+    def append_unseen(self, entries: Sequence[FileEntry]) -> list[FileEntry]:
+        """Append the rows of these versions found new, but of those the ledger holds a row of
+        by now (another sensor's tick found them too, and wrote first). Checked at the head the
+        commit is made on; a commit that lands in between makes pyiceberg commit this one again
+        on the new head, unchecked: both batches then name the version, which belongs to the
+        newer row's (`of_batch`). Returns the rows appended."""
+        return self._write(entries, unseen_only=True)
+
+    def _write(self, entries: Sequence[FileEntry], *, unseen_only: bool) -> list[FileEntry]:
         if not entries:
-            return
+            return []
         try:
-            self._append(entries)
+            return self._append(entries, unseen_only)
         except OSError as error:  # the Iceberg writer's S3 client (pyarrow) gave up
             raise StorageUnreachable(
                 f"cannot reach the S3 endpoint {self.endpoint} (write the file ledger): {error}"
@@ -325,11 +336,16 @@ class Ledger:
     # Writers are sensors and batch runs in other processes: a commit that lost the race
     # starts again from the table's new head.
     @commit_retry
-    def _append(self, entries: Sequence[FileEntry]) -> None:
+    def _append(self, entries: Sequence[FileEntry], unseen_only: bool) -> list[FileEntry]:
         now = datetime.now(UTC)
-        rows = rows_of(entries, now)
         self._created()
         table = self.catalog.table(LEDGER_TABLE, refresh=True)
+        if unseen_only:
+            known = self._seen_in(table, {entry.version for entry in entries})
+            entries = [entry for entry in entries if entry.version not in known]
+            if not entries:
+                return []
+        rows = rows_of(entries, now)
         windows = {str(row["arrival_window"]) for row in rows}
         open_windows = [e.arrival_window for e in entries if e.state not in DONE_STATES]
         since = table.properties.get(OPEN_SINCE_PROPERTY)
@@ -348,6 +364,7 @@ class Ledger:
             and random.randrange(EXPIRE_EVERY_COMMITS) == 0
         ):
             self.expire()
+        return list(entries)
 
     def compact(self, windows: Iterable[str] | None = None) -> bool:
         """Merge the ledger's small data files (one per append and partition) as the index's
@@ -456,12 +473,21 @@ class Ledger:
         rows all lie in its own), so it costs what the tick found, not the ledger's history; an
         old key's new upload is a new version in the new upload's window."""
         wanted = {version_of(v) for v in versions if not v.key.endswith("/")}
-        if not wanted:
+        table = self._table(refresh=True) if wanted else None
+        if table is None:
             return {}
-        found = self.current(
+        return self._seen_in(table, wanted)
+
+    def _seen_in(
+        self, table: Table, wanted: set[tuple[str, str, datetime]]
+    ) -> dict[tuple[str, str, datetime], FileEntry]:
+        """`seen` at this table's head."""
+        if not wanted or table.current_snapshot() is None:
+            return {}
+        found = self._current_of(
+            self._scan(table, seen_filter(wanted)).to_arrow(),
             "list_contains(?, key)",
             [sorted({key for key, _, _ in wanted})],
-            seen_filter(wanted),
         )
         return {e.version: e for e in found if e.version in wanted}
 
