@@ -217,8 +217,9 @@ def test_deployment_end_to_end(
         )
         assert shown.get("port") == str(grpc_port), shown  # served by the gRPC code server
         timings["webserver up"] = time.monotonic()
-        # The reconcile's first tick lists the bucket to rebuild the missing ledger: a file
-        # dropped while it runs would be requested by it and by the incoming sensor alike.
+        # The reconcile's first tick lists the bucket to rebuild the missing ledger: the files
+        # come after it, so each is one tick's run (two ticks that find one file at once:
+        # test_dagster_sensor).
         wait_for(
             lambda: (
                 sensor_ticked(instance, reconcile_sensor.name)
