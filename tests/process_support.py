@@ -239,21 +239,23 @@ STOP_SENSOR = """mutation Stop($id: String!) { stopSensor(id: $id) {
   ... on PythonError { message } } }"""
 
 
-def sensor_ticked(instance: DagsterInstance, name: str) -> bool:
-    """Whether the sensor has had a tick (its first comes as the daemon starts)."""
+def newest_tick(instance: DagsterInstance, name: str) -> Any:
+    """The sensor's newest tick, None before its first (which comes as the daemon starts)."""
     for state in instance.all_instigator_state():
         if state.name == name:
-            return bool(instance.get_ticks(state.instigator_origin_id, state.selector_id, limit=1))
-    return False
+            ticks = instance.get_ticks(state.instigator_origin_id, state.selector_id, limit=1)
+            return ticks[0] if ticks else None
+    return None
+
+
+def sensor_ticked(instance: DagsterInstance, name: str) -> bool:
+    return newest_tick(instance, name) is not None
 
 
 def tick_in_progress(instance: DagsterInstance, name: str) -> bool:
     """Whether the sensor's newest tick is still being evaluated."""
-    for state in instance.all_instigator_state():
-        if state.name == name:
-            ticks = instance.get_ticks(state.instigator_origin_id, state.selector_id, limit=1)
-            return bool(ticks) and ticks[0].status.value == "STARTED"
-    return False
+    tick = newest_tick(instance, name)
+    return tick is not None and tick.status.value == "STARTED"
 
 
 def kindex_bin() -> str:

@@ -338,8 +338,7 @@ class Ledger:
     @commit_retry
     def _append(self, entries: Sequence[FileEntry], unseen_only: bool) -> list[FileEntry]:
         now = datetime.now(UTC)
-        self._created()
-        table = self.catalog.table(LEDGER_TABLE, refresh=True)
+        table = self._created()  # at the head, just read
         if unseen_only:
             known = self._seen_in(table, {entry.version for entry in entries})
             entries = [entry for entry in entries if entry.version not in known]
